@@ -1,0 +1,621 @@
+//! Source text to [`ast::File`], through the pest grammar in `grammar/braid.pest`.
+//!
+//! pest stops at the first syntax error. To report more than one, the file is first cut
+//! into segments at each top-level `algorithm` keyword (outside comments, first on its
+//! line), and every segment is parsed on its own: one syntax error per algorithm at most,
+//! and the algorithms that parse are still checked.
+
+use crate::ast::*;
+use crate::diag::Diagnostic;
+use pest::iterators::Pair;
+use pest::Parser as _;
+
+#[derive(pest_derive::Parser)]
+#[grammar = "../../grammar/braid.pest"]
+struct BraidParser;
+
+/// Parses a whole file. Returns the algorithms that parsed and every syntax error.
+pub fn parse(text: &str) -> (File, Vec<Diagnostic>) {
+    let mut algorithms = Vec::new();
+    let mut diags = Vec::new();
+    for (start, end) in segments(text) {
+        let segment = &text[start..end];
+        match BraidParser::parse(Rule::file, segment) {
+            Ok(mut pairs) => {
+                let file = pairs.next().expect("file rule");
+                let mut b = Builder {
+                    base: start,
+                    diags: &mut diags,
+                };
+                for pair in file.into_inner() {
+                    if pair.as_rule() == Rule::algorithm {
+                        algorithms.push(b.algorithm(pair));
+                    }
+                }
+            }
+            Err(e) => diags.push(syntax_error(e, start, segment)),
+        }
+    }
+    (File { algorithms }, diags)
+}
+
+/// Byte ranges of the segments: a prologue, then one per top-level `algorithm`.
+fn segments(text: &str) -> Vec<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let mut cuts = vec![0];
+    let mut i = 0;
+    let mut line_blank = true; // only whitespace since the start of the line
+    while i < bytes.len() {
+        match bytes[i] {
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i < bytes.len() && !(bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/')) {
+                    i += 1;
+                }
+                i += 2;
+                line_blank = false;
+                continue;
+            }
+            b'\n' => line_blank = true,
+            b' ' | b'\t' | b'\r' => {}
+            _ => {
+                if line_blank && text[i..].starts_with("algorithm") {
+                    let after = bytes.get(i + "algorithm".len());
+                    if !after.is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') && i > 0 {
+                        cuts.push(i);
+                    }
+                }
+                line_blank = false;
+            }
+        }
+        i += 1;
+    }
+    cuts.dedup();
+    let mut out: Vec<(usize, usize)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
+    out.push((*cuts.last().unwrap(), text.len()));
+    out
+}
+
+/// What a grammar rule is called in "expected ..." messages.
+fn describe(rule: Rule) -> &'static str {
+    match rule {
+        Rule::EOI => "end of file",
+        Rule::algorithm | Rule::kw_algorithm => "`algorithm`",
+        Rule::name => "a name",
+        Rule::int => "an integer",
+        Rule::collective => {
+            "a collective (allreduce, allgather, reduce_scatter, alltoall, broadcast, reduce)"
+        }
+        Rule::where_list | Rule::kw_where => "`where`",
+        Rule::header => "a header",
+        Rule::protocol_name => "a protocol (simple, ll, ll128, auto)",
+        Rule::mode_name => "a mode (inplace, outofplace, both)",
+        Rule::let_stmt | Rule::kw_let => "`let`",
+        Rule::for_stmt | Rule::kw_for => "`for`",
+        Rule::if_stmt | Rule::kw_if => "`if`",
+        Rule::kw_else | Rule::else_clause => "`else`",
+        Rule::copy_stmt | Rule::kw_copy => "`copy`",
+        Rule::reduce_stmt | Rule::kw_reduce => "`reduce`",
+        Rule::kw_in => "`in`",
+        Rule::rev | Rule::kw_rev => "`rev`",
+        Rule::step_clause | Rule::kw_step => "`step`",
+        Rule::chunks_header | Rule::kw_chunks => "`chunks`",
+        Rule::scratch_header | Rule::kw_scratch => "`scratch`",
+        Rule::channels_header | Rule::kw_channels => "`channels`",
+        Rule::protocol_header | Rule::kw_protocol => "`protocol`",
+        Rule::mode_header | Rule::kw_mode => "`mode`",
+        Rule::channel_hint => "`@ch(...)`",
+        Rule::block => "`{`",
+        Rule::buf_ref | Rule::buf_name => "a buffer (in, out, scratch)",
+        Rule::chunk_sel => "a chunk index or range",
+        Rule::expr
+        | Rule::or_expr
+        | Rule::and_expr
+        | Rule::cmp_expr
+        | Rule::bor_expr
+        | Rule::xor_expr
+        | Rule::band_expr
+        | Rule::shift_expr
+        | Rule::add_expr
+        | Rule::mul_expr
+        | Rule::unary
+        | Rule::call => "an expression",
+        Rule::cmp_op => "a comparison",
+        Rule::or_op
+        | Rule::and_op
+        | Rule::bor_op
+        | Rule::xor_op
+        | Rule::band_op
+        | Rule::shift_op
+        | Rule::add_op
+        | Rule::mul_op => "an operator",
+        Rule::unary_op => "`-` or `!`",
+        _ => "something else",
+    }
+}
+
+fn syntax_error(e: pest::error::Error<Rule>, base: usize, segment: &str) -> Diagnostic {
+    use pest::error::{ErrorVariant, InputLocation};
+    let pos = match e.location {
+        InputLocation::Pos(p) => p,
+        InputLocation::Span((s, _)) => s,
+    };
+    let message = match &e.variant {
+        ErrorVariant::ParsingError { positives, .. } => {
+            let mut names: Vec<&str> = positives.iter().map(|r| describe(*r)).collect();
+            names.sort();
+            names.dedup();
+            if names.len() > 1 {
+                names.retain(|n| *n != "something else");
+            }
+            let expected = match names.as_slice() {
+                [] => "something else".to_string(),
+                [one] => one.to_string(),
+                [init @ .., last] => format!("{} or {}", init.join(", "), last),
+            };
+            expected
+        }
+        ErrorVariant::CustomError { message } => message.clone(),
+    };
+    let found = segment[pos..]
+        .chars()
+        .next()
+        .map_or("end of file".to_string(), |c| {
+            let word: String = segment[pos..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if word.is_empty() {
+                format!("`{c}`")
+            } else {
+                format!("`{word}`")
+            }
+        });
+    let start = base + pos;
+    let len = segment[pos..].chars().next().map_or(0, |c| c.len_utf8());
+    Diagnostic::new("syntax", format!("syntax error: expected {message}, found {found}"))
+        .with_label(Span::new(start, start + len), format!("expected {message}"))
+}
+
+struct Builder<'d> {
+    base: usize,
+    diags: &'d mut Vec<Diagnostic>,
+}
+
+impl Builder<'_> {
+    fn span(&self, pair: &Pair<Rule>) -> Span {
+        let s = pair.as_span();
+        Span::new(self.base + s.start(), self.base + s.end())
+    }
+
+    fn ident(&self, pair: Pair<Rule>) -> Ident {
+        Ident {
+            name: pair.as_str().to_string(),
+            span: self.span(&pair),
+        }
+    }
+
+    fn algorithm(&mut self, pair: Pair<Rule>) -> Algorithm {
+        let span = self.span(&pair);
+        let mut inner = pair.into_inner().filter(|p| !is_keyword(p.as_rule()));
+        let name = self.ident(inner.next().expect("name"));
+        let coll = inner.next().expect("collective");
+        let collective_span = self.span(&coll);
+        let collective = Collective::from_name(coll.as_str()).expect("grammar lists collectives");
+        let decl_span = Span {
+            start: span.start,
+            end: collective_span.end,
+        };
+        let mut alg = Algorithm {
+            name,
+            collective,
+            collective_span,
+            conditions: Vec::new(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            decl_span,
+            span,
+        };
+        for item in inner {
+            match item.as_rule() {
+                Rule::where_list => {
+                    alg.conditions = item
+                        .into_inner()
+                        .filter(|p| p.as_rule() == Rule::expr)
+                        .map(|p| self.expr(p))
+                        .collect();
+                }
+                Rule::header => alg.headers.push(self.header(item)),
+                _ => alg.body.push(self.stmt(item)),
+            }
+        }
+        alg
+    }
+
+    fn header(&mut self, pair: Pair<Rule>) -> Header {
+        let span = self.span(&pair);
+        let h = pair.into_inner().next().expect("header kind");
+        let rule = h.as_rule();
+        let value = h
+            .into_inner()
+            .find(|p| !is_keyword(p.as_rule()))
+            .expect("header value");
+        let kind = match rule {
+            Rule::chunks_header => HeaderKind::Chunks(self.expr(value)),
+            Rule::scratch_header => HeaderKind::Scratch(self.expr(value)),
+            Rule::channels_header => HeaderKind::Channels(self.expr(value)),
+            Rule::protocol_header => HeaderKind::Protocol(match value.as_str() {
+                "simple" => Protocol::Simple,
+                "ll" => Protocol::Ll,
+                "ll128" => Protocol::Ll128,
+                _ => Protocol::Auto,
+            }),
+            _ => HeaderKind::Mode(match value.as_str() {
+                "inplace" => ModeDecl::InPlace,
+                "outofplace" => ModeDecl::OutOfPlace,
+                _ => ModeDecl::Both,
+            }),
+        };
+        Header { kind, span }
+    }
+
+    fn block(&mut self, pair: Pair<Rule>) -> Vec<Stmt> {
+        pair.into_inner().map(|p| self.stmt(p)).collect()
+    }
+
+    fn stmt(&mut self, pair: Pair<Rule>) -> Stmt {
+        let span = self.span(&pair);
+        let rule = pair.as_rule();
+        let mut inner = pair.into_inner().filter(|p| !is_keyword(p.as_rule()));
+        match rule {
+            Rule::let_stmt => {
+                let name = self.ident(inner.next().expect("name"));
+                let value = self.expr(inner.next().expect("value"));
+                Stmt::Let { name, value, span }
+            }
+            Rule::for_stmt => {
+                let var = self.ident(inner.next().expect("var"));
+                let mut rev = false;
+                let mut exprs = Vec::new();
+                let mut step = None;
+                let mut body = Vec::new();
+                for p in inner {
+                    match p.as_rule() {
+                        Rule::rev => rev = true,
+                        Rule::expr => exprs.push(self.expr(p)),
+                        Rule::step_clause => {
+                            let e = p.into_inner().find(|p| p.as_rule() == Rule::expr);
+                            step = Some(self.expr(e.expect("step expr")));
+                        }
+                        Rule::block => body = self.block(p),
+                        r => unreachable!("for: {r:?}"),
+                    }
+                }
+                let mut exprs = exprs.into_iter();
+                Stmt::For {
+                    var,
+                    rev,
+                    lo: exprs.next().expect("lo"),
+                    hi: exprs.next().expect("hi"),
+                    step,
+                    body,
+                    span,
+                }
+            }
+            Rule::if_stmt => {
+                let mut arms = Vec::new();
+                let mut otherwise = None;
+                let mut cond = None;
+                for p in inner {
+                    match p.as_rule() {
+                        Rule::expr => cond = Some(self.expr(p)),
+                        Rule::block => {
+                            let c = cond.take().expect("condition before block");
+                            arms.push((c, self.block(p)));
+                        }
+                        Rule::else_clause => {
+                            let b = p.into_inner().find(|p| p.as_rule() == Rule::block);
+                            otherwise = Some(self.block(b.expect("else block")));
+                        }
+                        r => unreachable!("if: {r:?}"),
+                    }
+                }
+                Stmt::If {
+                    arms,
+                    otherwise,
+                    span,
+                }
+            }
+            Rule::copy_stmt | Rule::reduce_stmt => {
+                let kind = if rule == Rule::copy_stmt {
+                    OpKind::Copy
+                } else {
+                    OpKind::Reduce
+                };
+                let mut refs = Vec::new();
+                let mut channel = None;
+                for p in inner {
+                    match p.as_rule() {
+                        Rule::buf_ref => refs.push(self.buf_ref(p)),
+                        Rule::channel_hint => {
+                            let e = p.into_inner().next().expect("channel expr");
+                            channel = Some(self.expr(e));
+                        }
+                        r => unreachable!("op: {r:?}"),
+                    }
+                }
+                let dst = refs.remove(0);
+                Stmt::Op(OpStmt {
+                    kind,
+                    dst,
+                    srcs: refs,
+                    channel,
+                    span,
+                })
+            }
+            r => unreachable!("statement rule {r:?}"),
+        }
+    }
+
+    fn buf_ref(&mut self, pair: Pair<Rule>) -> BufRef {
+        let span = self.span(&pair);
+        let mut inner = pair.into_inner();
+        let b = inner.next().expect("buffer");
+        let buf_span = self.span(&b);
+        let buf = match b.as_str() {
+            "in" => Buf::In,
+            "out" => Buf::Out,
+            _ => Buf::Scratch,
+        };
+        let rank = self.expr(inner.next().expect("rank"));
+        let mut sel = inner.next().expect("chunks").into_inner();
+        let lo = self.expr(sel.next().expect("chunk"));
+        let chunks = match sel.next() {
+            Some(hi) => ChunkSel::Range(lo, self.expr(hi)),
+            None => ChunkSel::One(lo),
+        };
+        BufRef {
+            buf,
+            buf_span,
+            rank,
+            chunks,
+            span,
+        }
+    }
+
+    fn expr(&mut self, pair: Pair<Rule>) -> Expr {
+        let span = self.span(&pair);
+        match pair.as_rule() {
+            Rule::expr => self.expr(pair.into_inner().next().expect("inner")),
+            Rule::or_expr
+            | Rule::and_expr
+            | Rule::cmp_expr
+            | Rule::bor_expr
+            | Rule::xor_expr
+            | Rule::band_expr
+            | Rule::shift_expr
+            | Rule::add_expr
+            | Rule::mul_expr => {
+                // Left-associative chain: operand (op operand)*.
+                let mut inner = pair.into_inner();
+                let mut acc = self.expr(inner.next().expect("operand"));
+                while let Some(op) = inner.next() {
+                    let rhs = self.expr(inner.next().expect("rhs"));
+                    let op = BinOp::from_token(op.as_str()).expect("operator token");
+                    let span = Span {
+                        start: acc.span.start,
+                        end: rhs.span.end,
+                    };
+                    acc = Expr {
+                        kind: ExprKind::Binary(op, Box::new(acc), Box::new(rhs)),
+                        span,
+                    };
+                }
+                acc
+            }
+            Rule::unary => {
+                let mut ops = Vec::new();
+                let mut operand = None;
+                for p in pair.into_inner() {
+                    if p.as_rule() == Rule::unary_op {
+                        ops.push((p.as_str() == "-", self.span(&p).start));
+                    } else {
+                        operand = Some(self.expr(p));
+                    }
+                }
+                let mut e = operand.expect("unary operand");
+                for (neg, start) in ops.into_iter().rev() {
+                    let op = if neg { UnOp::Neg } else { UnOp::Not };
+                    let span = Span {
+                        start: start as u32,
+                        end: e.span.end,
+                    };
+                    e = Expr {
+                        kind: ExprKind::Unary(op, Box::new(e)),
+                        span,
+                    };
+                }
+                e
+            }
+            Rule::int => ExprKind::Int(self.int(&pair)).with_span(span),
+            Rule::name => ExprKind::Name(pair.as_str().to_string()).with_span(span),
+            Rule::call => {
+                let mut inner = pair.into_inner();
+                let f = self.ident(inner.next().expect("callee"));
+                let args = inner.map(|a| self.expr(a)).collect();
+                ExprKind::Call(f, args).with_span(span)
+            }
+            r => unreachable!("expression rule {r:?}"),
+        }
+    }
+
+    fn int(&mut self, pair: &Pair<Rule>) -> i64 {
+        let s = pair.as_str();
+        let parsed = match s.strip_prefix("0x") {
+            Some(hex) => i64::from_str_radix(hex, 16),
+            None => s.parse::<i64>(),
+        };
+        parsed.unwrap_or_else(|_| {
+            self.diags.push(
+                Diagnostic::new("overflow", format!("integer literal `{s}` does not fit in 64 bits"))
+                    .with_label(self.span(pair), "too large for a signed 64-bit integer"),
+            );
+            0
+        })
+    }
+}
+
+trait WithSpan {
+    fn with_span(self, span: Span) -> Expr;
+}
+
+impl WithSpan for ExprKind {
+    fn with_span(self, span: Span) -> Expr {
+        Expr { kind: self, span }
+    }
+}
+
+fn is_keyword(rule: Rule) -> bool {
+    matches!(
+        rule,
+        Rule::kw_algorithm
+            | Rule::kw_channels
+            | Rule::kw_chunks
+            | Rule::kw_copy
+            | Rule::kw_else
+            | Rule::kw_for
+            | Rule::kw_if
+            | Rule::kw_in
+            | Rule::kw_let
+            | Rule::kw_mode
+            | Rule::kw_protocol
+            | Rule::kw_reduce
+            | Rule::kw_rev
+            | Rule::kw_scratch
+            | Rule::kw_step
+            | Rule::kw_where
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(text: &str) -> File {
+        let (file, diags) = parse(text);
+        assert!(diags.is_empty(), "{diags:?}");
+        file
+    }
+
+    fn first_expr(text: &str) -> Expr {
+        let f = parse_ok(&format!("algorithm a : allreduce {{ let x = {text}; }}"));
+        match &f.algorithms[0].body[0] {
+            Stmt::Let { value, .. } => value.clone(),
+            s => panic!("{s:?}"),
+        }
+    }
+
+    fn shape(e: &Expr) -> String {
+        match &e.kind {
+            ExprKind::Int(i) => i.to_string(),
+            ExprKind::Name(n) => n.clone(),
+            ExprKind::Unary(op, e) => format!("({op:?} {})", shape(e)),
+            ExprKind::Binary(op, a, b) => format!("({op:?} {} {})", shape(a), shape(b)),
+            ExprKind::Call(f, args) => {
+                let a: Vec<String> = args.iter().map(shape).collect();
+                format!("{}({})", f.name, a.join(", "))
+            }
+        }
+    }
+
+    #[test]
+    fn precedence_follows_rust() {
+        assert_eq!(shape(&first_expr("N & (N - 1) == 0")), "(Eq (BitAnd N (Sub N 1)) 0)");
+        assert_eq!(shape(&first_expr("1 + 2 * 3 << 1")), "(Shl (Add 1 (Mul 2 3)) 1)");
+        assert_eq!(shape(&first_expr("a || b && c")), "(Or a (And b c))");
+        assert_eq!(shape(&first_expr("-a - -1")), "(Sub (Neg a) (Neg 1))");
+        assert_eq!(shape(&first_expr("8 - 4 - 2")), "(Sub (Sub 8 4) 2)");
+        assert_eq!(shape(&first_expr("a | b ^ c & d")), "(BitOr a (BitXor b (BitAnd c d)))");
+        assert_eq!(shape(&first_expr("min(0x10, !x)")), "min(16, (Not x))");
+    }
+
+    #[test]
+    fn comparisons_do_not_chain() {
+        let (_, diags) = parse("algorithm a : allreduce { let x = 1 < 2 < 3; }");
+        assert_eq!(diags.len(), 1);
+        assert_eq!(diags[0].code, "syntax");
+    }
+
+    #[test]
+    fn arrow_is_one_token() {
+        parse_ok("algorithm a : allreduce { if 1 < -1 { } }");
+        let (_, diags) = parse("algorithm a : allreduce { if 1 <-1 { } }");
+        assert_eq!(diags.len(), 1, "{diags:?}");
+    }
+
+    #[test]
+    fn keywords_need_a_word_boundary() {
+        let f = parse_ok("algorithm a : allreduce { let input = 1; let outx = input; }");
+        assert_eq!(f.algorithms[0].body.len(), 2);
+    }
+
+    #[test]
+    fn statements_and_headers_parse() {
+        let f = parse_ok(
+            "/* lib */ algorithm a : allgather where N > 1, G >= 2 {
+                chunks 2 * N; scratch 1; channels 2; protocol ll128; mode both;
+                for r in rev 0 .. N step 2 {
+                    if r == 0 { copy out[r][0 .. K] <- in[r][0 .. K] @ch(1); }
+                    else if r == 1 { reduce scratch[r][0] <- out[r - 1][0], out[r][0]; }
+                    else { reduce out[r][0] <- out[r + 1][0]; }
+                }
+            }",
+        );
+        let a = &f.algorithms[0];
+        assert_eq!(a.conditions.len(), 2);
+        assert_eq!(a.headers.len(), 5);
+        match &a.body[0] {
+            Stmt::For { rev, step, body, .. } => {
+                assert!(*rev);
+                assert!(step.is_some());
+                match &body[0] {
+                    Stmt::If { arms, otherwise, .. } => {
+                        assert_eq!(arms.len(), 2);
+                        assert!(otherwise.is_some());
+                    }
+                    s => panic!("{s:?}"),
+                }
+            }
+            s => panic!("{s:?}"),
+        }
+    }
+
+    #[test]
+    fn one_syntax_error_per_algorithm_is_reported() {
+        let text = "algorithm a : allreduce { copy out[0][0] in[0][0]; }\n\
+                    algorithm b : allreduce { }\n\
+                    algorithm c : allreduce { let = 3; }\n";
+        let (file, diags) = parse(text);
+        assert_eq!(diags.len(), 2, "{diags:?}");
+        assert_eq!(file.algorithms.len(), 1);
+        assert_eq!(file.algorithms[0].name.name, "b");
+    }
+
+    #[test]
+    fn commented_out_algorithm_does_not_split() {
+        let f = parse_ok("algorithm a : allreduce {\n/*\nalgorithm b : x\n*/\n}\n");
+        assert_eq!(f.algorithms.len(), 1);
+    }
+
+    #[test]
+    fn huge_literal_is_an_error_not_a_panic() {
+        let (_, diags) = parse("algorithm a : allreduce { let x = 99999999999999999999; }");
+        assert_eq!(diags[0].code, "overflow");
+    }
+}
