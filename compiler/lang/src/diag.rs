@@ -104,7 +104,6 @@ impl fmt::Display for Diagnostic {
 struct Rendered<'a> {
     diag: &'a Diagnostic,
     source: NamedSource<Arc<str>>,
-    footer: Option<String>,
 }
 
 impl fmt::Debug for Rendered<'_> {
@@ -122,12 +121,9 @@ impl fmt::Display for Rendered<'_> {
 impl std::error::Error for Rendered<'_> {}
 
 impl miette::Diagnostic for Rendered<'_> {
-    fn code<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
-        Some(Box::new(self.diag.code))
-    }
-
     fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
-        self.footer
+        self.diag
+            .help
             .as_ref()
             .map(|h| Box::new(h.as_str()) as Box<dyn fmt::Display>)
     }
@@ -157,7 +153,8 @@ impl miette::Diagnostic for Rendered<'_> {
 }
 
 /// Renders diagnostics the way `braid` prints them: for each, a plain first line
-/// `error: FILE:LINE:COL: MESSAGE` (easy to grep and to jump to), then the excerpt.
+/// `error[CODE]: FILE:LINE:COL` (easy to grep and to jump to), then the message with the
+/// source excerpt and labels, then notes.
 pub fn render(diags: &[Diagnostic], source: &SourceFile) -> String {
     let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor())
         .with_width(100)
@@ -167,28 +164,25 @@ pub fn render(diags: &[Diagnostic], source: &SourceFile) -> String {
         let location = match diag.primary_span() {
             Some(span) => {
                 let (line, col) = source.line_col(span.start);
-                format!("{}:{line}:{col}: ", source.name)
+                format!("{}:{line}:{col}", source.name)
             }
-            None => format!("{}: ", source.name),
+            None => source.name.clone(),
         };
-        out.push_str(&format!("error: {location}{}\n", diag.message));
-        let mut footer: Vec<String> = diag.notes.iter().map(|n| format!("note: {n}")).collect();
-        if let Some(h) = &diag.help {
-            footer.push(format!("help: {h}"));
-        }
+        out.push_str(&format!("error[{}]: {location}\n", diag.code));
         let rendered = Rendered {
             diag,
             source: NamedSource::new(source.name.clone(), source.text.clone()),
-            footer: (!footer.is_empty()).then(|| footer.join("\n")),
         };
         let mut text = String::new();
         if handler.render_report(&mut text, &rendered).is_err() {
-            text = format!("{diag}\n");
+            text = format!("  × {diag}\n");
         }
-        out.push_str(&text);
-        if !out.ends_with('\n') {
-            out.push('\n');
+        out.push_str(text.trim_end_matches('\n'));
+        out.push('\n');
+        for note in &diag.notes {
+            out.push_str(&format!("  note: {note}\n"));
         }
+        out.push('\n');
     }
     out
 }
@@ -211,7 +205,8 @@ mod tests {
             .with_label(Span::new(33, 41), "`in` is read-only")
             .with_note("in is the input buffer");
         let text = render(&[d], &src);
-        assert!(text.starts_with("error: x.braid:2:8: cannot write to `in`"), "{text}");
+        assert!(text.starts_with("error[write-to-in]: x.braid:2:8\n"), "{text}");
+        assert!(text.contains("cannot write to `in`"), "{text}");
         assert!(text.contains("copy in[0][0] <- out[0][0];"), "{text}");
         assert!(text.contains("note: in is the input buffer"), "{text}");
     }

@@ -1,1 +1,47 @@
-fn main() {}
+//! `braid`: compile, verify and run collective algorithms (cli.md).
+
+mod cmd_check;
+mod error;
+mod logging;
+mod output;
+mod source;
+mod topo_arg;
+
+use clap::{Parser, Subcommand};
+use error::CliError;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "braid", version, about = "Collective-communication algorithm compiler and runtime")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Parse and verify a program against its collective's postcondition.
+    Check(cmd_check::CheckArgs),
+}
+
+fn main() -> ExitCode {
+    logging::init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Check(a) => cmd_check::run(a),
+    };
+    finish(result)
+}
+
+fn finish(result: Result<String, CliError>) -> ExitCode {
+    match result {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The CLI's one error type, carrying the exit code of cli.md.
+
+use std::fmt;
+
+/// A failed command: what to print on stderr and the exit code.
+#[derive(Debug)]
+pub enum CliError {
+    /// Exit 1: the input is wrong. The text is already rendered (with file:line:col).
+    Input(String),
+    /// Exit 2: the command line is wrong.
+    Usage(String),
+    /// Exit 3: a run-time failure (no GPU, a transport, a peer, a timeout).
+    Runtime(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Input(_) => 1,
+            CliError::Usage(_) => 2,
+            CliError::Runtime(_) => 3,
+        }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Input(s) | CliError::Usage(s) | CliError::Runtime(s) => f.write_str(s.trim_end()),
+        }
+    }
+}
