@@ -366,6 +366,8 @@ mod tests {
     fn mixed_chunks_never_match() {
         let v = Value::reduce(&input(0, 0), &input(1, 1));
         assert!(!Expected::AllRanks { chunk: 0 }.holds(&v, &RankSet::all(2)));
-        assert!(v.to_string().contains("chunk 0 of ranks {0} + chunk 1 of ranks {1}"));
+        assert!(v
+            .to_string()
+            .contains("chunk 0 of ranks {0} + chunk 1 of ranks {1}"));
     }
 }

@@ -112,7 +112,10 @@ impl<'a> AlgorithmChecker<'a, '_> {
             self.diags.push(
                 Diagnostic::new(
                     "reserved-name",
-                    format!("`{}` is a reserved word and cannot name a {what}", name.name),
+                    format!(
+                        "`{}` is a reserved word and cannot name a {what}",
+                        name.name
+                    ),
                 )
                 .with_label(name.span, "reserved"),
             );
@@ -255,8 +258,7 @@ impl<'a> AlgorithmChecker<'a, '_> {
             };
             if let Some(msg) = problem {
                 self.diags.push(
-                    Diagnostic::new("constant-misuse", msg)
-                        .with_label(span, "not available here"),
+                    Diagnostic::new("constant-misuse", msg).with_label(span, "not available here"),
                 );
             }
             return;
@@ -346,6 +348,9 @@ mod tests {
     #[test]
     fn let_sees_the_outer_binding_it_shadows() {
         assert!(codes("algorithm a : allreduce { let x = 1; let x = x + 1; }").is_empty());
-        assert_eq!(codes("algorithm a : allreduce { let x = x; }"), vec!["unknown-name"]);
+        assert_eq!(
+            codes("algorithm a : allreduce { let x = x; }"),
+            vec!["unknown-name"]
+        );
     }
 }

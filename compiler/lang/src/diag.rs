@@ -140,15 +140,17 @@ impl miette::Diagnostic for Rendered<'_> {
         if self.diag.labels.is_empty() {
             return None;
         }
-        Some(Box::new(self.diag.labels.iter().enumerate().map(|(i, l)| {
-            let span = SourceSpan::new((l.span.start as usize).into(), l.span.len());
-            let text = (!l.text.is_empty()).then(|| l.text.clone());
-            if i == 0 {
-                LabeledSpan::new_primary_with_span(text, span)
-            } else {
-                LabeledSpan::new_with_span(text, span)
-            }
-        })))
+        Some(Box::new(self.diag.labels.iter().enumerate().map(
+            |(i, l)| {
+                let span = SourceSpan::new((l.span.start as usize).into(), l.span.len());
+                let text = (!l.text.is_empty()).then(|| l.text.clone());
+                if i == 0 {
+                    LabeledSpan::new_primary_with_span(text, span)
+                } else {
+                    LabeledSpan::new_with_span(text, span)
+                }
+            },
+        )))
     }
 }
 
@@ -200,12 +202,18 @@ mod tests {
 
     #[test]
     fn render_names_file_line_col_and_shows_the_line() {
-        let src = SourceFile::new("x.braid", "algorithm a : allreduce {\n  copy in[0][0] <- out[0][0];\n}\n");
+        let src = SourceFile::new(
+            "x.braid",
+            "algorithm a : allreduce {\n  copy in[0][0] <- out[0][0];\n}\n",
+        );
         let d = Diagnostic::new("write-to-in", "cannot write to `in`")
             .with_label(Span::new(33, 41), "`in` is read-only")
             .with_note("in is the input buffer");
         let text = render(&[d], &src);
-        assert!(text.starts_with("error[write-to-in]: x.braid:2:8\n"), "{text}");
+        assert!(
+            text.starts_with("error[write-to-in]: x.braid:2:8\n"),
+            "{text}"
+        );
         assert!(text.contains("cannot write to `in`"), "{text}");
         assert!(text.contains("copy in[0][0] <- out[0][0];"), "{text}");
         assert!(text.contains("note: in is the input buffer"), "{text}");

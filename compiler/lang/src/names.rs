@@ -69,14 +69,50 @@ impl Builtin {
 /// Words that cannot be bound by `let` or `for`.
 const RESERVED: &[&str] = &[
     // keywords
-    "algorithm", "where", "chunks", "scratch", "channels", "protocol", "mode", "let", "for",
-    "in", "rev", "step", "if", "else", "copy", "reduce", "simple", "ll", "ll128", "auto",
-    "inplace", "outofplace", "both", // buffers
-    "out", // collectives
-    "allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast",
+    "algorithm",
+    "where",
+    "chunks",
+    "scratch",
+    "channels",
+    "protocol",
+    "mode",
+    "let",
+    "for",
+    "in",
+    "rev",
+    "step",
+    "if",
+    "else",
+    "copy",
+    "reduce",
+    "simple",
+    "ll",
+    "ll128",
+    "auto",
+    "inplace",
+    "outofplace",
+    "both", // buffers
+    "out",  // collectives
+    "allreduce",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "broadcast",
     // constants
-    "N", "NODES", "G", "ROOT", "C", "K", // builtins
-    "node", "local", "rank", "log2", "ilog2", "pow2", "min", "max",
+    "N",
+    "NODES",
+    "G",
+    "ROOT",
+    "C",
+    "K", // builtins
+    "node",
+    "local",
+    "rank",
+    "log2",
+    "ilog2",
+    "pow2",
+    "min",
+    "max",
 ];
 
 pub fn is_reserved(s: &str) -> bool {

@@ -16,6 +16,8 @@ struct BraidParser;
 
 /// Parses a whole file. Returns the algorithms that parsed and every syntax error.
 pub fn parse(text: &str) -> (File, Vec<Diagnostic>) {
+    // Track the literal tokens pest tried at the failure point, for "expected `;`".
+    pest::set_error_detail(true);
     let mut algorithms = Vec::new();
     let mut diags = Vec::new();
     for (start, end) in segments(text) {
@@ -140,28 +142,44 @@ fn describe(rule: Rule) -> &'static str {
     }
 }
 
+/// Literal tokens worth naming in "expected ..." messages.
+const STRUCTURAL_TOKENS: &[&str] = &[
+    ";", ",", ":", "=", "(", ")", "[", "]", "{", "}", "<-", "..", "@",
+];
+
 fn syntax_error(e: pest::error::Error<Rule>, base: usize, segment: &str) -> Diagnostic {
     use pest::error::{ErrorVariant, InputLocation};
     let pos = match e.location {
         InputLocation::Pos(p) => p,
         InputLocation::Span((s, _)) => s,
     };
-    let message = match &e.variant {
+    let mut names: Vec<String> = match &e.variant {
         ErrorVariant::ParsingError { positives, .. } => {
-            let mut names: Vec<&str> = positives.iter().map(|r| describe(*r)).collect();
-            names.sort();
-            names.dedup();
-            if names.len() > 1 {
-                names.retain(|n| *n != "something else");
-            }
-            let expected = match names.as_slice() {
-                [] => "something else".to_string(),
-                [one] => one.to_string(),
-                [init @ .., last] => format!("{} or {}", init.join(", "), last),
-            };
-            expected
+            positives.iter().map(|r| describe(*r).to_string()).collect()
         }
-        ErrorVariant::CustomError { message } => message.clone(),
+        ErrorVariant::CustomError { message } => vec![message.clone()],
+    };
+    if let Some(attempts) = e.parse_attempts() {
+        if attempts.max_position == pos {
+            for t in attempts.expected_tokens() {
+                // Structural punctuation only: keywords and operators already appear
+                // through their rules ("an operator"), and comments are always allowed.
+                let token = t.to_string();
+                if STRUCTURAL_TOKENS.contains(&token.as_str()) {
+                    names.push(format!("`{token}`"));
+                }
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    if names.len() > 1 {
+        names.retain(|n| n != "something else");
+    }
+    let message = match names.as_slice() {
+        [] => "something else".to_string(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {}", init.join(", "), last),
     };
     let found = segment[pos..]
         .chars()
@@ -179,8 +197,11 @@ fn syntax_error(e: pest::error::Error<Rule>, base: usize, segment: &str) -> Diag
         });
     let start = base + pos;
     let len = segment[pos..].chars().next().map_or(0, |c| c.len_utf8());
-    Diagnostic::new("syntax", format!("syntax error: expected {message}, found {found}"))
-        .with_label(Span::new(start, start + len), format!("expected {message}"))
+    Diagnostic::new(
+        "syntax",
+        format!("syntax error: expected {message}, found {found}"),
+    )
+    .with_label(Span::new(start, start + len), format!("expected {message}"))
 }
 
 struct Builder<'d> {
@@ -463,8 +484,11 @@ impl Builder<'_> {
         };
         parsed.unwrap_or_else(|_| {
             self.diags.push(
-                Diagnostic::new("overflow", format!("integer literal `{s}` does not fit in 64 bits"))
-                    .with_label(self.span(pair), "too large for a signed 64-bit integer"),
+                Diagnostic::new(
+                    "overflow",
+                    format!("integer literal `{s}` does not fit in 64 bits"),
+                )
+                .with_label(self.span(pair), "too large for a signed 64-bit integer"),
             );
             0
         })
@@ -536,12 +560,21 @@ mod tests {
 
     #[test]
     fn precedence_follows_rust() {
-        assert_eq!(shape(&first_expr("N & (N - 1) == 0")), "(Eq (BitAnd N (Sub N 1)) 0)");
-        assert_eq!(shape(&first_expr("1 + 2 * 3 << 1")), "(Shl (Add 1 (Mul 2 3)) 1)");
+        assert_eq!(
+            shape(&first_expr("N & (N - 1) == 0")),
+            "(Eq (BitAnd N (Sub N 1)) 0)"
+        );
+        assert_eq!(
+            shape(&first_expr("1 + 2 * 3 << 1")),
+            "(Shl (Add 1 (Mul 2 3)) 1)"
+        );
         assert_eq!(shape(&first_expr("a || b && c")), "(Or a (And b c))");
         assert_eq!(shape(&first_expr("-a - -1")), "(Sub (Neg a) (Neg 1))");
         assert_eq!(shape(&first_expr("8 - 4 - 2")), "(Sub (Sub 8 4) 2)");
-        assert_eq!(shape(&first_expr("a | b ^ c & d")), "(BitOr a (BitXor b (BitAnd c d)))");
+        assert_eq!(
+            shape(&first_expr("a | b ^ c & d")),
+            "(BitOr a (BitXor b (BitAnd c d)))"
+        );
         assert_eq!(shape(&first_expr("min(0x10, !x)")), "min(16, (Not x))");
     }
 
@@ -581,11 +614,15 @@ mod tests {
         assert_eq!(a.conditions.len(), 2);
         assert_eq!(a.headers.len(), 5);
         match &a.body[0] {
-            Stmt::For { rev, step, body, .. } => {
+            Stmt::For {
+                rev, step, body, ..
+            } => {
                 assert!(*rev);
                 assert!(step.is_some());
                 match &body[0] {
-                    Stmt::If { arms, otherwise, .. } => {
+                    Stmt::If {
+                        arms, otherwise, ..
+                    } => {
                         assert_eq!(arms.len(), 2);
                         assert!(otherwise.is_some());
                     }

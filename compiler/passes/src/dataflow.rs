@@ -65,7 +65,10 @@ impl Dataflow {
             };
             for s in &op.srcs {
                 for j in 0..s.len() {
-                    let loc = layout.loc(s.buf, s.rank, s.lo + j).expect("in bounds").index();
+                    let loc = layout
+                        .loc(s.buf, s.rank, s.lo + j)
+                        .expect("in bounds")
+                        .index();
                     if let Some(w) = last_writer[loc] {
                         add(w, Dep::Raw, &mut preds);
                     }
@@ -73,7 +76,10 @@ impl Dataflow {
             }
             for j in 0..op.dst.len() {
                 let d = &op.dst;
-                let loc = layout.loc(d.buf, d.rank, d.lo + j).expect("in bounds").index();
+                let loc = layout
+                    .loc(d.buf, d.rank, d.lo + j)
+                    .expect("in bounds")
+                    .index();
                 if let Some(w) = last_writer[loc] {
                     add(w, Dep::Waw, &mut preds);
                 }
@@ -87,13 +93,19 @@ impl Dataflow {
             // writes (a reduce reads and writes its destination).
             for s in &op.srcs {
                 for j in 0..s.len() {
-                    let loc = layout.loc(s.buf, s.rank, s.lo + j).expect("in bounds").index();
+                    let loc = layout
+                        .loc(s.buf, s.rank, s.lo + j)
+                        .expect("in bounds")
+                        .index();
                     readers.entry(loc).or_default().push(i as u32);
                 }
             }
             for j in 0..op.dst.len() {
                 let d = &op.dst;
-                let loc = layout.loc(d.buf, d.rank, d.lo + j).expect("in bounds").index();
+                let loc = layout
+                    .loc(d.buf, d.rank, d.lo + j)
+                    .expect("in bounds")
+                    .index();
                 last_writer[loc] = Some(i as u32);
                 readers.remove(&loc);
             }
@@ -142,11 +154,19 @@ impl Dataflow {
     pub fn to_dot(&self, prog: &OpProgram, line_of: impl Fn(u32) -> usize) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "digraph \"{}\" {{", prog.algorithm);
-        let _ = writeln!(out, "  label=\"{} ({}, {})\";", prog.algorithm, prog.shape, self.mode);
+        let _ = writeln!(
+            out,
+            "  label=\"{} ({}, {})\";",
+            prog.algorithm, prog.shape, self.mode
+        );
         let _ = writeln!(out, "  node [shape=box, fontname=monospace];");
         for n in self.graph.node_indices() {
             let op = prog.op(self.graph[n]);
-            let color = if op.is_transfer() { "lightblue" } else { "white" };
+            let color = if op.is_transfer() {
+                "lightblue"
+            } else {
+                "white"
+            };
             let _ = writeln!(
                 out,
                 "  op{} [label=\"{}\\nline {}\", style=filled, fillcolor={color}];",

@@ -1,9 +1,9 @@
 //! Integer expression evaluation with the language's exact rules: 64-bit checked
 //! arithmetic, floor division and modulo, shifts in 0..63, the builtins.
 
+use braid_ir::{Shape, Span};
 use braid_lang::ast::{BinOp, Expr, ExprKind, UnOp};
 use braid_lang::names::{Builtin, Constant};
-use braid_ir::{Shape, Span};
 use std::sync::Arc;
 
 /// An evaluation failure at a span.
@@ -121,7 +121,11 @@ impl Env {
                     .map(|a| self.eval(a))
                     .collect::<Result<Vec<_>, _>>()?;
                 let Some(b) = Builtin::from_name(&f.name) else {
-                    return err("unknown-name", f.span, format!("unknown function `{}`", f.name));
+                    return err(
+                        "unknown-name",
+                        f.span,
+                        format!("unknown function `{}`", f.name),
+                    );
                 };
                 self.call(b, &vals, e.span)
             }
@@ -153,7 +157,10 @@ impl Env {
                     err(
                         "log2",
                         span,
-                        format!("log2({}) is undefined: the argument is not a power of two", v[0]),
+                        format!(
+                            "log2({}) is undefined: the argument is not a power of two",
+                            v[0]
+                        ),
                     )
                 }
             }
@@ -161,14 +168,25 @@ impl Env {
                 if v[0] >= 1 {
                     Ok(63 - v[0].leading_zeros() as i64)
                 } else {
-                    err("log2", span, format!("ilog2({}) is undefined: the argument must be >= 1", v[0]))
+                    err(
+                        "log2",
+                        span,
+                        format!("ilog2({}) is undefined: the argument must be >= 1", v[0]),
+                    )
                 }
             }
             Builtin::Pow2 => {
                 if (0..=62).contains(&v[0]) {
                     Ok(1 << v[0])
                 } else {
-                    err("log2", span, format!("pow2({}) is undefined: the argument must be in 0..=62", v[0]))
+                    err(
+                        "log2",
+                        span,
+                        format!(
+                            "pow2({}) is undefined: the argument must be in 0..=62",
+                            v[0]
+                        ),
+                    )
                 }
             }
             Builtin::Min => Ok(v[0].min(v[1])),
@@ -216,15 +234,20 @@ fn binary(op: BinOp, x: i64, y: i64, span: Span, rhs: Span) -> Result<i64, EvalE
         BinOp::Div | BinOp::Rem if y == 0 => err(
             "division-by-zero",
             rhs,
-            format!("{} by zero", if op == BinOp::Div { "division" } else { "modulo" }),
+            format!(
+                "{} by zero",
+                if op == BinOp::Div {
+                    "division"
+                } else {
+                    "modulo"
+                }
+            ),
         ),
         BinOp::Div => floor_div(x, y).ok_or_else(over),
         BinOp::Rem => floor_mod(x, y).ok_or_else(over),
-        BinOp::Shl | BinOp::Shr if !(0..=63).contains(&y) => err(
-            "bad-shift",
-            rhs,
-            format!("shift by {y} is outside 0..63"),
-        ),
+        BinOp::Shl | BinOp::Shr if !(0..=63).contains(&y) => {
+            err("bad-shift", rhs, format!("shift by {y} is outside 0..63"))
+        }
         BinOp::Shl => {
             let r = x << y;
             if r >> y == x {
@@ -288,7 +311,10 @@ mod tests {
 
     #[test]
     fn builtins_and_constants() {
-        assert_eq!(ev("N + NODES * 10 + G * 100 + ROOT * 1000"), 8 + 20 + 400 + 1000);
+        assert_eq!(
+            ev("N + NODES * 10 + G * 100 + ROOT * 1000"),
+            8 + 20 + 400 + 1000
+        );
         assert_eq!(ev("node(5) * 10 + local(5)"), 11);
         assert_eq!(ev("rank(3, -1)"), 4 + 3);
         assert_eq!(ev("log2(64) + ilog2(100) + pow2(10)"), 6 + 6 + 1024);
@@ -315,7 +341,11 @@ mod tests {
         ] {
             assert_eq!(eval(text, s.clone()).unwrap_err().code, code, "{text}");
         }
-        let nonuniform = Shape { n: 5, nodes: 2, g: None };
+        let nonuniform = Shape {
+            n: 5,
+            nodes: 2,
+            g: None,
+        };
         assert_eq!(eval("node(1)", nonuniform).unwrap_err().code, "non-uniform");
     }
 }

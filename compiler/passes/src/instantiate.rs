@@ -5,16 +5,27 @@
 //! do not; every reference must lie inside a buffer that exists on its rank.
 
 use crate::eval::{floor_mod, Bound, Env, EvalError};
-use braid_ir::{Collective, Layout, Mode, ModeSet, Op, OpKind, OpProgram, Protocol, Ref, Shape, Span};
+use braid_ir::{
+    Collective, Layout, Mode, ModeSet, Op, OpKind, OpProgram, Protocol, Ref, Shape, Span,
+};
 use braid_lang::ast::{Algorithm, BufRef, ChunkSel, Expr, HeaderKind, OpStmt, Stmt};
 use braid_lang::names::{Builtin, Constant};
 use braid_lang::Diagnostic;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// Loop iterations plus operations one instantiation may perform, so that a program like
-/// `for i in 0 .. 1 << 60` ends with an error instead of running for ever.
+/// Loop iterations plus operations one instantiation may perform by default, so that a
+/// program like `for i in 0 .. 1 << 60` ends with an error instead of running for ever.
+/// `BRAID_MAX_STEPS` overrides it (see [`step_budget`]).
 pub const STEP_BUDGET: u64 = 1 << 26;
+
+/// The step budget in force: `BRAID_MAX_STEPS` if set to a number, else [`STEP_BUDGET`].
+pub fn step_budget() -> u64 {
+    std::env::var("BRAID_MAX_STEPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(STEP_BUDGET)
+}
 /// Chunk locations (all ranks, all buffers) one instantiation may declare.
 pub const LOCATION_BUDGET: u64 = 1 << 28;
 /// Diagnostics one instantiation reports before giving up.
@@ -53,7 +64,12 @@ pub fn failed_conditions(
 }
 
 /// The diagnostic for conditions that fail, naming each and the shape's values.
-pub fn conditions_diagnostic(alg: &Algorithm, shape: &Shape, root: Option<u32>, failed: &[FailedCondition]) -> Diagnostic {
+pub fn conditions_diagnostic(
+    alg: &Algorithm,
+    shape: &Shape,
+    root: Option<u32>,
+    failed: &[FailedCondition],
+) -> Diagnostic {
     let mut values = shape.to_string();
     if let Some(r) = root {
         values.push_str(&format!(" ROOT={r}"));
@@ -93,6 +109,7 @@ pub fn instantiate(
         diags: Vec::new(),
         reported: HashSet::new(),
         steps: 0,
+        budget: step_budget(),
         over_budget: false,
     };
     let header = inst.headers(alg);
@@ -186,13 +203,17 @@ fn walk_exprs(stmts: &[Stmt], f: &mut impl FnMut(&Expr)) {
     for s in stmts {
         match s {
             Stmt::Let { value, .. } => f(value),
-            Stmt::For { lo, hi, step, body, .. } => {
+            Stmt::For {
+                lo, hi, step, body, ..
+            } => {
                 f(lo);
                 f(hi);
                 step.iter().for_each(&mut *f);
                 walk_exprs(body, f);
             }
-            Stmt::If { arms, otherwise, .. } => {
+            Stmt::If {
+                arms, otherwise, ..
+            } => {
                 for (c, body) in arms {
                     f(c);
                     walk_exprs(body, f);
@@ -228,6 +249,7 @@ struct Instantiator {
     /// Source locations already reported: a bad statement inside a loop is reported once.
     reported: HashSet<(Span, &'static str)>,
     steps: u64,
+    budget: u64,
     over_budget: bool,
 }
 
@@ -366,14 +388,14 @@ impl Instantiator {
 
     fn tick(&mut self, span: Span) -> bool {
         self.steps += 1;
-        if self.steps > STEP_BUDGET {
+        if self.steps > self.budget {
             if !self.over_budget {
                 self.diags.push(
                     Diagnostic::new(
                         "too-large",
                         format!(
-                            "the program performs more than {STEP_BUDGET} loop iterations and operations for {}",
-                            self.env.shape
+                            "the program performs more than {} loop iterations and operations for {}",
+                            self.budget, self.env.shape
                         ),
                     )
                     .with_label(span, "still running here"),
@@ -456,7 +478,9 @@ impl Instantiator {
                     self.env.bound.pop();
                 }
             }
-            Stmt::If { arms, otherwise, .. } => {
+            Stmt::If {
+                arms, otherwise, ..
+            } => {
                 for (cond, body) in arms {
                     match self.eval(cond) {
                         Some(0) => continue,
@@ -588,7 +612,10 @@ impl Instantiator {
             self.range_error(
                 "no-such-buffer",
                 r.buf_span,
-                format!("`{}` does not exist on rank {rank}: {why} (ROOT = {root})", r.buf),
+                format!(
+                    "`{}` does not exist on rank {rank}: {why} (ROOT = {root})",
+                    r.buf
+                ),
                 format!("`{}[{rank}]` does not exist", r.buf),
             );
             return None;

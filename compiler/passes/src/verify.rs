@@ -21,23 +21,22 @@ pub struct Verified {
     pub ops: usize,
 }
 
-/// Verifies `prog` in each of `modes` (out-of-place first). All modes are checked and
-/// all their diagnostics returned.
+/// Verifies `prog` in each of `modes`, out-of-place first (dsl.md section 3). The first
+/// mode that fails ends the check: its diagnostics say which mode it was, and a program
+/// wrong in both would otherwise repeat every error.
 pub fn verify(prog: &OpProgram, modes: ModeSet) -> Result<Verified, Vec<Diagnostic>> {
-    let mut diags = Vec::new();
     let mut checked = Vec::new();
     for mode in modes.iter() {
+        let diags = verify_mode(prog, mode);
+        if !diags.is_empty() {
+            return Err(diags);
+        }
         checked.push(mode);
-        diags.extend(verify_mode(prog, mode));
     }
-    if diags.is_empty() {
-        Ok(Verified {
-            modes: checked,
-            ops: prog.ops.len(),
-        })
-    } else {
-        Err(diags)
-    }
+    Ok(Verified {
+        modes: checked,
+        ops: prog.ops.len(),
+    })
 }
 
 fn mode_label(mode: Mode) -> &'static str {
@@ -192,7 +191,10 @@ fn undefined_read(prog: &OpProgram, op: &Op, layout: &Layout, at: Ref, mode: Mod
             .iter()
             .map(|(b, r, c)| format!("{b}[{r}][{c}]"))
             .collect();
-        d = d.with_note(format!("in this mode {} are one location", names.join(" and ")));
+        d = d.with_note(format!(
+            "in this mode {} are one location",
+            names.join(" and ")
+        ));
     }
     d.with_help(
         "`out` and `scratch` start undefined; in an in-place call only the `out` chunks that alias `in` start with the input",

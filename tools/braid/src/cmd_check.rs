@@ -140,7 +140,10 @@ fn check_one(
     }
     if applicable.is_empty() {
         let (root, failed) = first_failure.expect("some root was tried");
-        let conds: Vec<&str> = failed.iter().map(|f| program.source.snippet(f.span)).collect();
+        let conds: Vec<&str> = failed
+            .iter()
+            .map(|f| program.source.snippet(f.span))
+            .collect();
         if args.algorithm.is_some() {
             return Outcome::Failed(vec![conditions_diagnostic(alg, shape, root, &failed)]);
         }
@@ -171,8 +174,11 @@ fn check_one(
             want.join(" and ")
         );
         return if args.algorithm.is_some() {
-            Outcome::Failed(vec![Diagnostic::new("mode", line.trim_end().replace("skipped ", ""))
-                .with_label(alg.decl_span, "")])
+            Outcome::Failed(vec![Diagnostic::new(
+                "mode",
+                line.trim_end().replace("skipped ", ""),
+            )
+            .with_label(alg.decl_span, "")])
         } else {
             Outcome::Skipped(line)
         };

@@ -26,7 +26,20 @@ impl CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::Input(s) | CliError::Usage(s) | CliError::Runtime(s) => f.write_str(s.trim_end()),
+            CliError::Input(s) | CliError::Usage(s) | CliError::Runtime(s) => {
+                f.write_str(s.trim_end())
+            }
+        }
+    }
+}
+
+impl From<crate::cmd_topo::TopoCmdError> for CliError {
+    fn from(e: crate::cmd_topo::TopoCmdError) -> CliError {
+        let text = format!("error: {e}");
+        match e.exit_code() {
+            1 => CliError::Input(text),
+            2 => CliError::Usage(text),
+            _ => CliError::Runtime(text),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `braid`: compile, verify and run collective algorithms (cli.md).
 
 mod cmd_check;
+mod cmd_topo;
 mod error;
 mod logging;
 mod output;
@@ -12,7 +13,11 @@ use error::CliError;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "braid", version, about = "Collective-communication algorithm compiler and runtime")]
+#[command(
+    name = "braid",
+    version,
+    about = "Collective-communication algorithm compiler and runtime"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,6 +27,15 @@ struct Cli {
 enum Command {
     /// Parse and verify a program against its collective's postcondition.
     Check(cmd_check::CheckArgs),
+    /// Check a program, then lower it to a verified execution plan for a topology.
+    /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
+    Topo {
+        /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
+        topo: Option<String>,
+        /// Detect this machine.
+        #[arg(long)]
+        detect: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -29,6 +43,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Check(a) => cmd_check::run(a),
+        Command::Topo { topo, detect } => {
+            cmd_topo::run(topo.as_deref(), *detect).map_err(CliError::from)
+        }
     };
     finish(result)
 }

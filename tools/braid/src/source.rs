@@ -37,8 +37,12 @@ impl Program {
             Some(n) => match self.file.algorithms.iter().find(|a| a.name.name == n) {
                 Some(a) => Ok(vec![a]),
                 None => {
-                    let names: Vec<&str> =
-                        self.file.algorithms.iter().map(|a| a.name.name.as_str()).collect();
+                    let names: Vec<&str> = self
+                        .file
+                        .algorithms
+                        .iter()
+                        .map(|a| a.name.name.as_str())
+                        .collect();
                     Err(CliError::Input(format!(
                         "error: {}: no algorithm named `{n}` (the file defines: {})",
                         self.source.name,

@@ -1,0 +1,73 @@
+//! Shared helpers for the CLI's integration tests: run the real `braid` binary from the
+//! workspace root, and compare output with golden files (`BLESS=1` rewrites them).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root, so that paths in diagnostics are the same on every machine.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `braid ARGS` in the workspace root with extra environment variables.
+pub fn braid(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_braid"));
+    cmd.args(args).current_dir(root()).env_remove("BRAID_DEBUG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("braid runs");
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Compares `actual` with the golden file at `path`, or rewrites it under `BLESS=1`.
+pub fn golden(path: &Path, actual: &str) {
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_else(|_| {
+        panic!(
+            "missing golden file {}; run with BLESS=1 to create it",
+            path.display()
+        )
+    });
+    if expected != actual {
+        panic!(
+            "output differs from {} (run with BLESS=1 to accept):\n--- expected\n{expected}\n--- actual\n{actual}",
+            path.display()
+        );
+    }
+}
+
+/// Directives at the top of a test program: `// args: ...` and `// env: K=V ...`.
+pub fn directives(text: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let mut args = Vec::new();
+    let mut env = Vec::new();
+    for line in text.lines().take_while(|l| l.starts_with("//")) {
+        if let Some(a) = line.strip_prefix("// args:") {
+            args.extend(a.split_whitespace().map(String::from));
+        } else if let Some(e) = line.strip_prefix("// env:") {
+            for kv in e.split_whitespace() {
+                let (k, v) = kv.split_once('=').expect("K=V");
+                env.push((k.to_string(), v.to_string()));
+            }
+        }
+    }
+    (args, env)
+}
