@@ -47,7 +47,7 @@ impl RankSet {
 
     pub fn all(n: u32) -> RankSet {
         let mut words = vec![u64::MAX; n as usize / 64];
-        if n % 64 != 0 {
+        if !n.is_multiple_of(64) {
             words.push((1u64 << (n % 64)) - 1);
         }
         RankSet(words)

@@ -454,7 +454,7 @@ impl Builder<'_> {
                 for (neg, start) in ops.into_iter().rev() {
                     let op = if neg { UnOp::Neg } else { UnOp::Not };
                     let span = Span {
-                        start: start as u32,
+                        start,
                         end: e.span.end,
                     };
                     e = Expr {

@@ -43,3 +43,13 @@ impl From<crate::cmd_topo::TopoCmdError> for CliError {
         }
     }
 }
+
+impl From<crate::cmd_verify::VerifyCliError> for CliError {
+    fn from(e: crate::cmd_verify::VerifyCliError) -> CliError {
+        match e.exit_code {
+            1 => CliError::Input(e.message),
+            2 => CliError::Usage(e.message),
+            _ => CliError::Runtime(e.message),
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! `braid`: compile, verify and run collective algorithms (cli.md).
 
 mod cmd_check;
+mod cmd_compile;
 mod cmd_topo;
+mod cmd_verify;
 mod error;
 mod logging;
 mod output;
@@ -28,6 +30,12 @@ enum Command {
     /// Parse and verify a program against its collective's postcondition.
     Check(cmd_check::CheckArgs),
     /// Check a program, then lower it to a verified execution plan for a topology.
+    Compile(cmd_compile::CompileArgs),
+    /// Load a plan and prove it: bounds, matching, deadlock and race freedom, postcondition.
+    Verify {
+        /// The plan (`.json`).
+        plan: std::path::PathBuf,
+    },
     /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
     Topo {
         /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
@@ -43,6 +51,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Check(a) => cmd_check::run(a),
+        Command::Compile(a) => cmd_compile::run(a),
+        Command::Verify { plan } => cmd_verify::run(plan).map_err(CliError::from),
         Command::Topo { topo, detect } => {
             cmd_topo::run(topo.as_deref(), *detect).map_err(CliError::from)
         }

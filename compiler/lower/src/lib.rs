@@ -1,0 +1,153 @@
+//! Lowering: a verified chunk-operation program, scheduled onto a topology as an
+//! execution plan.
+//!
+//! Each stage is a plain function from one explicit type to the next:
+//!
+//! ```text
+//! OpProgram ──moves::split──> Moves ──graph::build (+ Dataflow)──> MoveGraph
+//!     ──blocks::assign──> Blocks ──steps::build──> Programs (per rank, per block)
+//!     ──fuse::fuse──> fused Programs + a global order ──deps::dependencies──> StepDeps
+//!     ──assemble::plan──> Plan
+//! ```
+//!
+//! * [`moves`]: every operation becomes local moves (`cpy`, `re`) and transfers (a send on
+//!   the source rank, a receive, `r` or `rrc`, on the destination rank).
+//! * [`graph`]: the dataflow graph's edges, refined to the moves and ranks they order.
+//! * [`route`]: the path class and transport of every connection.
+//! * [`blocks`]: MSCCL's rule (one block per connection end, at most one send peer and one
+//!   receive peer per block), channels from `@ch` hints.
+//! * [`steps`], [`fuse`]: step lists in program order, then `rcs` / `rrs` / `rrcs` where a
+//!   received slice is forwarded and the plan provably stays deadlock-free.
+//! * [`deps`]: cross-block dependencies not implied by program order, reduced per rank.
+//!
+//! The result always passes `braid_plan::verify` for every mode it is lowered for;
+//! `docs/lowering.md` explains the choices.
+
+pub mod access;
+pub mod assemble;
+pub mod blocks;
+pub mod deps;
+pub mod error;
+pub mod fuse;
+pub mod graph;
+pub mod liveness;
+pub mod moves;
+pub mod options;
+pub mod route;
+pub mod steps;
+#[cfg(test)]
+mod testing;
+
+pub use error::LowerError;
+pub use options::{flow_mode, Locate, LowerOptions, SourcePos};
+pub use route::{route, ConnectionRoute, Route, Transport};
+
+use braid_ir::{Layout, ModeSet, OpProgram};
+use braid_passes::dataflow::Dataflow;
+use braid_passes::verify::layout;
+use braid_plan::Plan;
+use braid_topo::Topology;
+
+/// Lowers `prog` (already verified) for `topo`. `flow` must be `prog`'s dataflow graph in
+/// [`flow_mode`] of the plan's modes: the in-place graph whenever the plan is valid in place.
+pub fn lower(
+    prog: &OpProgram,
+    flow: &Dataflow,
+    topo: &Topology,
+    opts: &LowerOptions<'_>,
+) -> Result<Plan, LowerError> {
+    let modes = check_inputs(prog, flow, topo, opts)?;
+    let moves = moves::split(prog);
+    let flow_layout = layout(prog, flow.mode);
+    let graph = graph::build(&moves, flow, &flow_layout);
+    let blocks = blocks::assign(&moves, &graph, prog.shape.n);
+    let mut programs = steps::build(&moves, &blocks);
+    if opts.fuse {
+        let layouts: Vec<Layout> = modes.iter().map(|m| layout(prog, m)).collect();
+        let live = liveness::Liveness::new(&moves, &layouts);
+        fuse::fuse(&mut programs, &moves, &graph, &live);
+    }
+    let deps = deps::dependencies(&programs, &graph);
+    let header = assemble::Header {
+        topology: braid_plan::Topology {
+            name: opts.topology_name.unwrap_or(topo.name()).to_string(),
+            fingerprint: topo.fingerprint(),
+        },
+        modes,
+        slots: opts.slots,
+        locate: opts.locate,
+    };
+    Ok(assemble::plan(prog, &moves, programs, deps, header))
+}
+
+/// The connections of `plan` with the route each takes on `topo`, sorted by (sender,
+/// receiver, channel).
+pub fn connection_routes(plan: &Plan, topo: &Topology) -> Vec<ConnectionRoute> {
+    let mut out: Vec<ConnectionRoute> = plan
+        .ranks
+        .iter()
+        .flat_map(|r| {
+            r.blocks.iter().filter_map(move |b| {
+                b.send_peer.map(|p| ConnectionRoute {
+                    sender: r.rank,
+                    receiver: p,
+                    channel: b.channel,
+                    route: route(topo, r.rank, p),
+                })
+            })
+        })
+        .collect();
+    out.sort_by_key(|c| (c.sender, c.receiver, c.channel));
+    out
+}
+
+/// Checks that the inputs belong together; returns the plan's call modes.
+fn check_inputs(
+    prog: &OpProgram,
+    flow: &Dataflow,
+    topo: &Topology,
+    opts: &LowerOptions<'_>,
+) -> Result<ModeSet, LowerError> {
+    if prog.shape.n != topo.n_ranks() {
+        return Err(LowerError::RankCount {
+            program: prog.shape.n,
+            topology: topo.n_ranks(),
+        });
+    }
+    if flow.graph.node_count() != prog.ops.len() {
+        return Err(LowerError::FlowSize {
+            graph: flow.graph.node_count(),
+            ops: prog.ops.len(),
+        });
+    }
+    let requested = opts.modes.unwrap_or(prog.modes);
+    let modes = ModeSet {
+        out_of_place: prog.modes.out_of_place && requested.out_of_place,
+        in_place: prog.modes.in_place && requested.in_place,
+    };
+    if modes.iter().next().is_none() {
+        let names = |m: ModeSet| m.iter().map(|m| m.name()).collect::<Vec<_>>().join(" and ");
+        return Err(LowerError::NoMode {
+            declared: names(prog.modes),
+            requested: names(requested),
+        });
+    }
+    if modes.in_place && flow.mode != braid_ir::Mode::InPlace {
+        return Err(LowerError::FlowMode { got: flow.mode });
+    }
+    let max = braid_plan::verify::MAX_CHANNELS;
+    for op in &prog.ops {
+        let Some(channel) = op.channel else { continue };
+        let needed = (u64::from(channel) + 1) * u64::from(prog.channels.max(1));
+        if needed > max {
+            return Err(LowerError::TooManyChannels {
+                channel,
+                replicas: prog.channels,
+                needed,
+                max,
+                span: op.span,
+            });
+        }
+    }
+    Ok(modes)
+}
