@@ -52,6 +52,11 @@ impl Dataflow {
         let mut last_writer: Vec<Option<u32>> = vec![None; layout.num_locs()];
         let mut readers: HashMap<usize, Vec<u32>> = HashMap::new();
         let mut preds: HashMap<u32, Dep> = HashMap::new();
+        let layout = &layout;
+        let locs = |r: &braid_ir::Ref| {
+            let r = *r;
+            (r.lo..r.hi).map(move |c| layout.loc(r.buf, r.rank, c).expect("in bounds").index())
+        };
         for (i, op) in prog.ops.iter().enumerate() {
             preds.clear();
             let add = |from: u32, dep: Dep, preds: &mut HashMap<u32, Dep>| {
@@ -63,23 +68,12 @@ impl Dataflow {
                     }
                 }
             };
-            for s in &op.srcs {
-                for j in 0..s.len() {
-                    let loc = layout
-                        .loc(s.buf, s.rank, s.lo + j)
-                        .expect("in bounds")
-                        .index();
-                    if let Some(w) = last_writer[loc] {
-                        add(w, Dep::Raw, &mut preds);
-                    }
+            for loc in op.srcs.iter().flat_map(locs) {
+                if let Some(w) = last_writer[loc] {
+                    add(w, Dep::Raw, &mut preds);
                 }
             }
-            for j in 0..op.dst.len() {
-                let d = &op.dst;
-                let loc = layout
-                    .loc(d.buf, d.rank, d.lo + j)
-                    .expect("in bounds")
-                    .index();
+            for loc in locs(&op.dst) {
                 if let Some(w) = last_writer[loc] {
                     add(w, Dep::Waw, &mut preds);
                 }
@@ -91,21 +85,10 @@ impl Dataflow {
             }
             // Record this op's reads after its own writes are accounted for, then its
             // writes (a reduce reads and writes its destination).
-            for s in &op.srcs {
-                for j in 0..s.len() {
-                    let loc = layout
-                        .loc(s.buf, s.rank, s.lo + j)
-                        .expect("in bounds")
-                        .index();
-                    readers.entry(loc).or_default().push(i as u32);
-                }
+            for loc in op.srcs.iter().flat_map(locs) {
+                readers.entry(loc).or_default().push(i as u32);
             }
-            for j in 0..op.dst.len() {
-                let d = &op.dst;
-                let loc = layout
-                    .loc(d.buf, d.rank, d.lo + j)
-                    .expect("in bounds")
-                    .index();
+            for loc in locs(&op.dst) {
                 last_writer[loc] = Some(i as u32);
                 readers.remove(&loc);
             }
