@@ -101,6 +101,7 @@ pub fn plan(
         channels: prog.channels,
         modes: h.modes,
         slots: h.slots,
+        connections: Vec::new(),
         ranks,
     }
 }

@@ -3,16 +3,17 @@
 //! MSCCL's rule: per rank and channel, each send peer and each receive peer belongs to
 //! exactly one block, and a block has at most one send peer and one receive peer. Within
 //! that rule the choice is which send connection shares a block with which receive
-//! connection. A block runs its steps one after another, so pairing two unrelated
-//! connections only serialises them (a send to `p` and a receive from `p` in one block
-//! cannot overlap, halving a full-duplex link). Pairing pays only where the rank forwards
-//! data from one peer to the other: then the receive and the forwarding send can become
-//! one fused step. So:
+//! connection. A block runs its steps one after another, so sharing only serialises two
+//! connections (a send to `p` and a receive from `p` in one block cannot overlap, and a
+//! ring rank that must finish receiving one chunk before sending the next loses all
+//! overlap between rounds). Sharing pays only where the rank forwards data from one peer
+//! to the other and the receive and the forwarding send become one fused step. So:
 //!
-//! * a receive connection from `u` and a send connection to `d` share a block when some
-//!   received slice is sent on unchanged (a move edge from the receive to a send of the
-//!   very slice it stored), greedily by how many slices are forwarded that way (ties: the
-//!   smaller peers first);
+//! * a receive connection from `u` and a send connection to `d` may share a block when
+//!   some received slice is sent on unchanged (a move edge from the receive to a send of
+//!   the very slice it stored); pairs are chosen greedily by how many slices are forwarded
+//!   that way (ties: the smaller peers first), among the pairs the caller allows
+//!   ([`crate::schedule`] withdraws those whose block ends up mostly unfused);
 //! * every other connection gets a block of its own;
 //! * local steps (`cpy`, `re`) of a rank and channel share one block with no peers, so
 //!   that they never wait behind communication they do not depend on.
@@ -81,8 +82,14 @@ struct Ends {
     forwards: BTreeMap<(u32, u32), u32>,
 }
 
-/// Assigns blocks for `moves` on `n` ranks (see the module doc).
-pub fn assign(moves: &Moves, graph: &MoveGraph, n: u32) -> Blocks {
+/// Assigns blocks for `moves` on `n` ranks (see the module doc); a receive and a send
+/// connection share a block only where `may_pair` allows their block's key.
+pub fn assign(
+    moves: &Moves,
+    graph: &MoveGraph,
+    n: u32,
+    may_pair: &dyn Fn(&BlockKey) -> bool,
+) -> Blocks {
     let mut ends: BTreeMap<(u32, u32), Ends> = BTreeMap::new();
     for (i, m) in moves.moves.iter().enumerate() {
         match m.kind {
@@ -113,7 +120,7 @@ pub fn assign(moves: &Moves, graph: &MoveGraph, n: u32) -> Blocks {
         ..Blocks::default()
     };
     for ((rank, channel), e) in ends {
-        for key in pair(rank, channel, &e) {
+        for key in pair(rank, channel, &e, may_pair) {
             blocks.keys[rank as usize].push(key);
         }
     }
@@ -137,7 +144,7 @@ pub fn assign(moves: &Moves, graph: &MoveGraph, n: u32) -> Blocks {
 }
 
 /// The blocks of one rank and channel: forwarding pairs first, greedily by weight.
-fn pair(rank: u32, channel: u32, e: &Ends) -> Vec<BlockKey> {
+fn pair(rank: u32, channel: u32, e: &Ends, may_pair: &dyn Fn(&BlockKey) -> bool) -> Vec<BlockKey> {
     let mut weighted: Vec<((u32, u32), u32)> = e.forwards.iter().map(|(k, w)| (*k, *w)).collect();
     weighted.sort_by_key(|&(k, w)| (std::cmp::Reverse(w), k));
     let (mut sends, mut recvs) = (e.sends.clone(), e.recvs.clone());
@@ -149,7 +156,7 @@ fn pair(rank: u32, channel: u32, e: &Ends) -> Vec<BlockKey> {
     };
     let mut out = Vec::new();
     for ((from, to), _) in weighted {
-        if recvs.contains(&from) && sends.contains(&to) {
+        if recvs.contains(&from) && sends.contains(&to) && may_pair(&key(Some(to), Some(from))) {
             recvs.remove(&from);
             sends.remove(&to);
             out.push(key(Some(to), Some(from)));
@@ -183,7 +190,7 @@ mod tests {
             ],
         );
         let (moves, g) = analyse(&prog);
-        let b = assign(&moves, &g, 3);
+        let b = assign(&moves, &g, 3, &|_| true);
         let key = |rank, send_peer, recv_peer| BlockKey {
             rank,
             channel: 0,
@@ -208,7 +215,7 @@ mod tests {
             ],
         );
         let (moves, g) = analyse(&prog);
-        let b = assign(&moves, &g, 2);
+        let b = assign(&moves, &g, 2, &|_| true);
         for rank in 0..2 {
             let peers: Vec<_> = b.keys[rank as usize]
                 .iter()

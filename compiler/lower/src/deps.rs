@@ -166,7 +166,7 @@ mod tests {
             ],
         );
         let (moves, g) = analyse(&prog);
-        let b = blocks::assign(&moves, &g, 3);
+        let b = blocks::assign(&moves, &g, 3, &|_| true);
         let programs = steps::build(&moves, &b);
         let deps = dependencies(&programs, &g);
         let block_of = |m: u32| b.block_of(&moves, m, 0);

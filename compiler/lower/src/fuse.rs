@@ -162,7 +162,7 @@ mod tests {
     fn fused_kinds(ops: Vec<Op>, n: u32) -> Vec<StepKind> {
         let prog = program(n, n, 0, ops);
         let (moves, g) = analyse(&prog);
-        let b = blocks::assign(&moves, &g, n);
+        let b = blocks::assign(&moves, &g, n, &|_| true);
         let mut programs = steps::build(&moves, &b);
         let live = Liveness::new(&moves, &[layout(&prog, Mode::OutOfPlace)]);
         let fused = fuse(&mut programs, &moves, &g, &live);

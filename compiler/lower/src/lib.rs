@@ -5,23 +5,27 @@
 //!
 //! ```text
 //! OpProgram ──moves::split──> Moves ──graph::build (+ Dataflow)──> MoveGraph
-//!     ──blocks::assign──> Blocks ──steps::build──> Programs (per rank, per block)
-//!     ──fuse::fuse──> fused Programs + a global order ──deps::dependencies──> StepDeps
-//!     ──assemble::plan──> Plan
+//!     ──schedule::schedule──> Programs (per rank, per block, fused)
+//!         = blocks::assign ──> Blocks ──steps::build──> Programs ──fuse::fuse──> Programs
+//!           (again while a shared block stays mostly unfused)
+//!     ──deps::dependencies──> StepDeps ──assemble::plan──> Plan
 //! ```
 //!
 //! * [`moves`]: every operation becomes local moves (`cpy`, `re`) and transfers (a send on
 //!   the source rank, a receive, `r` or `rrc`, on the destination rank).
 //! * [`graph`]: the dataflow graph's edges, refined to the moves and ranks they order.
-//! * [`route`]: the path class and transport of every connection.
+//! * [`route`](mod@route): the path class and transport of every connection, recorded in the plan's
+//!   `connections`.
 //! * [`blocks`]: MSCCL's rule (one block per connection end, at most one send peer and one
 //!   receive peer per block), channels from `@ch` hints.
-//! * [`steps`], [`fuse`]: step lists in program order, then `rcs` / `rrs` / `rrcs` where a
-//!   received slice is forwarded and the plan provably stays deadlock-free.
+//! * [`steps`], [`fuse`], [`schedule`]: step lists in program order, then `rcs` / `rrs` /
+//!   `rrcs` where a received slice is forwarded and the plan provably stays deadlock-free;
+//!   shared blocks that do not fuse are split again.
 //! * [`deps`]: cross-block dependencies not implied by program order, reduced per rank.
 //!
-//! The result always passes `braid_plan::verify` for every mode it is lowered for;
-//! `docs/lowering.md` explains the choices.
+//! For a program that `braid_passes::verify` accepted, the plan passes `braid_plan::verify`
+//! in every mode it is lowered for (the tests check this for every shipped algorithm); a
+//! plan that does not is a lowering bug. `docs/lowering.md` explains the choices.
 
 pub mod access;
 pub mod assemble;
@@ -34,6 +38,7 @@ pub mod liveness;
 pub mod moves;
 pub mod options;
 pub mod route;
+pub mod schedule;
 pub mod steps;
 #[cfg(test)]
 mod testing;
@@ -60,13 +65,11 @@ pub fn lower(
     let moves = moves::split(prog);
     let flow_layout = layout(prog, flow.mode);
     let graph = graph::build(&moves, flow, &flow_layout);
-    let blocks = blocks::assign(&moves, &graph, prog.shape.n);
-    let mut programs = steps::build(&moves, &blocks);
-    if opts.fuse {
+    let live = opts.fuse.then(|| {
         let layouts: Vec<Layout> = modes.iter().map(|m| layout(prog, m)).collect();
-        let live = liveness::Liveness::new(&moves, &layouts);
-        fuse::fuse(&mut programs, &moves, &graph, &live);
-    }
+        liveness::Liveness::new(&moves, &layouts)
+    });
+    let programs = schedule::schedule(&moves, &graph, prog.shape.n, live.as_ref());
     let deps = deps::dependencies(&programs, &graph);
     let header = assemble::Header {
         topology: braid_plan::Topology {
@@ -77,7 +80,12 @@ pub fn lower(
         slots: opts.slots,
         locate: opts.locate,
     };
-    Ok(assemble::plan(prog, &moves, programs, deps, header))
+    let mut plan = assemble::plan(prog, &moves, programs, deps, header);
+    plan.connections = connection_routes(&plan, topo)
+        .iter()
+        .map(ConnectionRoute::annotation)
+        .collect();
+    Ok(plan)
 }
 
 /// The connections of `plan` with the route each takes on `topo`, sorted by (sender,

@@ -13,37 +13,9 @@
 //!
 //! Routing through an intermediate GPU is not done: every transfer is one hop, as written.
 
-use crate::moves::Moves;
 use braid_topo::{PathClass, Topology};
-use std::collections::BTreeSet;
-use std::fmt;
 
-/// How a connection's bytes travel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Transport {
-    P2pNvlink,
-    P2pPcie,
-    HostStaged,
-    Net,
-}
-
-impl Transport {
-    /// The name written in plans.
-    pub fn name(self) -> &'static str {
-        match self {
-            Transport::P2pNvlink => "p2p-nvlink",
-            Transport::P2pPcie => "p2p-pcie",
-            Transport::HostStaged => "host-staged",
-            Transport::Net => "net",
-        }
-    }
-}
-
-impl fmt::Display for Transport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use braid_plan::Transport;
 
 /// The path between two ranks and the transport it calls for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,19 +45,15 @@ pub struct ConnectionRoute {
     pub route: Route,
 }
 
-/// Every connection the transfers of `moves` use, sorted by (sender, receiver, channel).
-pub fn connections(moves: &Moves, topo: &Topology) -> Vec<ConnectionRoute> {
-    let seen: BTreeSet<(u32, u32, u32)> = moves
-        .moves
-        .iter()
-        .filter_map(|m| m.transfer().map(|t| (t.from, t.to, m.channel)))
-        .collect();
-    seen.into_iter()
-        .map(|(sender, receiver, channel)| ConnectionRoute {
-            sender,
-            receiver,
-            channel,
-            route: route(topo, sender, receiver),
-        })
-        .collect()
+impl ConnectionRoute {
+    /// The plan's record of this connection.
+    pub fn annotation(&self) -> braid_plan::Connection {
+        braid_plan::Connection {
+            sender: self.sender,
+            receiver: self.receiver,
+            channel: self.channel,
+            path: self.route.class.as_str().to_string(),
+            transport: self.route.transport,
+        }
+    }
 }

@@ -1,70 +1,68 @@
-//! Every connection is routed over the topology's best path, and the transport follows
-//! the path class: NVLink inside an NVSwitch node, PCIe where P2P works, host memory where
-//! it does not (across sockets), the network across nodes.
+//! Every connection is routed over the topology's best path, and the plan records the
+//! transport that path calls for: NVLink inside an NVSwitch node, PCIe where P2P works,
+//! host memory where it does not (across sockets), the network across nodes.
 
 mod common;
 
-use braid_lower::{connection_routes, Transport};
-use braid_topo::{PathClass, Topology};
+use braid_plan::{Connection, Plan, Transport};
+use braid_topo::Topology;
 use common::*;
 
-fn routes_of(alg: &str, topo: &str) -> Vec<braid_lower::ConnectionRoute> {
+fn plan_of(alg: &str, topo: &str) -> Plan {
     let (source, a) = algorithm(alg);
     let topo = Topology::from_arg(topo).unwrap();
     let prog = program(&a, &topo, None).unwrap();
-    let plan = compile(&prog, &topo, &source);
-    connection_routes(&plan, &topo)
+    compile(&prog, &topo, &source)
 }
 
-fn find(routes: &[braid_lower::ConnectionRoute], from: u32, to: u32) -> braid_lower::Route {
-    routes
-        .iter()
-        .find(|c| c.sender == from && c.receiver == to)
+fn find(plan: &Plan, from: u32, to: u32) -> &Connection {
+    plan.connection(from, to, 0)
         .unwrap_or_else(|| panic!("no connection {from} -> {to}"))
-        .route
+}
+
+fn is(c: &Connection, path: &str, transport: Transport) -> bool {
+    c.path == path && c.transport == transport
 }
 
 #[test]
 fn cross_node_transfers_use_the_network_and_intra_node_ones_nvlink() {
-    let routes = routes_of("ring_allreduce", "cluster:2x8");
-    let net = find(&routes, 7, 8);
-    assert_eq!((net.class, net.transport), (PathClass::Net, Transport::Net));
-    let back = find(&routes, 15, 0);
-    assert_eq!(back.transport, Transport::Net);
-    let nvl = find(&routes, 0, 1);
-    assert_eq!(
-        (nvl.class, nvl.transport),
-        (PathClass::Nvl, Transport::P2pNvlink)
-    );
+    let plan = plan_of("ring_allreduce", "cluster:2x8");
+    assert!(is(find(&plan, 7, 8), "NET", Transport::Net));
+    assert!(is(find(&plan, 15, 0), "NET", Transport::Net));
+    assert!(is(find(&plan, 0, 1), "NVL", Transport::P2pNvlink));
+    // Every connection the plan uses is recorded, once.
+    let used: usize = plan
+        .ranks
+        .iter()
+        .flat_map(|r| &r.blocks)
+        .filter(|b| b.send_peer.is_some())
+        .count();
+    assert_eq!(plan.connections.len(), used);
 }
 
 #[test]
 fn nvswitch_connections_are_all_nvlink() {
-    for c in routes_of("direct_alltoall", "nvswitch:8") {
-        assert_eq!(c.route.class, PathClass::Nvl, "{c:?}");
-        assert_eq!(c.route.transport, Transport::P2pNvlink, "{c:?}");
+    let plan = plan_of("direct_alltoall", "nvswitch:8");
+    assert_eq!(plan.connections.len(), 8 * 7);
+    for c in &plan.connections {
+        assert!(is(c, "NVL", Transport::P2pNvlink), "{c:?}");
     }
 }
 
 #[test]
 fn pcie_cross_socket_transfers_are_host_staged() {
-    let routes = routes_of("direct_alltoall", "pcie:8");
+    let plan = plan_of("direct_alltoall", "pcie:8");
     // Same PCIe switch: direct P2P.
-    let pix = find(&routes, 0, 1);
-    assert_eq!(
-        (pix.class, pix.transport),
-        (PathClass::Pix, Transport::P2pPcie)
-    );
+    assert!(is(find(&plan, 0, 1), "PIX", Transport::P2pPcie));
     // Across the CPU sockets: SYS, no P2P.
-    let sys = find(&routes, 3, 4);
-    assert_eq!(
-        (sys.class, sys.transport),
-        (PathClass::Sys, Transport::HostStaged)
-    );
+    assert!(is(find(&plan, 3, 4), "SYS", Transport::HostStaged));
     // Through the host bridge of one socket: PHB, which NCCL's default level refuses.
-    let phb = find(&routes, 0, 2);
-    assert_eq!(
-        (phb.class, phb.transport),
-        (PathClass::Phb, Transport::HostStaged)
-    );
+    assert!(is(find(&plan, 0, 2), "PHB", Transport::HostStaged));
+}
+
+#[test]
+fn explain_shows_the_transport_of_each_send_connection() {
+    let text = braid_plan::explain(&plan_of("ring_allgather", "cluster:2x8"));
+    assert!(text.contains("send -> 8 (NET net)"), "{text}");
+    assert!(text.contains("send -> 1 (NVL p2p-nvlink)"), "{text}");
 }

@@ -67,16 +67,19 @@ pub fn explain(plan: &Plan) -> String {
     for rank in &plan.ranks {
         let _ = writeln!(out, "rank {}", rank.rank);
         for block in &rank.blocks {
-            explain_block(&mut out, block);
+            explain_block(&mut out, plan, rank.rank, block);
         }
     }
     out
 }
 
-fn explain_block(out: &mut String, block: &Block) {
+fn explain_block(out: &mut String, plan: &Plan, rank: u32, block: &Block) {
     let mut head = format!("  block {}  channel {}", block.id, block.channel);
     if let Some(p) = block.send_peer {
         let _ = write!(head, "  send -> {p}");
+        if let Some(c) = plan.connection(rank, p, block.channel) {
+            let _ = write!(head, " ({} {})", c.path, c.transport);
+        }
     }
     if let Some(p) = block.recv_peer {
         let _ = write!(head, "  recv <- {p}");

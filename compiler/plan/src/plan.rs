@@ -50,8 +50,65 @@ pub struct Plan {
     /// Depth, in slices, of every connection's FIFO at run time.
     #[serde(default = "default_slots")]
     pub slots: u32,
+    /// How connections travel on the topology, where the producer recorded it (the
+    /// compiler records every connection); sorted by (sender, receiver, channel).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<Connection>,
     /// Rank `i`'s program at index `i`.
     pub ranks: Vec<RankPlan>,
+}
+
+/// The path and transport of one connection `(sender, receiver, channel)`, as chosen for
+/// the plan's topology. Runtimes open the named transport; the path is informational.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Connection {
+    pub sender: u32,
+    pub receiver: u32,
+    pub channel: u32,
+    /// NCCL's class of the path between the two GPUs: `NVL`, `PIX`, `PXB`, `PHB`, `SYS`
+    /// or `NET` (see [`PATH_CLASSES`]).
+    pub path: String,
+    pub transport: Transport,
+}
+
+/// The path class names a [`Connection`] may carry, best first.
+pub const PATH_CLASSES: [&str; 6] = ["NVL", "PIX", "PXB", "PHB", "SYS", "NET"];
+
+/// How a connection's bytes travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Transport {
+    /// GPU to GPU over NVLink (directly or through NVSwitch).
+    #[serde(rename = "p2p-nvlink")]
+    P2pNvlink,
+    /// GPU to GPU over PCIe peer-to-peer.
+    #[serde(rename = "p2p-pcie")]
+    P2pPcie,
+    /// Through pinned host memory, where the GPUs cannot reach each other directly (across
+    /// CPU sockets, or through a host bridge without P2P).
+    #[serde(rename = "host-staged")]
+    HostStaged,
+    /// Through NICs and the network, between nodes.
+    #[serde(rename = "net")]
+    Net,
+}
+
+impl Transport {
+    /// The name written in plans.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::P2pNvlink => "p2p-nvlink",
+            Transport::P2pPcie => "p2p-pcie",
+            Transport::HostStaged => "host-staged",
+            Transport::Net => "net",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Which topology the plan was compiled for.
@@ -367,5 +424,12 @@ impl Plan {
     /// Blocks over all ranks.
     pub fn block_count(&self) -> usize {
         self.ranks.iter().map(|r| r.blocks.len()).sum()
+    }
+
+    /// The recorded path and transport of connection `(sender, receiver, channel)`.
+    pub fn connection(&self, sender: u32, receiver: u32, channel: u32) -> Option<&Connection> {
+        self.connections
+            .iter()
+            .find(|c| (c.sender, c.receiver, c.channel) == (sender, receiver, channel))
     }
 }

@@ -124,6 +124,7 @@ fn any_plan() -> impl Strategy<Value = Plan> {
                 in_place: ip,
             },
             slots,
+            connections: Vec::new(),
             ranks: ranks
                 .into_iter()
                 .map(|(rank, blocks)| RankPlan { rank, blocks })

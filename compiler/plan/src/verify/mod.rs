@@ -14,6 +14,7 @@
 //! | e. races | bounds, deadlock |
 //! | f. postcondition | races |
 
+mod annotations;
 mod bounds;
 mod connections;
 mod deadlock;

@@ -262,6 +262,7 @@ pub(crate) fn check(plan: &Plan) -> Vec<PlanDiagnostic> {
     if check_header(plan, &mut out) {
         check_blocks(plan, &mut out);
         check_steps(plan, &mut out);
+        super::annotations::check(plan, &mut out);
     }
     out
 }

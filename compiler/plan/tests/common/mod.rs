@@ -133,6 +133,7 @@ pub fn header(collective: Collective, n: u32, chunks: u32, root: Option<u32>) ->
         channels: 1,
         modes: collective.default_modes(),
         slots: 8,
+        connections: Vec::new(),
         ranks: Vec::new(),
     };
     let l = p.layout(braid_ir::Mode::OutOfPlace);
