@@ -1,6 +1,21 @@
-//! The Braid runtime.
+//! The Braid runtime: communicators (shaped after NCCL's), bootstrap, the plan registry,
+//! and the host backend, which executes plans on CPU threads exactly as specified (blocks,
+//! dependencies, bounded links) so that it is both the reference the GPU backend is
+//! checked against and a runtime that needs no GPU.
+//!
+//! The runtime never parses source: plans come compiled (from the library, from files,
+//! from `BRAID_PLANS`), and each is verified before it runs.
 
+pub mod comm;
+pub mod dtype;
 pub mod error;
+pub mod exec;
+pub mod fabric;
+pub mod geometry;
+pub mod reduce;
+pub mod reference;
+pub mod registry;
 pub mod transport;
 
+pub use comm::{Buffers, Communicator};
 pub use error::{Result, RuntimeError};

@@ -43,7 +43,7 @@ pub enum ModeArg {
 }
 
 impl ModeArg {
-    fn modes(self) -> ModeSet {
+    pub fn modes(self) -> ModeSet {
         match self {
             ModeArg::Inplace => ModeSet::IN_PLACE,
             ModeArg::Outofplace => ModeSet::OUT_OF_PLACE,

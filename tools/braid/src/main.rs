@@ -2,11 +2,13 @@
 
 mod cmd_check;
 mod cmd_compile;
+mod cmd_run;
 mod cmd_topo;
 mod cmd_verify;
 mod error;
 mod logging;
 mod output;
+mod sizes;
 mod source;
 mod topo_arg;
 
@@ -36,6 +38,8 @@ enum Command {
         /// The plan (`.json`).
         plan: std::path::PathBuf,
     },
+    /// Execute a program or plan with real data on every rank and check the result.
+    Run(cmd_run::RunArgs),
     /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
     Topo {
         /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Check(a) => cmd_check::run(a),
+        Command::Run(a) => cmd_run::run(a),
         Command::Compile(a) => cmd_compile::run(a),
         Command::Verify { plan } => cmd_verify::run(plan).map_err(CliError::from),
         Command::Topo { topo, detect } => {

@@ -1,0 +1,127 @@
+//! The shipped algorithms (`algorithms/`, embedded at build time), compiled on demand for
+//! one topology into verified plans, and cached. This is what a communicator's plan
+//! registry draws on: the runtime itself never parses source.
+
+use braid_ir::{Collective, Shape};
+use braid_lang::{ast, SourceFile};
+use braid_lower::{flow_mode, lower, LowerOptions, SourcePos};
+use braid_passes::dataflow::Dataflow;
+use braid_passes::{failed_conditions, instantiate, verify};
+use braid_plan::Plan;
+use braid_topo::Topology;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+include!(concat!(env!("OUT_DIR"), "/sources.rs"));
+
+/// The library for one topology.
+pub struct Library {
+    topo: Topology,
+    shape: Shape,
+    files: Vec<(SourceFile, ast::File)>,
+    cache: Mutex<HashMap<(Collective, Option<u32>), Vec<Arc<Plan>>>>,
+}
+
+impl Library {
+    /// Parses the embedded sources (they are checked by the test suite, so a parse
+    /// failure here is a build defect and is logged, not fatal).
+    pub fn new(topo: Topology) -> Library {
+        let shape = Shape {
+            n: topo.n_ranks(),
+            nodes: topo.n_nodes(),
+            g: topo.uniform_g(),
+        };
+        let files = SOURCES
+            .iter()
+            .filter_map(|(name, text)| {
+                let (file, diags) = braid_lang::parse_and_check(text);
+                if !diags.is_empty() {
+                    tracing::warn!("shipped algorithm {name} does not parse; skipped");
+                    return None;
+                }
+                Some((SourceFile::new(format!("algorithms/{name}"), *text), file))
+            })
+            .collect();
+        Library {
+            topo,
+            shape,
+            files,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// The names of all shipped algorithms.
+    pub fn names(&self) -> Vec<String> {
+        self.files
+            .iter()
+            .flat_map(|(_, f)| f.algorithms.iter().map(|a| a.name.name.clone()))
+            .collect()
+    }
+
+    /// Verified plans of every shipped algorithm for `collective` that applies to this
+    /// topology (and root); compiled once, then cached.
+    pub fn plans(&self, collective: Collective, root: Option<u32>) -> Vec<Arc<Plan>> {
+        if let Some(p) = self.cache.lock().unwrap().get(&(collective, root)) {
+            return p.clone();
+        }
+        let mut plans = Vec::new();
+        for (source, file) in &self.files {
+            for alg in file
+                .algorithms
+                .iter()
+                .filter(|a| a.collective == collective)
+            {
+                match compile(source, alg, &self.shape, root, &self.topo) {
+                    Ok(Some(p)) => plans.push(Arc::new(p)),
+                    Ok(None) => {
+                        tracing::info!(algorithm = %alg.name.name, "does not apply to this topology")
+                    }
+                    Err(e) => tracing::warn!(algorithm = %alg.name.name, "not compiled: {e}"),
+                }
+            }
+        }
+        self.cache
+            .lock()
+            .unwrap()
+            .insert((collective, root), plans.clone());
+        plans
+    }
+}
+
+/// Compiles one algorithm into a verified plan; `Ok(None)` when its `where` conditions do
+/// not hold for the shape.
+pub fn compile(
+    source: &SourceFile,
+    alg: &ast::Algorithm,
+    shape: &Shape,
+    root: Option<u32>,
+    topo: &Topology,
+) -> Result<Option<Plan>, String> {
+    let render = |d: Vec<braid_lang::Diagnostic>| braid_lang::render(&d, source);
+    let failed = failed_conditions(alg, shape, root).map_err(render)?;
+    if !failed.is_empty() {
+        return Ok(None);
+    }
+    let prog = instantiate(alg, shape, root).map_err(render)?;
+    verify(&prog, prog.modes).map_err(render)?;
+    let flow = Dataflow::build(&prog, flow_mode(prog.modes));
+    let locate = |span: braid_ir::Span| {
+        let (line, col) = source.line_col(span.start);
+        Some(SourcePos {
+            line: line as u32,
+            col: col as u32,
+            text: source.snippet(span).to_string(),
+        })
+    };
+    let opts = LowerOptions {
+        locate: Some(&locate),
+        ..LowerOptions::default()
+    };
+    let plan = lower(&prog, &flow, topo, &opts).map_err(|e| e.to_string())?;
+    braid_plan::verify(&plan).map_err(|d| braid_plan::render_diagnostics(&d))?;
+    Ok(Some(plan))
+}

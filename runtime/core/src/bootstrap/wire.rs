@@ -1,0 +1,220 @@
+//! Byte layouts of the bootstrap protocol. All integers are little-endian.
+//!
+//! Every connection a rank opens (to the root when joining, to a peer for a link) starts
+//! with one fixed-size [`Hello`] carrying the group's secret; everything after it is
+//! [`Frame`]s. A connection whose hello does not carry the secret is closed without a
+//! reply, so a stranger learns nothing about the group.
+
+use super::io::{read_full, write_full, Wait};
+use crate::error::{Result, RuntimeError};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpStream};
+
+/// Version of the id and of the handshake; bumped on any incompatible change.
+pub(crate) const VERSION: u16 = 1;
+pub(crate) const SECRET_LEN: usize = 32;
+/// An encoded socket address: family (4 or 6), 0, port, 16 address bytes (IPv4 in the
+/// first 4), IPv6 scope id.
+pub(crate) const ADDR_LEN: usize = 24;
+/// Largest frame payload accepted; guards against allocating garbage lengths.
+const MAX_FRAME: usize = 1 << 30;
+
+pub(crate) fn put_addr(out: &mut [u8], addr: &SocketAddr) {
+    out[..ADDR_LEN].fill(0);
+    out[2..4].copy_from_slice(&addr.port().to_le_bytes());
+    match addr {
+        SocketAddr::V4(a) => {
+            out[0] = 4;
+            out[4..8].copy_from_slice(&a.ip().octets());
+        }
+        SocketAddr::V6(a) => {
+            out[0] = 6;
+            out[4..20].copy_from_slice(&a.ip().octets());
+            out[20..24].copy_from_slice(&a.scope_id().to_le_bytes());
+        }
+    }
+}
+
+pub(crate) fn get_addr(b: &[u8]) -> std::result::Result<SocketAddr, String> {
+    let port = u16::from_le_bytes([b[2], b[3]]);
+    match b[0] {
+        4 => Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])), port)),
+        6 => {
+            let ip: [u8; 16] = b[4..20].try_into().expect("16 bytes");
+            let scope = u32::from_le_bytes(b[20..24].try_into().expect("4 bytes"));
+            Ok(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, scope)))
+        }
+        f => Err(format!("unknown address family {f}")),
+    }
+}
+
+/// Compares secrets without an early exit, so timing does not reveal how many leading
+/// bytes a guess got right.
+pub(crate) fn secrets_equal(a: &[u8; SECRET_LEN], b: &[u8; SECRET_LEN]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// What a connection is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HelloKind {
+    /// A rank joining the group at the root: `a` = rank, `b` = n_ranks, `addr` = where
+    /// the rank listens for links.
+    Join = 1,
+    /// A link between ranks: `a` = connecting rank, `b` = accepting rank, `tag`.
+    Link = 2,
+}
+
+/// The first bytes on every connection:
+/// `"BRDH" | version u16 | kind u8 | 0 u8 | secret [32] | a u32 | b u32 | tag u64 | addr [24]`.
+pub(crate) struct Hello {
+    pub kind: HelloKind,
+    pub secret: [u8; SECRET_LEN],
+    pub a: u32,
+    pub b: u32,
+    pub tag: u64,
+    pub addr: Option<SocketAddr>,
+}
+
+const HELLO_MAGIC: &[u8; 4] = b"BRDH";
+pub(crate) const HELLO_LEN: usize = 80;
+
+impl Hello {
+    pub fn encode(&self) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[0..4].copy_from_slice(HELLO_MAGIC);
+        b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        b[6] = self.kind as u8;
+        b[8..40].copy_from_slice(&self.secret);
+        b[40..44].copy_from_slice(&self.a.to_le_bytes());
+        b[44..48].copy_from_slice(&self.b.to_le_bytes());
+        b[48..56].copy_from_slice(&self.tag.to_le_bytes());
+        if let Some(addr) = &self.addr {
+            put_addr(&mut b[56..80], addr);
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8; HELLO_LEN]) -> std::result::Result<Hello, String> {
+        if &b[0..4] != HELLO_MAGIC {
+            return Err("not a Braid bootstrap connection (bad magic)".into());
+        }
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        if version != VERSION {
+            return Err(format!("bootstrap protocol version {version}, expected {VERSION}"));
+        }
+        let kind = match b[6] {
+            1 => HelloKind::Join,
+            2 => HelloKind::Link,
+            k => return Err(format!("unknown connection kind {k}")),
+        };
+        let addr = if b[56] == 0 { None } else { Some(get_addr(&b[56..80])?) };
+        Ok(Hello {
+            kind,
+            secret: b[8..40].try_into().expect("32 bytes"),
+            a: u32_at(b, 40),
+            b: u32_at(b, 44),
+            tag: u64_at(b, 48),
+            addr,
+        })
+    }
+
+    pub fn read(stream: &TcpStream, w: &Wait) -> Result<std::result::Result<Hello, String>> {
+        let mut b = [0u8; HELLO_LEN];
+        read_full(stream, &mut b, w)?;
+        Ok(Hello::decode(&b))
+    }
+}
+
+/// Frame kinds after the hello.
+pub(crate) mod kind {
+    /// Root → joiner: the listening address of every rank (`n × ADDR_LEN`).
+    pub const WELCOME: u8 = 1;
+    /// Either way: the request is refused; payload is a UTF-8 reason.
+    pub const REFUSED: u8 = 2;
+    /// Member → root: one rank's part of a control operation.
+    pub const OP: u8 = 3;
+    /// Root → member: the result of a control operation.
+    pub const RESULT: u8 = 4;
+    /// Root → member: the operation (or the join) failed; payload from `encode_error`.
+    pub const ERROR: u8 = 5;
+    /// Accepting rank → connecting rank: the link is accepted.
+    pub const LINK_OK: u8 = 6;
+}
+
+/// `kind u8 | seq u64 | len u32 | payload [len]`.
+pub(crate) struct Frame {
+    pub kind: u8,
+    pub seq: u64,
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    pub fn new(kind: u8, seq: u64, payload: Vec<u8>) -> Frame {
+        Frame { kind, seq, payload }
+    }
+
+    pub fn write(&self, stream: &TcpStream, w: &Wait) -> Result<()> {
+        let mut head = [0u8; 13];
+        head[0] = self.kind;
+        head[1..9].copy_from_slice(&self.seq.to_le_bytes());
+        head[9..13].copy_from_slice(&(self.payload.len() as u32).to_le_bytes());
+        write_full(stream, &[&head, &self.payload], w)
+    }
+
+    pub fn read(stream: &TcpStream, w: &Wait) -> Result<Frame> {
+        let mut head = [0u8; 13];
+        read_full(stream, &mut head, w)?;
+        let len = u32_at(&head, 9) as usize;
+        if len > MAX_FRAME {
+            return Err(RuntimeError::Bootstrap(format!("frame of {len} bytes while {}: corrupt stream", w.what)));
+        }
+        let mut payload = vec![0u8; len];
+        read_full(stream, &mut payload, w)?;
+        Ok(Frame { kind: head[0], seq: u64_at(&head, 1), payload })
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.payload).into_owned()
+    }
+}
+
+/// Encodes an error for an `ERROR` frame: `code u8 | peer u32 | seconds f64 | text`.
+pub(crate) fn encode_error(e: &RuntimeError) -> Vec<u8> {
+    let (code, peer, seconds, text) = match e {
+        RuntimeError::PeerFailed { peer, reason } => (0u8, *peer, 0.0, reason.clone()),
+        RuntimeError::Mismatch(m) => (1, 0, 0.0, m.clone()),
+        RuntimeError::Timeout { seconds, what } => (2, 0, *seconds, what.clone()),
+        RuntimeError::Aborted(m) => (3, 0, 0.0, m.clone()),
+        other => (4, 0, 0.0, other.to_string()),
+    };
+    let mut b = vec![code];
+    b.extend_from_slice(&peer.to_le_bytes());
+    b.extend_from_slice(&seconds.to_le_bytes());
+    b.extend_from_slice(text.as_bytes());
+    b
+}
+
+/// Decodes an `ERROR` frame from the root into the same kind of error, so every rank
+/// reports the failure the root saw (which peer died, which call mismatched).
+pub(crate) fn decode_error(b: &[u8]) -> RuntimeError {
+    if b.len() < 13 {
+        return RuntimeError::Bootstrap("malformed error report from rank 0".into());
+    }
+    let peer = u32_at(b, 1);
+    let seconds = f64::from_le_bytes(b[5..13].try_into().expect("8 bytes"));
+    let text = format!("{} (reported by rank 0)", String::from_utf8_lossy(&b[13..]));
+    match b[0] {
+        0 => RuntimeError::PeerFailed { peer, reason: text },
+        1 => RuntimeError::Mismatch(text),
+        2 => RuntimeError::Timeout { seconds, what: text },
+        3 => RuntimeError::Aborted(text),
+        _ => RuntimeError::Bootstrap(text),
+    }
+}

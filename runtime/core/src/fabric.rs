@@ -1,0 +1,241 @@
+//! What a rank needs from the other ranks of its communicator during a call: agreement on
+//! the call, links per connection, and a way to abort everyone. In one process the
+//! ranks share an [`InProcGroup`]; across processes the bootstrap provides the same.
+
+use crate::error::{Result, RuntimeError};
+use crate::transport::Link;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a blocked wait looks at the abort flag.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// The services a rank's executor uses.
+pub trait Fabric: Send + Sync {
+    fn rank(&self) -> u32;
+    fn n_ranks(&self) -> u32;
+    /// Exchanges `desc` with every rank and fails unless all are equal (a mismatched
+    /// call). `seq` numbers the calls of this communicator.
+    fn agree(&self, seq: u64, desc: &[u8], deadline: Instant) -> Result<()>;
+    /// The link this rank sends on to `peer` on connection channel `channel`.
+    fn send_link(&self, peer: u32, channel: u32, slots: u32) -> Result<Arc<dyn Link>>;
+    /// The link this rank receives on from `peer` on `channel`.
+    fn recv_link(&self, peer: u32, channel: u32, slots: u32) -> Result<Arc<dyn Link>>;
+    /// Ends every blocked operation of every rank with an error.
+    fn abort(&self, reason: &str);
+    /// The abort reason, if aborted.
+    fn aborted(&self) -> Option<String>;
+}
+
+/// A shared abort flag with its reason.
+#[derive(Default)]
+pub struct AbortFlag {
+    flag: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl AbortFlag {
+    pub fn set(&self, reason: &str) {
+        let mut r = self.reason.lock().unwrap();
+        if r.is_none() {
+            *r = Some(reason.to_string());
+        }
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    pub fn get(&self) -> Option<String> {
+        if self.flag.load(Ordering::SeqCst) {
+            self.reason.lock().unwrap().clone()
+        } else {
+            None
+        }
+    }
+
+    pub fn check(&self) -> Result<()> {
+        match self.get() {
+            Some(r) => Err(RuntimeError::Aborted(r)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn timed_out(deadline: Instant, what: impl FnOnce() -> String, started: Instant) -> Result<()> {
+    if Instant::now() >= deadline {
+        return Err(RuntimeError::Timeout {
+            seconds: started.elapsed().as_secs_f64(),
+            what: what(),
+        });
+    }
+    Ok(())
+}
+
+/// A bounded FIFO of slices between two ranks of one process.
+pub struct InProcLink {
+    state: Mutex<VecDeque<Vec<u8>>>,
+    changed: Condvar,
+    capacity: usize,
+    abort: Arc<AbortFlag>,
+    from: u32,
+    to: u32,
+}
+
+impl Link for InProcLink {
+    fn send(&self, slice: &[u8], deadline: Instant) -> Result<()> {
+        let started = Instant::now();
+        let mut q = self.state.lock().unwrap();
+        while q.len() >= self.capacity {
+            self.abort.check()?;
+            timed_out(
+                deadline,
+                || format!("rank {} to accept a slice from rank {}", self.to, self.from),
+                started,
+            )?;
+            q = self.changed.wait_timeout(q, POLL).unwrap().0;
+        }
+        q.push_back(slice.to_vec());
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn recv(&self, buf: &mut [u8], deadline: Instant) -> Result<()> {
+        let started = Instant::now();
+        let mut q = self.state.lock().unwrap();
+        loop {
+            if let Some(s) = q.pop_front() {
+                self.changed.notify_all();
+                if s.len() != buf.len() {
+                    return Err(RuntimeError::Mismatch(format!(
+                        "rank {} sent a slice of {} bytes where rank {} expected {}",
+                        self.from,
+                        s.len(),
+                        self.to,
+                        buf.len()
+                    )));
+                }
+                buf.copy_from_slice(&s);
+                return Ok(());
+            }
+            self.abort.check()?;
+            timed_out(
+                deadline,
+                || format!("a slice from rank {} at rank {}", self.from, self.to),
+                started,
+            )?;
+            q = self.changed.wait_timeout(q, POLL).unwrap().0;
+        }
+    }
+}
+
+/// The ranks of one process: shared links, call board and abort flag.
+pub struct InProcGroup {
+    n: u32,
+    abort: Arc<AbortFlag>,
+    links: Mutex<HashMap<(u32, u32, u32), Arc<InProcLink>>>,
+    board: Mutex<Vec<(u64, Vec<u8>)>>,
+    board_changed: Condvar,
+}
+
+impl InProcGroup {
+    pub fn new(n: u32) -> Arc<InProcGroup> {
+        Arc::new(InProcGroup {
+            n,
+            abort: Arc::new(AbortFlag::default()),
+            links: Mutex::new(HashMap::new()),
+            board: Mutex::new(vec![(0, Vec::new()); n as usize]),
+            board_changed: Condvar::new(),
+        })
+    }
+
+    /// The fabric rank `rank` uses.
+    pub fn member(self: &Arc<Self>, rank: u32) -> InProcFabric {
+        InProcFabric {
+            group: self.clone(),
+            rank,
+        }
+    }
+
+    fn link(&self, from: u32, to: u32, channel: u32, slots: u32) -> Arc<InProcLink> {
+        self.links
+            .lock()
+            .unwrap()
+            .entry((from, to, channel))
+            .or_insert_with(|| {
+                Arc::new(InProcLink {
+                    state: Mutex::new(VecDeque::new()),
+                    changed: Condvar::new(),
+                    capacity: slots.max(1) as usize,
+                    abort: self.abort.clone(),
+                    from,
+                    to,
+                })
+            })
+            .clone()
+    }
+}
+
+/// One rank's view of an [`InProcGroup`].
+pub struct InProcFabric {
+    group: Arc<InProcGroup>,
+    rank: u32,
+}
+
+impl Fabric for InProcFabric {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn n_ranks(&self) -> u32 {
+        self.group.n
+    }
+
+    fn agree(&self, seq: u64, desc: &[u8], deadline: Instant) -> Result<()> {
+        let g = &self.group;
+        let started = Instant::now();
+        let mut board = g.board.lock().unwrap();
+        board[self.rank as usize] = (seq, desc.to_vec());
+        g.board_changed.notify_all();
+        loop {
+            let behind: Vec<u32> = (0..g.n).filter(|&r| board[r as usize].0 < seq).collect();
+            if behind.is_empty() {
+                break;
+            }
+            g.abort.check()?;
+            timed_out(
+                deadline,
+                || format!("ranks {behind:?} to make call #{seq}"),
+                started,
+            )?;
+            board = g.board_changed.wait_timeout(board, POLL).unwrap().0;
+        }
+        for r in 0..g.n {
+            let (s, d) = &board[r as usize];
+            if *s == seq && d != desc {
+                return Err(RuntimeError::Mismatch(format!(
+                    "rank {} made call #{seq} as {}, but rank {r} as {}",
+                    self.rank,
+                    String::from_utf8_lossy(desc),
+                    String::from_utf8_lossy(d)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn send_link(&self, peer: u32, channel: u32, slots: u32) -> Result<Arc<dyn Link>> {
+        Ok(self.group.link(self.rank, peer, channel, slots))
+    }
+
+    fn recv_link(&self, peer: u32, channel: u32, slots: u32) -> Result<Arc<dyn Link>> {
+        Ok(self.group.link(peer, self.rank, channel, slots))
+    }
+
+    fn abort(&self, reason: &str) {
+        self.group.abort.set(reason);
+    }
+
+    fn aborted(&self) -> Option<String> {
+        self.group.abort.get()
+    }
+}

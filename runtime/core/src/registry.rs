@@ -1,0 +1,162 @@
+//! The plans a communicator can run, and the rule that picks one per call.
+//!
+//! Plans come from providers (the shipped library compiled for the communicator's
+//! topology, supplied by the application: the runtime never parses source), from files,
+//! and from `BRAID_PLANS` (a `:`-separated list of plan files, like MSCCL_XML_FILES).
+//! Every plan is verified before it is registered.
+//!
+//! Selection (until the cost model exists), in order:
+//! 1. only plans for this collective, rank count, root, and call mode;
+//! 2. user plans (files, `BRAID_PLANS`) before shipped ones, in registration order;
+//! 3. among shipped plans, the preference list of [`preference`] for the message size.
+//! Every plan passed over is logged with its reason at `BRAID_DEBUG=INFO`.
+
+use crate::error::{Result, RuntimeError};
+use braid_ir::{Collective, Mode};
+use braid_plan::Plan;
+use std::sync::{Arc, Mutex};
+
+/// Where a plan came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Origin {
+    User(String),
+    Library,
+}
+
+/// Supplies plans on demand (for instance, compiles the shipped library for a root).
+pub trait PlanProvider: Send + Sync {
+    fn plans(&self, collective: Collective, root: Option<u32>) -> Vec<Arc<Plan>>;
+}
+
+#[derive(Default)]
+pub struct Registry {
+    entries: Mutex<Vec<(Arc<Plan>, Origin)>>,
+    providers: Vec<Box<dyn PlanProvider>>,
+}
+
+/// Messages up to this size prefer latency-bound algorithms.
+pub const SMALL_MESSAGE: usize = 256 * 1024;
+
+/// Shipped algorithms in order of preference for a collective and message size.
+pub fn preference(collective: Collective, bytes: usize) -> &'static [&'static str] {
+    let small = bytes <= SMALL_MESSAGE;
+    match (collective, small) {
+        (Collective::Allreduce, true) => &[
+            "one_shot_allreduce",
+            "tree_allreduce",
+            "two_shot_allreduce",
+            "ring_allreduce",
+        ],
+        (Collective::Allreduce, false) => &[
+            "ring_allreduce",
+            "bidirectional_ring_allreduce",
+            "double_binary_tree_allreduce",
+            "two_shot_allreduce",
+        ],
+        (Collective::Allgather, _) => &["ring_allgather"],
+        (Collective::ReduceScatter, _) => &["ring_reduce_scatter"],
+        (Collective::Broadcast, true) => &["binomial_broadcast", "chain_broadcast"],
+        (Collective::Broadcast, false) => &["chain_broadcast", "binomial_broadcast"],
+        (Collective::Reduce, _) => &["tree_reduce"],
+        (Collective::Alltoall, _) => &["direct_alltoall", "hierarchical_alltoall"],
+    }
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    pub fn with_provider(mut self, p: Box<dyn PlanProvider>) -> Registry {
+        self.providers.push(p);
+        self
+    }
+
+    /// Verifies and registers a plan.
+    pub fn add(&self, plan: Plan, origin: Origin) -> Result<()> {
+        if let Err(diags) = braid_plan::verify(&plan) {
+            return Err(RuntimeError::Invalid(format!(
+                "plan `{}` from {origin:?} fails verification:\n{}",
+                plan.name,
+                braid_plan::render_diagnostics(&diags)
+            )));
+        }
+        self.entries.lock().unwrap().push((Arc::new(plan), origin));
+        Ok(())
+    }
+
+    /// Loads a plan file (JSON) and registers it as a user plan.
+    pub fn add_file(&self, path: &std::path::Path) -> Result<()> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            RuntimeError::Invalid(format!("cannot read plan {}: {e}", path.display()))
+        })?;
+        let plan = Plan::from_json(&text)
+            .map_err(|e| RuntimeError::Invalid(format!("{}: {e}", path.display())))?;
+        self.add(plan, Origin::User(path.display().to_string()))
+    }
+
+    /// Registers every file of `BRAID_PLANS`.
+    pub fn add_env(&self) -> Result<()> {
+        if let Ok(list) = std::env::var("BRAID_PLANS") {
+            for p in list.split(':').filter(|p| !p.is_empty()) {
+                self.add_file(std::path::Path::new(p))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Picks the plan for a call.
+    pub fn select(
+        &self,
+        collective: Collective,
+        n: u32,
+        root: Option<u32>,
+        mode: Mode,
+        bytes: usize,
+    ) -> Result<Arc<Plan>> {
+        let mut candidates: Vec<(Arc<Plan>, Origin)> = self.entries.lock().unwrap().clone();
+        for p in &self.providers {
+            candidates.extend(
+                p.plans(collective, root)
+                    .into_iter()
+                    .map(|p| (p, Origin::Library)),
+            );
+        }
+        let mut fitting = Vec::new();
+        for (plan, origin) in candidates {
+            let why_not = if plan.collective != collective {
+                None // other collectives are not worth a log line
+            } else if plan.n_ranks != n {
+                Some(format!("it is for {} ranks, not {n}", plan.n_ranks))
+            } else if plan.root != root {
+                Some(format!("its root is {:?}, not {root:?}", plan.root))
+            } else if !plan.modes.contains(mode) {
+                Some(format!("it is not valid {mode}"))
+            } else {
+                fitting.push((plan, origin));
+                continue;
+            };
+            if let Some(reason) = why_not {
+                tracing::info!(plan = %plan.name, ?origin, "plan not used for {collective}: {reason}");
+            }
+        }
+        if let Some((p, origin)) = fitting.iter().find(|(_, o)| matches!(o, Origin::User(_))) {
+            tracing::info!(plan = %p.name, ?origin, "{collective} of {bytes} bytes: user plan selected");
+            return Ok(p.clone());
+        }
+        for name in preference(collective, bytes) {
+            if let Some((p, _)) = fitting.iter().find(|(p, _)| p.name == *name) {
+                tracing::info!(plan = %p.name, "{collective} of {bytes} bytes: shipped plan selected by preference");
+                return Ok(p.clone());
+            }
+            tracing::info!(
+                "{collective} of {bytes} bytes: preferred plan {name} unavailable for {n} ranks"
+            );
+        }
+        fitting.first().map(|(p, _)| p.clone()).ok_or_else(|| {
+            RuntimeError::Invalid(format!(
+                "no plan serves {collective} on {n} ranks ({mode}, root {root:?})"
+            ))
+        })
+    }
+}

@@ -1,0 +1,274 @@
+//! `braid run`: execute a program or plan with real data on every rank and compare every
+//! rank's result with a reference.
+
+use crate::error::CliError;
+use crate::source::Program;
+use crate::{sizes, topo_arg};
+use braid_ir::{Collective, Mode};
+use braid_plan::Plan;
+use braid_runtime::comm::timeout_from_env;
+use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::reference::{fill_input, first_mismatch, reference};
+use braid_runtime::registry::{Origin, Registry};
+use braid_runtime::{Buffers, Communicator};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// A program (`.braid`), a plan (`.json`) or an MSCCL algorithm (`.xml`).
+    pub file: PathBuf,
+    /// The algorithm of a `.braid` file (may be omitted when it defines one).
+    #[arg(long)]
+    pub algorithm: Option<String>,
+    /// Topology: nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file.
+    #[arg(long)]
+    pub topo: String,
+    /// Backend: `host` runs every rank as CPU threads (the default without a GPU).
+    #[arg(long, value_enum, default_value = "host")]
+    pub backend: Backend,
+    /// Bytes of the larger of the send and receive buffers (8, 64K, 1M, 1G).
+    #[arg(long, default_value = "1M", value_parser = sizes::parse_size)]
+    pub size: u64,
+    /// Element type: f16 bf16 f32 f64 i8 u8 i32 u32 i64 u64 (or NCCL names).
+    #[arg(long, default_value = "f32")]
+    pub dtype: DType,
+    /// Reduction: sum prod min max avg.
+    #[arg(long, default_value = "sum")]
+    pub op: RedOp,
+    /// Iterations per call mode.
+    #[arg(long, default_value_t = 1)]
+    pub iters: u32,
+    /// Root rank for broadcast and reduce.
+    #[arg(long, default_value_t = 0)]
+    pub root: u32,
+    /// Call modes to run (default: every mode the plan is valid for).
+    #[arg(long, value_enum)]
+    pub mode: Option<crate::cmd_check::ModeArg>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Host,
+    Cuda,
+}
+
+pub fn run(args: &RunArgs) -> Result<String, CliError> {
+    let topo = topo_arg::load(&args.topo)?;
+    let n = topo.n_ranks();
+    if args.backend == Backend::Cuda {
+        return Err(CliError::Runtime(
+            "error: the CUDA backend is not available in this build yet; use --backend host".into(),
+        ));
+    }
+    let plan = load_plan(args, &topo)?;
+    if plan.n_ranks != n {
+        return Err(CliError::Input(format!(
+            "error: the plan is for {} ranks but {} has {n}",
+            plan.n_ranks, args.topo
+        )));
+    }
+    let registry = Registry::new();
+    registry
+        .add(plan.clone(), Origin::User(args.file.display().to_string()))
+        .map_err(|e| CliError::Input(format!("error: {e}")))?;
+    let registry = Arc::new(registry);
+    let modes: Vec<Mode> = plan
+        .modes
+        .iter()
+        .filter(|m| args.mode.is_none_or(|a| a.modes().contains(*m)))
+        .collect();
+    if modes.is_empty() {
+        return Err(CliError::Input(
+            "error: the plan is not valid in the requested mode".into(),
+        ));
+    }
+    let mut out = String::new();
+    let mut wrong_total = 0usize;
+    for mode in modes {
+        for iter in 0..args.iters.max(1) {
+            let r = run_once(&plan, &registry, args, mode, iter as u64)?;
+            wrong_total += r.wrong;
+            out.push_str(&r.line);
+        }
+    }
+    if wrong_total > 0 {
+        return Err(CliError::Input(format!(
+            "{out}error: {wrong_total} wrong element(s)"
+        )));
+    }
+    Ok(out)
+}
+
+fn load_plan(args: &RunArgs, topo: &braid_topo::Topology) -> Result<Plan, CliError> {
+    let ext = args.file.extension().and_then(|e| e.to_str()).unwrap_or("");
+    match ext {
+        "json" => crate::cmd_verify::load(&args.file).map_err(CliError::from),
+        "xml" => Err(CliError::Input(
+            "error: MSCCL XML import is not available in this build yet".into(),
+        )),
+        _ => {
+            let program = Program::load(&args.file)?;
+            let algs = program.select(args.algorithm.as_deref())?;
+            let [alg] = algs.as_slice() else {
+                return Err(CliError::Usage(format!(
+                    "error: {} defines several algorithms; choose one with --algorithm",
+                    program.source.name
+                )));
+            };
+            let shape = topo_arg::shape(topo);
+            let root = alg.collective.is_rooted().then_some(args.root);
+            match braid_library::compile(&program.source, alg, &shape, root, topo) {
+                Ok(Some(p)) => Ok(p),
+                Ok(None) => Err(CliError::Input(format!(
+                    "error: `{}` does not apply to {} ({shape})",
+                    alg.name.name, args.topo
+                ))),
+                Err(rendered) => Err(CliError::Input(rendered)),
+            }
+        }
+    }
+}
+
+struct RunResult {
+    line: String,
+    wrong: usize,
+}
+
+/// NCCL's `count` for a buffer of `size` bytes (the larger of in and out).
+fn count_for(c: Collective, n: u32, size: u64, elem: usize) -> usize {
+    let elems = (size / elem as u64) as usize;
+    if c.has_k() {
+        elems / n as usize
+    } else {
+        elems
+    }
+}
+
+fn run_once(
+    plan: &Plan,
+    registry: &Arc<Registry>,
+    args: &RunArgs,
+    mode: Mode,
+    seed: u64,
+) -> Result<RunResult, CliError> {
+    let n = plan.n_ranks;
+    let c = plan.collective;
+    let e = args.dtype.size();
+    let count = count_for(c, n, args.size, e);
+    let root = plan.root;
+    let nn = n as usize;
+    let (in_elems, out_elems) = match c {
+        Collective::Allgather => (count, nn * count),
+        Collective::ReduceScatter => (nn * count, count),
+        Collective::Alltoall => (nn * count, nn * count),
+        _ => (count, count),
+    };
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|r| {
+            let mut b = vec![0u8; in_elems * e];
+            fill_input(args.dtype, args.op, r, n, seed, &mut b);
+            b
+        })
+        .collect();
+    let expected = reference(c, args.dtype, args.op, root, &inputs);
+    let comms = Communicator::create_local(n, registry.clone(), timeout_from_env());
+    let start = Instant::now();
+    let results: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, comm)| {
+                let input = &inputs[r];
+                s.spawn(move || {
+                    let r32 = r as u32;
+                    let (res, output) = match mode {
+                        Mode::OutOfPlace => {
+                            let mut recv = vec![0u8; out_elems * e];
+                            let res = comm.call(
+                                c,
+                                Buffers::OutOfPlace {
+                                    send: input,
+                                    recv: &mut recv,
+                                },
+                                count,
+                                args.dtype,
+                                args.op,
+                                root,
+                            );
+                            (res, recv)
+                        }
+                        Mode::InPlace => {
+                            let mut buf = vec![0u8; in_elems.max(out_elems) * e];
+                            let at = if c == Collective::Allgather {
+                                r * count * e
+                            } else {
+                                0
+                            };
+                            buf[at..at + input.len()].copy_from_slice(input);
+                            let res = comm.call(
+                                c,
+                                Buffers::InPlace(&mut buf),
+                                count,
+                                args.dtype,
+                                args.op,
+                                root,
+                            );
+                            let out = match c {
+                                Collective::ReduceScatter => {
+                                    buf[r * count * e..(r + 1) * count * e].to_vec()
+                                }
+                                _ => buf[..out_elems * e].to_vec(),
+                            };
+                            (res, out)
+                        }
+                    };
+                    let _ = r32;
+                    res.map(|_| output).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    let mut wrong = 0;
+    let mut notes = String::new();
+    for (r, res) in results.iter().enumerate() {
+        let got = res
+            .as_ref()
+            .map_err(|e| CliError::Runtime(format!("error: rank {r}: {e}")))?;
+        if let Some(exp) = &expected[r] {
+            if let Some((i, want, have)) = first_mismatch(args.dtype, exp, got) {
+                let bad = count_wrong(args.dtype.size(), exp, got);
+                wrong += bad;
+                notes.push_str(&format!("  rank {r}: {bad} wrong element(s), first at element {i}: expected {want}, got {have}\n"));
+            }
+        }
+    }
+    let secs = elapsed.as_secs_f64();
+    let bytes = (in_elems.max(out_elems) * e) as f64;
+    let status = if wrong == 0 { "correct" } else { "WRONG" };
+    let line = format!(
+        "{} {} {} {} {}, {n} ranks, {} bytes, {mode}: {status} on every rank; {:.3} ms, algbw {:.2} GB/s\n{notes}",
+        if wrong == 0 { "ok" } else { "FAILED" },
+        plan.name,
+        c,
+        args.dtype.name(),
+        args.op.name(),
+        in_elems.max(out_elems) * e,
+        secs * 1e3,
+        if secs > 0.0 { bytes / secs / 1e9 } else { 0.0 },
+    );
+    Ok(RunResult { line, wrong })
+}
+
+fn count_wrong(elem: usize, a: &[u8], b: &[u8]) -> usize {
+    a.chunks(elem)
+        .zip(b.chunks(elem))
+        .filter(|(x, y)| x != y)
+        .count()
+}
