@@ -6,15 +6,18 @@
 //! The runtime never parses source: plans come compiled (from the library, from files,
 //! from `BRAID_PLANS`), and each is verified before it runs.
 
+pub mod bootstrap;
 pub mod comm;
 pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod fabric;
 pub mod geometry;
+pub mod launcher;
 pub mod reduce;
 pub mod reference;
 pub mod registry;
+pub mod tcp_link;
 pub mod transport;
 
 pub use comm::{Buffers, Communicator};

@@ -150,7 +150,7 @@ fn run_root(members: &[Option<TcpStream>], op: Op, root: u32, mine: &[u8], seq: 
         let what = format!("sending the result of {op:?} #{seq} to rank {rank}");
         reply.write(stream.as_ref().expect("joined"), &Wait::new(deadline, abort, rank as u32, &what))?;
     }
-    Ok(parts.swap_remove(0).clone()).map(|_| reply.payload)
+    Ok(reply.payload)
 }
 
 /// Best effort: tells each stream's rank about `err`, then closes the stream. Bounded to

@@ -1,0 +1,261 @@
+//! Bootstrap: how the ranks of one group find and trust each other before any data
+//! moves, shaped after NCCL's (`ncclGetUniqueId` / `ncclCommInitRank`).
+//!
+//! 1. Rank 0 makes a [`UniqueId`] (root address + random secret) and the application
+//!    hands it to every rank out of band.
+//! 2. Every rank calls [`Bootstrap::init`]. Rank 0 accepts one authenticated join per
+//!    other rank (byte layouts in `wire.rs`, the join in `join.rs`); each joiner opens
+//!    its own link listener first and reports its address, and once all are in, every
+//!    rank receives every rank's listening address.
+//! 3. Afterwards: small control operations through rank 0 ([`Bootstrap::allgather`],
+//!    [`Bootstrap::barrier`], [`Bootstrap::broadcast_from`]) and direct, authenticated
+//!    TCP streams between any pair ([`Bootstrap::connect_link`] /
+//!    [`Bootstrap::accept_link`]), which [`crate::tcp_link::TcpLink`] turns into links.
+//!
+//! Nothing blocks without bound: every operation has a deadline (the bootstrap's
+//! timeout) and watches an abort flag; a peer whose connection closes or resets is
+//! reported as [`RuntimeError::PeerFailed`]. Dropping a [`Bootstrap`] closes its sockets
+//! and joins its thread.
+
+mod collective;
+mod id;
+pub(crate) mod io;
+mod join;
+mod links;
+mod wire;
+
+pub use id::{RootListener, Secret, UniqueId, BOOTSTRAP_ADDR_VAR};
+
+use crate::error::{Result, RuntimeError};
+use collective::{Control, Op, Role};
+use io::Wait;
+use links::{Acceptor, Inbox};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use wire::{kind, Frame, Hello, HelloKind};
+
+/// One rank's membership in a bootstrapped group.
+pub struct Bootstrap {
+    rank: u32,
+    n_ranks: u32,
+    timeout: Duration,
+    secret: [u8; 32],
+    abort: Arc<AtomicBool>,
+    /// Where each rank accepts links.
+    table: Vec<SocketAddr>,
+    control: Mutex<Control>,
+    inbox: Arc<Inbox>,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl Bootstrap {
+    /// Joins the group `id` as `rank` of `n_ranks`, with a fresh abort flag. `timeout`
+    /// bounds the join and, afterwards, every single operation.
+    pub fn init(id: &UniqueId, rank: u32, n_ranks: u32, timeout: Duration) -> Result<Bootstrap> {
+        Self::init_with_abort(id, rank, n_ranks, timeout, Arc::new(AtomicBool::new(false)))
+    }
+
+    /// [`Bootstrap::init`] watching `abort`: setting it ends the join and any later
+    /// blocking operation with [`RuntimeError::Aborted`].
+    ///
+    /// Rank 0 serves the root on the socket [`UniqueId::new`] bound in this process, or
+    /// binds the id's address itself if that socket is gone (an id made elsewhere).
+    pub fn init_with_abort(id: &UniqueId, rank: u32, n_ranks: u32, timeout: Duration, abort: Arc<AtomicBool>) -> Result<Bootstrap> {
+        let root = if rank == 0 {
+            match id::take_root_listener(id) {
+                Some(l) => Some(l),
+                None => Some(TcpListener::bind(id.addr()).map_err(|e| {
+                    RuntimeError::Bootstrap(format!("rank 0 cannot listen on the id's address {}: {e}", id.addr()))
+                })?),
+            }
+        } else {
+            None
+        };
+        Self::start(id, rank, n_ranks, timeout, abort, root)
+    }
+
+    /// The join itself; rank 0 passes the root socket it listens on (and keeps it as its
+    /// link listener afterwards).
+    pub(crate) fn start(
+        id: &UniqueId,
+        rank: u32,
+        n_ranks: u32,
+        timeout: Duration,
+        abort: Arc<AtomicBool>,
+        root: Option<TcpListener>,
+    ) -> Result<Bootstrap> {
+        if n_ranks == 0 || rank >= n_ranks {
+            return Err(RuntimeError::Invalid(format!("rank {rank} is not in a group of {n_ranks}")));
+        }
+        let secret = *id.secret().as_bytes();
+        let deadline = Instant::now() + timeout;
+        let what = format!("rank {rank} joining a group of {n_ranks} at {}", id.addr());
+        let w = Wait::new(deadline, &abort, 0, &what);
+        let (role, listener, table, joined) = match root {
+            Some(listener) => {
+                let joined = join::accept_joins(&listener, &secret, n_ranks, &w)?;
+                let mut table = vec![id.addr()];
+                table.extend(joined.iter().skip(1).map(|j| j.as_ref().expect("all joined").addr));
+                (None, listener, table, Some(joined))
+            }
+            None => {
+                let (stream, listener, table) = join::join(id.addr(), &secret, rank, n_ranks, &w)?;
+                (Some(Role::Member(stream)), listener, table, None)
+            }
+        };
+        let inbox = Arc::new(Inbox::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let acceptor = Acceptor {
+            listener,
+            secret,
+            rank,
+            n: n_ranks,
+            table: table.clone(),
+            inbox: inbox.clone(),
+            stop: stop.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("braid-links-{rank}"))
+            .spawn(move || acceptor.run())?;
+        let mut boot = Bootstrap {
+            rank,
+            n_ranks,
+            timeout,
+            secret,
+            abort,
+            table,
+            control: Mutex::new(Control { role: Role::Root(Vec::new()), seq: 0, broken: None }),
+            inbox,
+            stop,
+            acceptor: Some(handle),
+        };
+        let role = match (role, joined) {
+            (Some(role), _) => role,
+            (None, joined) => {
+                let joined = joined.expect("root");
+                // The acceptor already runs, so links to rank 0 work as soon as anyone
+                // learns the table.
+                join::send_welcome(&joined, &boot.table, &boot.abort, deadline)?;
+                Role::Root(joined.into_iter().map(|j| j.map(|j| j.stream)).collect())
+            }
+        };
+        boot.control.get_mut().unwrap_or_else(|p| p.into_inner()).role = role;
+        tracing::debug!(rank, n_ranks, "bootstrap complete");
+        Ok(boot)
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn n_ranks(&self) -> u32 {
+        self.n_ranks
+    }
+
+    /// The bound on each blocking operation.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// The abort flag every blocking operation watches (share it with links and other
+    /// threads; setting it is how a communicator aborts).
+    pub fn abort_flag(&self) -> &Arc<AtomicBool> {
+        &self.abort
+    }
+
+    pub fn abort(&self) {
+        self.abort.store(true, Ordering::Relaxed);
+    }
+
+    /// Where `rank` accepts links.
+    pub fn peer_addr(&self, rank: u32) -> Option<SocketAddr> {
+        self.table.get(rank as usize).copied()
+    }
+
+    /// Every rank's `mine`, indexed by rank. All ranks must call it (in the same order
+    /// relative to the other control operations).
+    pub fn allgather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let table = self.control_op(Op::Allgather, 0, mine)?;
+        collective::decode_table(&table, self.n_ranks)
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&self) -> Result<()> {
+        self.control_op(Op::Barrier, 0, &[]).map(|_| ())
+    }
+
+    /// Rank `root`'s `bytes` on every rank (`bytes` is ignored on the others). Ranks
+    /// naming different roots get [`RuntimeError::Mismatch`].
+    pub fn broadcast_from(&self, root: u32, bytes: &[u8]) -> Result<Vec<u8>> {
+        if root >= self.n_ranks {
+            return Err(RuntimeError::Invalid(format!("broadcast root {root} is not in a group of {}", self.n_ranks)));
+        }
+        let mine = if root == self.rank { bytes } else { &[] };
+        self.control_op(Op::Broadcast, root, mine)
+    }
+
+    fn control_op(&self, op: Op, root: u32, mine: &[u8]) -> Result<Vec<u8>> {
+        let mut ctl = self.control.lock().unwrap_or_else(|p| p.into_inner());
+        collective::run(&mut ctl, op, root, mine, self.timeout, &self.abort)
+    }
+
+    /// Opens a stream to `peer`, which must call `accept_link(self.rank(), tag)`. The
+    /// stream is authenticated (secret, this rank, `peer`, `tag`), has Nagle off and
+    /// short read/write timeouts (see [`crate::tcp_link::TcpLink`], which expects them).
+    pub fn connect_link(&self, peer: u32, tag: u64) -> Result<TcpStream> {
+        let addr = self
+            .peer_addr(peer)
+            .ok_or_else(|| RuntimeError::Invalid(format!("rank {peer} is not in a group of {}", self.n_ranks)))?;
+        let what = format!("rank {} connecting a link to rank {peer} (tag {tag})", self.rank);
+        let w = Wait::new(Instant::now() + self.timeout, &self.abort, peer, &what);
+        let stream = join::connect_retry(addr, &w)?;
+        io::prepare(&stream)?;
+        let hello = Hello { kind: HelloKind::Link, secret: self.secret, a: self.rank, b: peer, tag, addr: None };
+        io::write_full(&stream, &[&hello.encode()], &w)?;
+        let reply = Frame::read(&stream, &w)?;
+        match reply.kind {
+            kind::LINK_OK => Ok(stream),
+            kind::REFUSED => Err(RuntimeError::Bootstrap(format!("rank {peer} refused the link: {}", reply.text()))),
+            k => Err(RuntimeError::Bootstrap(format!("unexpected frame kind {k} from rank {peer} during {what}"))),
+        }
+    }
+
+    /// Takes the stream `peer` opened with `connect_link(self.rank(), tag)`, waiting for
+    /// it up to the timeout.
+    pub fn accept_link(&self, peer: u32, tag: u64) -> Result<TcpStream> {
+        if peer >= self.n_ranks {
+            return Err(RuntimeError::Invalid(format!("rank {peer} is not in a group of {}", self.n_ranks)));
+        }
+        let what = format!("rank {} waiting for a link from rank {peer} (tag {tag})", self.rank);
+        let w = Wait::new(Instant::now() + self.timeout, &self.abort, peer, &what);
+        self.inbox.take((peer, tag), || w.check())
+    }
+}
+
+impl std::fmt::Debug for Bootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bootstrap")
+            .field("rank", &self.rank)
+            .field("n_ranks", &self.n_ranks)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Bootstrap {
+    /// Stops and joins the acceptor thread; the sockets close with their owners.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.acceptor.take() {
+            let _ = h.join();
+        }
+    }
+}
