@@ -255,7 +255,7 @@ pub(crate) fn fnv1a32(bytes: &[u8]) -> u32 {
 }
 
 pub(crate) fn hex_decode(text: &str) -> std::result::Result<Vec<u8>, String> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return Err(format!("{} hex digits (odd count)", text.len()));
     }
     let digit = |c: u8| match c {
