@@ -67,6 +67,35 @@ impl Communicator {
             .collect()
     }
 
+    /// One rank of a group whose ranks live in different processes, from the unique id
+    /// rank 0 created (like `ncclCommInitRank`).
+    pub fn init_rank(
+        id: &crate::bootstrap::UniqueId,
+        rank: u32,
+        n: u32,
+        registry: Arc<Registry>,
+        timeout: Duration,
+    ) -> Result<Communicator> {
+        let boot = crate::bootstrap::Bootstrap::init(id, rank, n, timeout)?;
+        Ok(Communicator::new(
+            Box::new(crate::net_fabric::NetFabric::new(boot)),
+            registry,
+            timeout,
+        ))
+    }
+
+    /// One rank of a group started by a launcher (torchrun, Open MPI, Slurm), from the
+    /// launcher's environment variables.
+    pub fn from_launch_env(registry: Arc<Registry>, timeout: Duration) -> Result<Communicator> {
+        let env = crate::launcher::LaunchEnv::from_env()?;
+        let boot = crate::bootstrap::Bootstrap::from_launch_env(&env, timeout)?;
+        Ok(Communicator::new(
+            Box::new(crate::net_fabric::NetFabric::new(boot)),
+            registry,
+            timeout,
+        ))
+    }
+
     pub fn rank(&self) -> u32 {
         self.fabric.rank()
     }

@@ -68,16 +68,31 @@ impl LaunchEnv {
     /// Reads variables through `get` (a map in tests). Fails, naming the variable, when a
     /// launcher's variables are incomplete or not numbers, or when ranks are out of range.
     pub fn from_vars(get: Vars) -> Result<LaunchEnv> {
-        let get = |name: &str| get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let get = |name: &str| {
+            get(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         let num = |name: &str| -> Result<Option<u32>> {
-            get(name).map(|v| v.parse::<u32>().map_err(|_| garbled(name, &v, "a non-negative integer"))).transpose()
+            get(name)
+                .map(|v| {
+                    v.parse::<u32>()
+                        .map_err(|_| garbled(name, &v, "a non-negative integer"))
+                })
+                .transpose()
         };
         let need = |name: &str, with: &str| -> Result<u32> {
-            num(name)?.ok_or_else(|| RuntimeError::Bootstrap(format!("{with} is set but {name} is not")))
+            num(name)?
+                .ok_or_else(|| RuntimeError::Bootstrap(format!("{with} is set but {name} is not")))
         };
         let port = |name: &str| -> Result<Option<u16>> {
             get(name)
-                .map(|v| v.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| garbled(name, &v, "a port (1..65535)")))
+                .map(|v| {
+                    v.parse::<u16>()
+                        .ok()
+                        .filter(|p| *p != 0)
+                        .ok_or_else(|| garbled(name, &v, "a port (1..65535)"))
+                })
                 .transpose()
         };
 
@@ -118,19 +133,35 @@ impl LaunchEnv {
             ));
         }
         if world_size == 0 || rank >= world_size {
-            return Err(RuntimeError::Bootstrap(format!("{launcher:?} gave rank {rank} of a group of {world_size}")));
+            return Err(RuntimeError::Bootstrap(format!(
+                "{launcher:?} gave rank {rank} of a group of {world_size}"
+            )));
         }
         if let (Some(l), Some(n)) = (local_rank, local_world_size) {
             if l >= n {
-                return Err(RuntimeError::Bootstrap(format!("{launcher:?} gave local rank {l} of {n} on this host")));
+                return Err(RuntimeError::Bootstrap(format!(
+                    "{launcher:?} gave local rank {l} of {n} on this host"
+                )));
             }
         }
         let master_addr = get("MASTER_ADDR").or_else(|| {
-            let list = ["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"].into_iter().find_map(&get);
-            (launcher == Launcher::Slurm).then_some(list).flatten().and_then(|l| first_host(&l))
+            let list = [
+                "SLURM_STEP_NODELIST",
+                "SLURM_JOB_NODELIST",
+                "SLURM_NODELIST",
+            ]
+            .into_iter()
+            .find_map(&get);
+            (launcher == Launcher::Slurm)
+                .then_some(list)
+                .flatten()
+                .and_then(|l| first_host(&l))
         });
         let secret = get("BRAID_SECRET")
-            .map(|s| Secret::from_hex(&s).map_err(|e| RuntimeError::Bootstrap(format!("BRAID_SECRET: {e}"))))
+            .map(|s| {
+                Secret::from_hex(&s)
+                    .map_err(|e| RuntimeError::Bootstrap(format!("BRAID_SECRET: {e}")))
+            })
             .transpose()?;
         Ok(LaunchEnv {
             launcher,
@@ -202,12 +233,20 @@ impl Bootstrap {
         let (host, port) = env.root_endpoint()?;
         let addr = (host.as_str(), port)
             .to_socket_addrs()
-            .map_err(|e| RuntimeError::Bootstrap(format!("cannot resolve MASTER_ADDR {host:?}: {e}")))?
+            .map_err(|e| {
+                RuntimeError::Bootstrap(format!("cannot resolve MASTER_ADDR {host:?}: {e}"))
+            })?
             .min_by_key(|a| a.is_ipv6())
-            .ok_or_else(|| RuntimeError::Bootstrap(format!("MASTER_ADDR {host:?} resolves to no address")))?;
+            .ok_or_else(|| {
+                RuntimeError::Bootstrap(format!("MASTER_ADDR {host:?} resolves to no address"))
+            })?;
         let id = UniqueId::from_parts(addr, env.group_secret(&host, port));
         let root = if env.rank == 0 {
-            let any = if addr.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+            let any = if addr.is_ipv4() {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            };
             Some(TcpListener::bind(SocketAddr::new(any, port)).map_err(|e| {
                 RuntimeError::Bootstrap(format!(
                     "rank 0 cannot listen on port {port}: {e} (the port is MASTER_PORT + 1 unless \
@@ -217,7 +256,14 @@ impl Bootstrap {
         } else {
             None
         };
-        Bootstrap::start(&id, env.rank, env.world_size, timeout, Arc::new(AtomicBool::new(false)), root)
+        Bootstrap::start(
+            &id,
+            env.rank,
+            env.world_size,
+            timeout,
+            Arc::new(AtomicBool::new(false)),
+            root,
+        )
     }
 }
 
@@ -235,7 +281,9 @@ fn slurm_local_size(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<u32>>
     let (Some(list), Some(node)) = (get("SLURM_TASKS_PER_NODE"), get("SLURM_NODEID")) else {
         return Ok(None);
     };
-    let node: usize = node.parse().map_err(|_| garbled("SLURM_NODEID", &node, "a non-negative integer"))?;
+    let node: usize = node
+        .parse()
+        .map_err(|_| garbled("SLURM_NODEID", &node, "a non-negative integer"))?;
     let mut per_node = Vec::new();
     for item in list.split(',') {
         let (count, times) = match item.split_once("(x") {
@@ -243,7 +291,11 @@ fn slurm_local_size(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<u32>>
             None => (item, "1"),
         };
         let (Ok(c), Ok(t)) = (count.parse::<u32>(), times.parse::<usize>()) else {
-            return Err(garbled("SLURM_TASKS_PER_NODE", &list, "a Slurm task list like \"2(x3),1\""));
+            return Err(garbled(
+                "SLURM_TASKS_PER_NODE",
+                &list,
+                "a Slurm task list like \"2(x3),1\"",
+            ));
         };
         per_node.extend(std::iter::repeat_n(c, t));
     }
@@ -274,7 +326,9 @@ fn fnv1a64(seed: u64, bytes: &[u8]) -> u64 {
     seed.to_le_bytes()
         .iter()
         .chain(bytes)
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ *b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        })
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub mod exec;
 pub mod fabric;
 pub mod geometry;
 pub mod launcher;
+pub mod net_fabric;
 pub mod reduce;
 pub mod reference;
 pub mod registry;

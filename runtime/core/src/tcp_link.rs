@@ -53,9 +53,16 @@ impl TcpLink {
     /// The sending end over `stream` (from [`Bootstrap::connect_link`] or
     /// [`Bootstrap::accept_link`]) to rank `peer`, with at most `slots` slices
     /// unacknowledged.
-    pub fn sender(stream: TcpStream, peer: u32, slots: usize, abort: Arc<AtomicBool>) -> Result<TcpLink> {
+    pub fn sender(
+        stream: TcpStream,
+        peer: u32,
+        slots: usize,
+        abort: Arc<AtomicBool>,
+    ) -> Result<TcpLink> {
         if slots == 0 {
-            return Err(RuntimeError::Invalid("a link needs at least one slot".into()));
+            return Err(RuntimeError::Invalid(
+                "a link needs at least one slot".into(),
+            ));
         }
         Self::new(stream, peer, End::Sender { slots }, abort)
     }
@@ -68,19 +75,37 @@ impl TcpLink {
     /// Connects to `peer` (which calls [`TcpLink::accept_receiver`] with this rank and
     /// `tag`) and returns the sending end, watching the bootstrap's abort flag.
     pub fn connect_sender(boot: &Bootstrap, peer: u32, tag: u64, slots: usize) -> Result<TcpLink> {
-        Self::sender(boot.connect_link(peer, tag)?, peer, slots, boot.abort_flag().clone())
+        Self::sender(
+            boot.connect_link(peer, tag)?,
+            peer,
+            slots,
+            boot.abort_flag().clone(),
+        )
     }
 
     /// Accepts the link `peer` opens with [`TcpLink::connect_sender`] and returns the
     /// receiving end.
     pub fn accept_receiver(boot: &Bootstrap, peer: u32, tag: u64) -> Result<TcpLink> {
-        Self::receiver(boot.accept_link(peer, tag)?, peer, boot.abort_flag().clone())
+        Self::receiver(
+            boot.accept_link(peer, tag)?,
+            peer,
+            boot.abort_flag().clone(),
+        )
     }
 
     fn new(stream: TcpStream, peer: u32, end: End, abort: Arc<AtomicBool>) -> Result<TcpLink> {
         // The bootstrap hands streams out prepared; streams from elsewhere get the same.
         crate::bootstrap::io::prepare(&stream)?;
-        Ok(TcpLink { stream, peer, end, abort, state: Mutex::new(State { in_flight: 0, failed: None }) })
+        Ok(TcpLink {
+            stream,
+            peer,
+            end,
+            abort,
+            state: Mutex::new(State {
+                in_flight: 0,
+                failed: None,
+            }),
+        })
     }
 
     /// The rank on the other end.
@@ -138,12 +163,12 @@ impl TcpLink {
                         u64::from_le_bytes(len)
                     )));
                 }
-                other => {
-                    return Err(RuntimeError::PeerFailed {
-                        peer: self.peer,
-                        reason: format!("protocol violation: byte {other:#04x} where an acknowledgement belongs"),
-                    })
-                }
+                other => return Err(RuntimeError::PeerFailed {
+                    peer: self.peer,
+                    reason: format!(
+                        "protocol violation: byte {other:#04x} where an acknowledgement belongs"
+                    ),
+                }),
             }
         }
         Ok(())
@@ -153,15 +178,26 @@ impl TcpLink {
 impl Link for TcpLink {
     fn send(&self, slice: &[u8], deadline: Instant) -> Result<()> {
         let End::Sender { slots } = self.end else {
-            return Err(RuntimeError::Invalid(format!("send on the receiving end of the link from rank {}", self.peer)));
+            return Err(RuntimeError::Invalid(format!(
+                "send on the receiving end of the link from rank {}",
+                self.peer
+            )));
         };
         self.guarded(|st| {
-            let what = format!("sending a slice of {} bytes to rank {}", slice.len(), self.peer);
+            let what = format!(
+                "sending a slice of {} bytes to rank {}",
+                slice.len(),
+                self.peer
+            );
             let w = Wait::new(deadline, &self.abort, self.peer, &what);
             while st.in_flight >= slots {
                 self.read_acks(st, &w)?;
             }
-            write_full(&self.stream, &[&(slice.len() as u64).to_le_bytes(), slice], &w)?;
+            write_full(
+                &self.stream,
+                &[&(slice.len() as u64).to_le_bytes(), slice],
+                &w,
+            )?;
             st.in_flight += 1;
             Ok(())
         })
@@ -169,10 +205,17 @@ impl Link for TcpLink {
 
     fn recv(&self, buf: &mut [u8], deadline: Instant) -> Result<()> {
         if self.end != End::Receiver {
-            return Err(RuntimeError::Invalid(format!("recv on the sending end of the link to rank {}", self.peer)));
+            return Err(RuntimeError::Invalid(format!(
+                "recv on the sending end of the link to rank {}",
+                self.peer
+            )));
         }
         self.guarded(|_| {
-            let what = format!("receiving a slice of {} bytes from rank {}", buf.len(), self.peer);
+            let what = format!(
+                "receiving a slice of {} bytes from rank {}",
+                buf.len(),
+                self.peer
+            );
             let w = Wait::new(deadline, &self.abort, self.peer, &what);
             let mut head = [0u8; 8];
             read_full(&self.stream, &mut head, &w)?;
@@ -195,6 +238,9 @@ impl Link for TcpLink {
 
 impl std::fmt::Debug for TcpLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TcpLink").field("peer", &self.peer).field("end", &self.end).finish_non_exhaustive()
+        f.debug_struct("TcpLink")
+            .field("peer", &self.peer)
+            .field("end", &self.end)
+            .finish_non_exhaustive()
     }
 }

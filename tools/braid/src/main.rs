@@ -1,6 +1,8 @@
 //! `braid`: compile, verify and run collective algorithms (cli.md).
 
 mod cmd_check;
+mod cmd_rank;
+mod plans;
 mod cmd_compile;
 mod cmd_run;
 mod cmd_topo;
@@ -40,6 +42,10 @@ enum Command {
     },
     /// Execute a program or plan with real data on every rank and check the result.
     Run(cmd_run::RunArgs),
+    /// Run one rank of a multi-process job started by a launcher (torchrun, mpirun,
+    /// srun: RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT and BRAID_SECRET), checking the
+    /// collective's result.
+    Rank(cmd_rank::RankArgs),
     /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
     Topo {
         /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
@@ -56,6 +62,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Check(a) => cmd_check::run(a),
         Command::Run(a) => cmd_run::run(a),
+        Command::Rank(a) => cmd_rank::run(a),
         Command::Compile(a) => cmd_compile::run(a),
         Command::Verify { plan } => cmd_verify::run(plan).map_err(CliError::from),
         Command::Topo { topo, detect } => {

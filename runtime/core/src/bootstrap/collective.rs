@@ -39,7 +39,9 @@ pub(crate) enum Op {
 
 impl Op {
     fn from_u8(b: u8) -> Option<Op> {
-        [Op::Allgather, Op::Barrier, Op::Broadcast].into_iter().find(|o| *o as u8 == b)
+        [Op::Allgather, Op::Barrier, Op::Broadcast]
+            .into_iter()
+            .find(|o| *o as u8 == b)
     }
 }
 
@@ -75,7 +77,14 @@ pub(crate) fn decode_table(b: &[u8], n: u32) -> Result<Vec<Vec<u8>>> {
 
 /// Runs one control operation on this rank; returns the result payload (allgather: an
 /// encoded table; barrier: empty; broadcast: the root's bytes).
-pub(crate) fn run(ctl: &mut Control, op: Op, root: u32, mine: &[u8], timeout: Duration, abort: &AtomicBool) -> Result<Vec<u8>> {
+pub(crate) fn run(
+    ctl: &mut Control,
+    op: Op,
+    root: u32,
+    mine: &[u8],
+    timeout: Duration,
+    abort: &AtomicBool,
+) -> Result<Vec<u8>> {
     if let Some(e) = &ctl.broken {
         return Err(e.clone());
     }
@@ -100,7 +109,15 @@ pub(crate) fn run(ctl: &mut Control, op: Op, root: u32, mine: &[u8], timeout: Du
     result
 }
 
-fn run_member(stream: &TcpStream, op: Op, root: u32, mine: &[u8], seq: u64, deadline: Instant, abort: &AtomicBool) -> Result<Vec<u8>> {
+fn run_member(
+    stream: &TcpStream,
+    op: Op,
+    root: u32,
+    mine: &[u8],
+    seq: u64,
+    deadline: Instant,
+    abort: &AtomicBool,
+) -> Result<Vec<u8>> {
     let what = format!("{op:?} #{seq} through rank 0");
     let w = Wait::new(deadline, abort, 0, &what);
     let mut payload = Vec::with_capacity(5 + mine.len());
@@ -112,11 +129,22 @@ fn run_member(stream: &TcpStream, op: Op, root: u32, mine: &[u8], seq: u64, dead
     match reply.kind {
         kind::RESULT if reply.seq == seq => Ok(reply.payload),
         kind::ERROR => Err(decode_error(&reply.payload)),
-        k => Err(RuntimeError::Bootstrap(format!("unexpected frame kind {k} (seq {}) during {what}", reply.seq))),
+        k => Err(RuntimeError::Bootstrap(format!(
+            "unexpected frame kind {k} (seq {}) during {what}",
+            reply.seq
+        ))),
     }
 }
 
-fn run_root(members: &[Option<TcpStream>], op: Op, root: u32, mine: &[u8], seq: u64, deadline: Instant, abort: &AtomicBool) -> Result<Vec<u8>> {
+fn run_root(
+    members: &[Option<TcpStream>],
+    op: Op,
+    root: u32,
+    mine: &[u8],
+    seq: u64,
+    deadline: Instant,
+    abort: &AtomicBool,
+) -> Result<Vec<u8>> {
     let mut parts = vec![mine.to_vec()];
     for (rank, stream) in members.iter().enumerate().skip(1) {
         let stream = stream.as_ref().expect("every rank joined");
@@ -124,7 +152,12 @@ fn run_root(members: &[Option<TcpStream>], op: Op, root: u32, mine: &[u8], seq: 
         let frame = Frame::read(stream, &Wait::new(deadline, abort, rank as u32, &what))?;
         let (their_op, their_root) = match frame.payload.get(..5) {
             Some(h) if frame.kind == kind::OP => (Op::from_u8(h[0]), u32_at(h, 1)),
-            _ => return Err(RuntimeError::Bootstrap(format!("unexpected frame kind {} from rank {rank}", frame.kind))),
+            _ => {
+                return Err(RuntimeError::Bootstrap(format!(
+                    "unexpected frame kind {} from rank {rank}",
+                    frame.kind
+                )))
+            }
         };
         if frame.seq != seq || their_op != Some(op) || (op == Op::Broadcast && their_root != root) {
             let theirs = match their_op {
@@ -132,7 +165,11 @@ fn run_root(members: &[Option<TcpStream>], op: Op, root: u32, mine: &[u8], seq: 
                 Some(o) => format!("{o:?}"),
                 None => format!("unknown operation {}", frame.payload[0]),
             };
-            let ours = if op == Op::Broadcast { format!("Broadcast from rank {root}") } else { format!("{op:?}") };
+            let ours = if op == Op::Broadcast {
+                format!("Broadcast from rank {root}")
+            } else {
+                format!("{op:?}")
+            };
             return Err(RuntimeError::Mismatch(format!(
                 "bootstrap call #{seq}: rank 0 called {ours}, rank {rank} called {theirs} (its call #{})",
                 frame.seq
@@ -148,7 +185,10 @@ fn run_root(members: &[Option<TcpStream>], op: Op, root: u32, mine: &[u8], seq: 
     let reply = Frame::new(kind::RESULT, seq, result);
     for (rank, stream) in members.iter().enumerate().skip(1) {
         let what = format!("sending the result of {op:?} #{seq} to rank {rank}");
-        reply.write(stream.as_ref().expect("joined"), &Wait::new(deadline, abort, rank as u32, &what))?;
+        reply.write(
+            stream.as_ref().expect("joined"),
+            &Wait::new(deadline, abort, rank as u32, &what),
+        )?;
     }
     Ok(reply.payload)
 }
@@ -159,7 +199,12 @@ pub(crate) fn report_failure(streams: &[&TcpStream], err: &RuntimeError) {
     let quiet = AtomicBool::new(false);
     let frame = Frame::new(kind::ERROR, 0, encode_error(err));
     for s in streams {
-        let w = Wait::new(Instant::now() + Duration::from_millis(200), &quiet, u32::MAX, "reporting a failure");
+        let w = Wait::new(
+            Instant::now() + Duration::from_millis(200),
+            &quiet,
+            u32::MAX,
+            "reporting a failure",
+        );
         let _ = frame.write(s, &w);
         let _ = s.shutdown(Shutdown::Both);
     }

@@ -111,7 +111,10 @@ impl UniqueId {
             bound
         };
         let id = UniqueId::from_parts(advertised, Secret::random());
-        PENDING_ROOTS.lock().unwrap_or_else(|p| p.into_inner()).push((id.clone(), listener));
+        PENDING_ROOTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id.clone(), listener));
         tracing::debug!(root = %advertised, "bootstrap root listening");
         Ok((id.clone(), RootListener { id }))
     }
@@ -144,18 +147,27 @@ impl UniqueId {
     /// Checks length, magic, version, checksum and address.
     pub fn from_bytes(bytes: &[u8]) -> Result<UniqueId> {
         let bad = |why: String| RuntimeError::Invalid(format!("not a Braid unique id: {why}"));
-        let b: [u8; ID_LEN] =
-            bytes.try_into().map_err(|_| bad(format!("{} bytes, expected {ID_LEN}", bytes.len())))?;
+        let b: [u8; ID_LEN] = bytes
+            .try_into()
+            .map_err(|_| bad(format!("{} bytes, expected {ID_LEN}", bytes.len())))?;
         if &b[0..4] != ID_MAGIC {
-            return Err(bad(format!("bad magic {:02x?}, expected {:02x?} (\"BRID\")", &b[0..4], ID_MAGIC)));
+            return Err(bad(format!(
+                "bad magic {:02x?}, expected {:02x?} (\"BRID\")",
+                &b[0..4],
+                ID_MAGIC
+            )));
         }
         let version = u16::from_le_bytes([b[4], b[5]]);
         if version != VERSION {
-            return Err(bad(format!("version {version}, this build speaks {VERSION}")));
+            return Err(bad(format!(
+                "version {version}, this build speaks {VERSION}"
+            )));
         }
         let sum = u32::from_le_bytes(b[124..128].try_into().expect("4 bytes"));
         if sum != fnv1a32(&b[..124]) {
-            return Err(bad("checksum mismatch (the id was corrupted or truncated in transit)".into()));
+            return Err(bad(
+                "checksum mismatch (the id was corrupted or truncated in transit)".into(),
+            ));
         }
         get_addr(&b[8..32]).map_err(bad)?;
         Ok(UniqueId(b))
@@ -170,7 +182,9 @@ impl fmt::Display for UniqueId {
 
 impl fmt::Debug for UniqueId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UniqueId").field("root", &self.addr()).finish_non_exhaustive()
+        f.debug_struct("UniqueId")
+            .field("root", &self.addr())
+            .finish_non_exhaustive()
     }
 }
 
@@ -179,7 +193,8 @@ impl FromStr for UniqueId {
 
     /// Parses the 256 hex digits `Display` writes (surrounding whitespace allowed).
     fn from_str(s: &str) -> Result<UniqueId> {
-        let bytes = hex_decode(s.trim()).map_err(|e| RuntimeError::Invalid(format!("not a Braid unique id: {e}")))?;
+        let bytes = hex_decode(s.trim())
+            .map_err(|e| RuntimeError::Invalid(format!("not a Braid unique id: {e}")))?;
         UniqueId::from_bytes(&bytes)
     }
 }
@@ -236,7 +251,11 @@ fn default_listen_addr() -> Result<SocketAddr> {
 /// sends nothing but makes the kernel pick the source address. The target is a
 /// documentation address (RFC 5737 / RFC 3849), never contacted.
 fn default_route_ip(v4: bool) -> Result<IpAddr> {
-    let (bind, probe) = if v4 { ("0.0.0.0:0", "192.0.2.1:9") } else { ("[::]:0", "[2001:db8::1]:9") };
+    let (bind, probe) = if v4 {
+        ("0.0.0.0:0", "192.0.2.1:9")
+    } else {
+        ("[::]:0", "[2001:db8::1]:9")
+    };
     let found = UdpSocket::bind(bind).and_then(|s| {
         s.connect(probe)?;
         s.local_addr()
@@ -251,7 +270,9 @@ fn default_route_ip(v4: bool) -> Result<IpAddr> {
 }
 
 pub(crate) fn fnv1a32(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193))
+    bytes.iter().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ *b as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 pub(crate) fn hex_decode(text: &str) -> std::result::Result<Vec<u8>, String> {
@@ -264,5 +285,8 @@ pub(crate) fn hex_decode(text: &str) -> std::result::Result<Vec<u8>, String> {
         b'A'..=b'F' => Ok(c - b'A' + 10),
         _ => Err(format!("{:?} is not a hex digit", c as char)),
     };
-    text.as_bytes().chunks(2).map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?)).collect()
+    text.as_bytes()
+        .chunks(2)
+        .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
 }

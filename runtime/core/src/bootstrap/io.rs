@@ -27,13 +27,22 @@ pub(crate) struct Wait<'a> {
 
 impl<'a> Wait<'a> {
     pub fn new(deadline: Instant, abort: &'a AtomicBool, peer: u32, what: &'a str) -> Self {
-        Wait { start: Instant::now(), deadline, abort, peer, what }
+        Wait {
+            start: Instant::now(),
+            deadline,
+            abort,
+            peer,
+            what,
+        }
     }
 
     /// Fails if the abort flag is set or the deadline has passed.
     pub fn check(&self) -> Result<()> {
         if self.abort.load(Ordering::Relaxed) {
-            return Err(RuntimeError::Aborted(format!("abort flag set while {}", self.what)));
+            return Err(RuntimeError::Aborted(format!(
+                "abort flag set while {}",
+                self.what
+            )));
         }
         if Instant::now() >= self.deadline {
             return Err(self.timeout());
@@ -42,11 +51,17 @@ impl<'a> Wait<'a> {
     }
 
     pub fn timeout(&self) -> RuntimeError {
-        RuntimeError::Timeout { seconds: self.start.elapsed().as_secs_f64(), what: self.what.to_string() }
+        RuntimeError::Timeout {
+            seconds: self.start.elapsed().as_secs_f64(),
+            what: self.what.to_string(),
+        }
     }
 
     fn closed(&self, detail: &str) -> RuntimeError {
-        RuntimeError::PeerFailed { peer: self.peer, reason: format!("{detail} while {}", self.what) }
+        RuntimeError::PeerFailed {
+            peer: self.peer,
+            reason: format!("{detail} while {}", self.what),
+        }
     }
 
     /// `None` when the error only means "try again"; otherwise the error to report.
@@ -101,7 +116,11 @@ pub(crate) fn read_full(stream: &TcpStream, buf: &mut [u8], w: &Wait) -> Result<
 
 /// Writes all of `bufs`, in order, as one byte stream.
 pub(crate) fn write_full(mut stream: &TcpStream, bufs: &[&[u8]], w: &Wait) -> Result<()> {
-    let mut slices: Vec<IoSlice> = bufs.iter().filter(|b| !b.is_empty()).map(|b| IoSlice::new(b)).collect();
+    let mut slices: Vec<IoSlice> = bufs
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| IoSlice::new(b))
+        .collect();
     let mut rest = &mut slices[..];
     while !rest.is_empty() {
         w.check()?;

@@ -9,7 +9,9 @@
 //! in get `ERROR` naming the missing ranks, so they fail as promptly as the root.
 
 use super::io::{prepare, Wait};
-use super::wire::{decode_error, get_addr, kind, put_addr, secrets_equal, Frame, Hello, HelloKind, ADDR_LEN};
+use super::wire::{
+    decode_error, get_addr, kind, put_addr, secrets_equal, Frame, Hello, HelloKind, ADDR_LEN,
+};
 use crate::error::{Result, RuntimeError};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::AtomicBool;
@@ -28,7 +30,12 @@ pub(crate) struct Joined {
 
 /// Rank 0: accepts joins on `listener` until every rank is in. Returns the joined ranks
 /// indexed by rank (index 0 empty).
-pub(crate) fn accept_joins(listener: &TcpListener, secret: &[u8; 32], n: u32, w: &Wait) -> Result<Vec<Option<Joined>>> {
+pub(crate) fn accept_joins(
+    listener: &TcpListener,
+    secret: &[u8; 32],
+    n: u32,
+    w: &Wait,
+) -> Result<Vec<Option<Joined>>> {
     listener.set_nonblocking(true)?;
     let mut joined: Vec<Option<Joined>> = (0..n).map(|_| None).collect();
     let mut count = 1;
@@ -62,7 +69,14 @@ pub(crate) fn accept_joins(listener: &TcpListener, secret: &[u8; 32], n: u32, w:
 }
 
 /// Handles one connection at the root during the join; true if it joined.
-fn admit(stream: TcpStream, from: SocketAddr, secret: &[u8; 32], n: u32, joined: &mut [Option<Joined>], w: &Wait) -> bool {
+fn admit(
+    stream: TcpStream,
+    from: SocketAddr,
+    secret: &[u8; 32],
+    n: u32,
+    joined: &mut [Option<Joined>],
+    w: &Wait,
+) -> bool {
     let deadline = w.deadline.min(Instant::now() + HANDSHAKE);
     let hw = Wait::new(deadline, w.abort, u32::MAX, "reading a join request");
     let hello = match prepare(&stream).and_then(|_| Hello::read(&stream, &hw)) {
@@ -88,7 +102,9 @@ fn admit(stream: TcpStream, from: SocketAddr, secret: &[u8; 32], n: u32, joined:
         }
     };
     let rank = hello.a;
-    let verdict = judge_join(rank, hello.b, n, |r| joined[r as usize].as_ref().map(|j| j.addr));
+    let verdict = judge_join(rank, hello.b, n, |r| {
+        joined[r as usize].as_ref().map(|j| j.addr)
+    });
     if let Err(why) = verdict {
         refuse(&stream, &why, &hw);
         tracing::warn!("bootstrap root: refused rank {rank} from {from}: {why}");
@@ -101,15 +117,26 @@ fn admit(stream: TcpStream, from: SocketAddr, secret: &[u8; 32], n: u32, joined:
 
 /// Whether `rank` claiming a group of `claimed_n` may join a group of `n`; `taken(r)` is
 /// where rank `r` already joined from, if it did.
-pub(crate) fn judge_join(rank: u32, claimed_n: u32, n: u32, taken: impl Fn(u32) -> Option<SocketAddr>) -> std::result::Result<(), String> {
+pub(crate) fn judge_join(
+    rank: u32,
+    claimed_n: u32,
+    n: u32,
+    taken: impl Fn(u32) -> Option<SocketAddr>,
+) -> std::result::Result<(), String> {
     if claimed_n != n {
-        return Err(format!("rank {rank} was started with n_ranks = {claimed_n}, but the group has {n} ranks"));
+        return Err(format!(
+            "rank {rank} was started with n_ranks = {claimed_n}, but the group has {n} ranks"
+        ));
     }
     if rank == 0 || rank >= n {
-        return Err(format!("rank {rank} cannot join a group of {n} (joiners are ranks 1..{n})"));
+        return Err(format!(
+            "rank {rank} cannot join a group of {n} (joiners are ranks 1..{n})"
+        ));
     }
     match taken(rank) {
-        Some(at) => Err(format!("duplicate rank {rank}: it already joined (listening on {at})")),
+        Some(at) => Err(format!(
+            "duplicate rank {rank}: it already joined (listening on {at})"
+        )),
         None => Ok(()),
     }
 }
@@ -126,7 +153,12 @@ fn tell_all(joined: &mut [Option<Joined>], err: &RuntimeError) {
 }
 
 /// Rank 0: sends every joiner the table of listening addresses.
-pub(crate) fn send_welcome(joined: &[Option<Joined>], table: &[SocketAddr], w_abort: &AtomicBool, deadline: Instant) -> Result<()> {
+pub(crate) fn send_welcome(
+    joined: &[Option<Joined>],
+    table: &[SocketAddr],
+    w_abort: &AtomicBool,
+    deadline: Instant,
+) -> Result<()> {
     let mut payload = vec![0u8; table.len() * ADDR_LEN];
     for (i, a) in table.iter().enumerate() {
         put_addr(&mut payload[i * ADDR_LEN..], a);
@@ -144,14 +176,27 @@ pub(crate) fn send_welcome(joined: &[Option<Joined>], table: &[SocketAddr], w_ab
 /// Ranks 1..n: connects to the root (retrying while it is not up yet), opens this rank's
 /// link listener on the interface that reaches the root, joins, and returns the control
 /// stream, the listener and the address table.
-pub(crate) fn join(root: SocketAddr, secret: &[u8; 32], rank: u32, n: u32, w: &Wait) -> Result<(TcpStream, TcpListener, Vec<SocketAddr>)> {
+pub(crate) fn join(
+    root: SocketAddr,
+    secret: &[u8; 32],
+    rank: u32,
+    n: u32,
+    w: &Wait,
+) -> Result<(TcpStream, TcpListener, Vec<SocketAddr>)> {
     let stream = connect_retry(root, w)?;
     prepare(&stream)?;
     // Peers reach this rank the way the root does, so listen on the address this
     // connection leaves from.
     let listener = TcpListener::bind(SocketAddr::new(stream.local_addr()?.ip(), 0))?;
     let addr = listener.local_addr()?;
-    let hello = Hello { kind: HelloKind::Join, secret: *secret, a: rank, b: n, tag: 0, addr: Some(addr) };
+    let hello = Hello {
+        kind: HelloKind::Join,
+        secret: *secret,
+        a: rank,
+        b: n,
+        tag: 0,
+        addr: Some(addr),
+    };
     super::io::write_full(&stream, &[&hello.encode()], w)?;
     let frame = Frame::read(&stream, w).map_err(|e| match e {
         RuntimeError::PeerFailed { reason, .. } => RuntimeError::Bootstrap(format!(
@@ -167,7 +212,9 @@ pub(crate) fn join(root: SocketAddr, secret: &[u8; 32], rank: u32, n: u32, w: &W
                 .chunks(ADDR_LEN)
                 .map(get_addr)
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| RuntimeError::Bootstrap(format!("bad address table from the root: {e}")))?;
+                .map_err(|e| {
+                    RuntimeError::Bootstrap(format!("bad address table from the root: {e}"))
+                })?;
             Ok((stream, listener, table))
         }
         kind::REFUSED => Err(RuntimeError::Bootstrap(format!(
@@ -175,7 +222,9 @@ pub(crate) fn join(root: SocketAddr, secret: &[u8; 32], rank: u32, n: u32, w: &W
             frame.text()
         ))),
         kind::ERROR => Err(decode_error(&frame.payload)),
-        k => Err(RuntimeError::Bootstrap(format!("unexpected frame kind {k} from the bootstrap root"))),
+        k => Err(RuntimeError::Bootstrap(format!(
+            "unexpected frame kind {k} from the bootstrap root"
+        ))),
     }
 }
 
@@ -194,7 +243,10 @@ pub(crate) fn connect_retry(addr: SocketAddr, w: &Wait) -> Result<TcpStream> {
             Ok(()) => {}
         }
         let left = w.deadline.saturating_duration_since(Instant::now());
-        match TcpStream::connect_timeout(&addr, left.clamp(Duration::from_millis(1), Duration::from_secs(1))) {
+        match TcpStream::connect_timeout(
+            &addr,
+            left.clamp(Duration::from_millis(1), Duration::from_secs(1)),
+        ) {
             Ok(s) => return Ok(s),
             Err(e) => {
                 tracing::debug!("connecting to {addr} while {}: {e}; retrying", w.what);

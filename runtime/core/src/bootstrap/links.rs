@@ -27,14 +27,22 @@ pub(crate) struct Inbox {
 impl Inbox {
     /// Waits for the stream from `(peer, tag)`, checking `check` (deadline, abort) at
     /// least every 50 ms.
-    pub fn take(&self, key: (u32, u64), check: impl Fn() -> crate::Result<()>) -> crate::Result<TcpStream> {
+    pub fn take(
+        &self,
+        key: (u32, u64),
+        check: impl Fn() -> crate::Result<()>,
+    ) -> crate::Result<TcpStream> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(s) = pending.remove(&key) {
                 return Ok(s);
             }
             check()?;
-            pending = self.arrived.wait_timeout(pending, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+            pending = self
+                .arrived
+                .wait_timeout(pending, Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 }
@@ -61,7 +69,9 @@ impl Acceptor {
         while !self.stop.load(Ordering::Relaxed) {
             match self.listener.accept() {
                 Ok((stream, from)) => self.handle(stream, from),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(ACCEPT_POLL)
+                }
                 Err(e) => {
                     tracing::warn!("rank {}: accepting a link failed: {e}", self.rank);
                     std::thread::sleep(ACCEPT_POLL);
@@ -72,22 +82,36 @@ impl Acceptor {
 
     fn handle(&self, stream: TcpStream, from: SocketAddr) {
         let me = self.rank;
-        let w = Wait::new(Instant::now() + HANDSHAKE, &self.stop, u32::MAX, "reading a link request");
+        let w = Wait::new(
+            Instant::now() + HANDSHAKE,
+            &self.stop,
+            u32::MAX,
+            "reading a link request",
+        );
         let hello = match prepare(&stream).and_then(|_| Hello::read(&stream, &w)) {
             Ok(Ok(h)) => h,
-            Ok(Err(why)) => return tracing::warn!("rank {me}: refused a connection from {from}: {why}"),
+            Ok(Err(why)) => {
+                return tracing::warn!("rank {me}: refused a connection from {from}: {why}")
+            }
             Err(e) => return tracing::warn!("rank {me}: dropped a connection from {from}: {e}"),
         };
         if !secrets_equal(&hello.secret, &self.secret) {
             return tracing::warn!("rank {me}: refused a connection from {from}: wrong secret");
         }
         let verdict = match hello.kind {
-            HelloKind::Join => match judge_join(hello.a, hello.b, self.n, |r| self.table.get(r as usize).copied()) {
+            HelloKind::Join => match judge_join(hello.a, hello.b, self.n, |r| {
+                self.table.get(r as usize).copied()
+            }) {
                 Err(why) => Err(format!("{why}; the group has already formed")),
                 Ok(()) => Err("the group has already formed".to_string()),
             },
-            HelloKind::Link if hello.b != me => Err(format!("link addressed to rank {}, this is rank {me}", hello.b)),
-            HelloKind::Link if hello.a >= self.n => Err(format!("rank {} is not in a group of {}", hello.a, self.n)),
+            HelloKind::Link if hello.b != me => Err(format!(
+                "link addressed to rank {}, this is rank {me}",
+                hello.b
+            )),
+            HelloKind::Link if hello.a >= self.n => {
+                Err(format!("rank {} is not in a group of {}", hello.a, self.n))
+            }
             HelloKind::Link => Ok((hello.a, hello.tag)),
         };
         let key = match verdict {
@@ -99,15 +123,26 @@ impl Acceptor {
         };
         let mut pending = self.inbox.pending.lock().unwrap_or_else(|p| p.into_inner());
         if pending.contains_key(&key) {
-            let why = format!("a link from rank {} with tag {} is already waiting to be accepted", key.0, key.1);
+            let why = format!(
+                "a link from rank {} with tag {} is already waiting to be accepted",
+                key.0, key.1
+            );
             drop(pending);
             refuse(&stream, &why, &w);
             return tracing::warn!("rank {me}: refused a connection from {from}: {why}");
         }
         if let Err(e) = Frame::new(kind::LINK_OK, 0, Vec::new()).write(&stream, &w) {
-            return tracing::warn!("rank {me}: link from rank {} (tag {}) lost during the handshake: {e}", key.0, key.1);
+            return tracing::warn!(
+                "rank {me}: link from rank {} (tag {}) lost during the handshake: {e}",
+                key.0,
+                key.1
+            );
         }
-        tracing::debug!("rank {me}: accepted link from rank {} with tag {}", key.0, key.1);
+        tracing::debug!(
+            "rank {me}: accepted link from rank {} with tag {}",
+            key.0,
+            key.1
+        );
         pending.insert(key, stream);
         self.inbox.arrived.notify_all();
     }

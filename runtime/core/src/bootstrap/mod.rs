@@ -64,12 +64,21 @@ impl Bootstrap {
     ///
     /// Rank 0 serves the root on the socket [`UniqueId::new`] bound in this process, or
     /// binds the id's address itself if that socket is gone (an id made elsewhere).
-    pub fn init_with_abort(id: &UniqueId, rank: u32, n_ranks: u32, timeout: Duration, abort: Arc<AtomicBool>) -> Result<Bootstrap> {
+    pub fn init_with_abort(
+        id: &UniqueId,
+        rank: u32,
+        n_ranks: u32,
+        timeout: Duration,
+        abort: Arc<AtomicBool>,
+    ) -> Result<Bootstrap> {
         let root = if rank == 0 {
             match id::take_root_listener(id) {
                 Some(l) => Some(l),
                 None => Some(TcpListener::bind(id.addr()).map_err(|e| {
-                    RuntimeError::Bootstrap(format!("rank 0 cannot listen on the id's address {}: {e}", id.addr()))
+                    RuntimeError::Bootstrap(format!(
+                        "rank 0 cannot listen on the id's address {}: {e}",
+                        id.addr()
+                    ))
                 })?),
             }
         } else {
@@ -89,7 +98,9 @@ impl Bootstrap {
         root: Option<TcpListener>,
     ) -> Result<Bootstrap> {
         if n_ranks == 0 || rank >= n_ranks {
-            return Err(RuntimeError::Invalid(format!("rank {rank} is not in a group of {n_ranks}")));
+            return Err(RuntimeError::Invalid(format!(
+                "rank {rank} is not in a group of {n_ranks}"
+            )));
         }
         let secret = *id.secret().as_bytes();
         let deadline = Instant::now() + timeout;
@@ -99,7 +110,12 @@ impl Bootstrap {
             Some(listener) => {
                 let joined = join::accept_joins(&listener, &secret, n_ranks, &w)?;
                 let mut table = vec![id.addr()];
-                table.extend(joined.iter().skip(1).map(|j| j.as_ref().expect("all joined").addr));
+                table.extend(
+                    joined
+                        .iter()
+                        .skip(1)
+                        .map(|j| j.as_ref().expect("all joined").addr),
+                );
                 (None, listener, table, Some(joined))
             }
             None => {
@@ -128,7 +144,11 @@ impl Bootstrap {
             secret,
             abort,
             table,
-            control: Mutex::new(Control { role: Role::Root(Vec::new()), seq: 0, broken: None }),
+            control: Mutex::new(Control {
+                role: Role::Root(Vec::new()),
+                seq: 0,
+                broken: None,
+            }),
             inbox,
             stop,
             acceptor: Some(handle),
@@ -143,7 +163,10 @@ impl Bootstrap {
                 Role::Root(joined.into_iter().map(|j| j.map(|j| j.stream)).collect())
             }
         };
-        boot.control.get_mut().unwrap_or_else(|p| p.into_inner()).role = role;
+        boot.control
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .role = role;
         tracing::debug!(rank, n_ranks, "bootstrap complete");
         Ok(boot)
     }
@@ -196,7 +219,10 @@ impl Bootstrap {
     /// naming different roots get [`RuntimeError::Mismatch`].
     pub fn broadcast_from(&self, root: u32, bytes: &[u8]) -> Result<Vec<u8>> {
         if root >= self.n_ranks {
-            return Err(RuntimeError::Invalid(format!("broadcast root {root} is not in a group of {}", self.n_ranks)));
+            return Err(RuntimeError::Invalid(format!(
+                "broadcast root {root} is not in a group of {}",
+                self.n_ranks
+            )));
         }
         let mine = if root == self.rank { bytes } else { &[] };
         self.control_op(Op::Broadcast, root, mine)
@@ -211,20 +237,35 @@ impl Bootstrap {
     /// stream is authenticated (secret, this rank, `peer`, `tag`), has Nagle off and
     /// short read/write timeouts (see [`crate::tcp_link::TcpLink`], which expects them).
     pub fn connect_link(&self, peer: u32, tag: u64) -> Result<TcpStream> {
-        let addr = self
-            .peer_addr(peer)
-            .ok_or_else(|| RuntimeError::Invalid(format!("rank {peer} is not in a group of {}", self.n_ranks)))?;
-        let what = format!("rank {} connecting a link to rank {peer} (tag {tag})", self.rank);
+        let addr = self.peer_addr(peer).ok_or_else(|| {
+            RuntimeError::Invalid(format!("rank {peer} is not in a group of {}", self.n_ranks))
+        })?;
+        let what = format!(
+            "rank {} connecting a link to rank {peer} (tag {tag})",
+            self.rank
+        );
         let w = Wait::new(Instant::now() + self.timeout, &self.abort, peer, &what);
         let stream = join::connect_retry(addr, &w)?;
         io::prepare(&stream)?;
-        let hello = Hello { kind: HelloKind::Link, secret: self.secret, a: self.rank, b: peer, tag, addr: None };
+        let hello = Hello {
+            kind: HelloKind::Link,
+            secret: self.secret,
+            a: self.rank,
+            b: peer,
+            tag,
+            addr: None,
+        };
         io::write_full(&stream, &[&hello.encode()], &w)?;
         let reply = Frame::read(&stream, &w)?;
         match reply.kind {
             kind::LINK_OK => Ok(stream),
-            kind::REFUSED => Err(RuntimeError::Bootstrap(format!("rank {peer} refused the link: {}", reply.text()))),
-            k => Err(RuntimeError::Bootstrap(format!("unexpected frame kind {k} from rank {peer} during {what}"))),
+            kind::REFUSED => Err(RuntimeError::Bootstrap(format!(
+                "rank {peer} refused the link: {}",
+                reply.text()
+            ))),
+            k => Err(RuntimeError::Bootstrap(format!(
+                "unexpected frame kind {k} from rank {peer} during {what}"
+            ))),
         }
     }
 
@@ -232,9 +273,15 @@ impl Bootstrap {
     /// it up to the timeout.
     pub fn accept_link(&self, peer: u32, tag: u64) -> Result<TcpStream> {
         if peer >= self.n_ranks {
-            return Err(RuntimeError::Invalid(format!("rank {peer} is not in a group of {}", self.n_ranks)));
+            return Err(RuntimeError::Invalid(format!(
+                "rank {peer} is not in a group of {}",
+                self.n_ranks
+            )));
         }
-        let what = format!("rank {} waiting for a link from rank {peer} (tag {tag})", self.rank);
+        let what = format!(
+            "rank {} waiting for a link from rank {peer} (tag {tag})",
+            self.rank
+        );
         let w = Wait::new(Instant::now() + self.timeout, &self.abort, peer, &what);
         self.inbox.take((peer, tag), || w.check())
     }

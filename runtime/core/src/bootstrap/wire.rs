@@ -37,11 +37,19 @@ pub(crate) fn put_addr(out: &mut [u8], addr: &SocketAddr) {
 pub(crate) fn get_addr(b: &[u8]) -> std::result::Result<SocketAddr, String> {
     let port = u16::from_le_bytes([b[2], b[3]]);
     match b[0] {
-        4 => Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])), port)),
+        4 => Ok(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(b[4], b[5], b[6], b[7])),
+            port,
+        )),
         6 => {
             let ip: [u8; 16] = b[4..20].try_into().expect("16 bytes");
             let scope = u32::from_le_bytes(b[20..24].try_into().expect("4 bytes"));
-            Ok(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, scope)))
+            Ok(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(ip),
+                port,
+                0,
+                scope,
+            )))
         }
         f => Err(format!("unknown address family {f}")),
     }
@@ -107,14 +115,20 @@ impl Hello {
         }
         let version = u16::from_le_bytes([b[4], b[5]]);
         if version != VERSION {
-            return Err(format!("bootstrap protocol version {version}, expected {VERSION}"));
+            return Err(format!(
+                "bootstrap protocol version {version}, expected {VERSION}"
+            ));
         }
         let kind = match b[6] {
             1 => HelloKind::Join,
             2 => HelloKind::Link,
             k => return Err(format!("unknown connection kind {k}")),
         };
-        let addr = if b[56] == 0 { None } else { Some(get_addr(&b[56..80])?) };
+        let addr = if b[56] == 0 {
+            None
+        } else {
+            Some(get_addr(&b[56..80])?)
+        };
         Ok(Hello {
             kind,
             secret: b[8..40].try_into().expect("32 bytes"),
@@ -173,11 +187,18 @@ impl Frame {
         read_full(stream, &mut head, w)?;
         let len = u32_at(&head, 9) as usize;
         if len > MAX_FRAME {
-            return Err(RuntimeError::Bootstrap(format!("frame of {len} bytes while {}: corrupt stream", w.what)));
+            return Err(RuntimeError::Bootstrap(format!(
+                "frame of {len} bytes while {}: corrupt stream",
+                w.what
+            )));
         }
         let mut payload = vec![0u8; len];
         read_full(stream, &mut payload, w)?;
-        Ok(Frame { kind: head[0], seq: u64_at(&head, 1), payload })
+        Ok(Frame {
+            kind: head[0],
+            seq: u64_at(&head, 1),
+            payload,
+        })
     }
 
     pub fn text(&self) -> String {
@@ -213,7 +234,10 @@ pub(crate) fn decode_error(b: &[u8]) -> RuntimeError {
     match b[0] {
         0 => RuntimeError::PeerFailed { peer, reason: text },
         1 => RuntimeError::Mismatch(text),
-        2 => RuntimeError::Timeout { seconds, what: text },
+        2 => RuntimeError::Timeout {
+            seconds,
+            what: text,
+        },
         3 => RuntimeError::Aborted(text),
         _ => RuntimeError::Bootstrap(text),
     }

@@ -1,0 +1,105 @@
+//! The fabric of a rank that lives in its own process: agreement through the bootstrap,
+//! links as authenticated TCP streams made on first use and kept for later calls.
+
+use crate::bootstrap::Bootstrap;
+use crate::error::{Result, RuntimeError};
+use crate::fabric::Fabric;
+use crate::tcp_link::TcpLink;
+use crate::transport::Link;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+pub struct NetFabric {
+    boot: Bootstrap,
+    /// (sends?, peer, channel) → link.
+    links: Mutex<HashMap<(bool, u32, u32), Arc<TcpLink>>>,
+    reason: Mutex<Option<String>>,
+}
+
+impl NetFabric {
+    pub fn new(boot: Bootstrap) -> NetFabric {
+        NetFabric {
+            boot,
+            links: Mutex::new(HashMap::new()),
+            reason: Mutex::new(None),
+        }
+    }
+
+    fn link(&self, sends: bool, peer: u32, channel: u32, slots: u32) -> Result<Arc<dyn Link>> {
+        if let Some(l) = self.links.lock().unwrap().get(&(sends, peer, channel)) {
+            return Ok(l.clone());
+        }
+        // Made outside the lock: connecting waits for the peer's block thread.
+        let tag = u64::from(channel);
+        let link = if sends {
+            TcpLink::connect_sender(&self.boot, peer, tag, slots.max(1) as usize)?
+        } else {
+            TcpLink::accept_receiver(&self.boot, peer, tag)?
+        };
+        let link = Arc::new(link);
+        self.links
+            .lock()
+            .unwrap()
+            .insert((sends, peer, channel), link.clone());
+        Ok(link)
+    }
+}
+
+impl Fabric for NetFabric {
+    fn rank(&self) -> u32 {
+        self.boot.rank()
+    }
+
+    fn n_ranks(&self) -> u32 {
+        self.boot.n_ranks()
+    }
+
+    fn agree(&self, seq: u64, desc: &[u8], _deadline: Instant) -> Result<()> {
+        let mine = [&seq.to_le_bytes()[..], desc].concat();
+        let all = self.boot.allgather(&mine)?;
+        for (r, theirs) in all.iter().enumerate() {
+            if theirs != &mine {
+                let text = |b: &[u8]| String::from_utf8_lossy(b.get(8..).unwrap_or(b)).into_owned();
+                return Err(RuntimeError::Mismatch(format!(
+                    "rank {} made call #{seq} as {}, but rank {r} as {}",
+                    self.rank(),
+                    text(&mine),
+                    text(theirs)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn send_link(&self, peer: u32, channel: u32, slots: u32) -> Result<Arc<dyn Link>> {
+        self.link(true, peer, channel, slots)
+    }
+
+    fn recv_link(&self, peer: u32, channel: u32, slots: u32) -> Result<Arc<dyn Link>> {
+        self.link(false, peer, channel, slots)
+    }
+
+    fn abort(&self, reason: &str) {
+        self.reason.lock().unwrap().get_or_insert_with(|| reason.to_string());
+        self.boot.abort();
+        // Dropping the links closes their sockets, so peers blocked on us fail now
+        // instead of at their timeout.
+        self.links.lock().unwrap().clear();
+    }
+
+    fn aborted(&self) -> Option<String> {
+        if self.boot.abort_flag().load(Ordering::SeqCst) {
+            Some(
+                self.reason
+                    .lock()
+                    .unwrap()
+                    .clone()
+                    .unwrap_or_else(|| "aborted".into()),
+            )
+        } else {
+            None
+        }
+    }
+}
