@@ -82,7 +82,10 @@ impl Fabric for NetFabric {
     }
 
     fn abort(&self, reason: &str) {
-        self.reason.lock().unwrap().get_or_insert_with(|| reason.to_string());
+        self.reason
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| reason.to_string());
         self.boot.abort();
         // Dropping the links closes their sockets, so peers blocked on us fail now
         // instead of at their timeout.
@@ -100,6 +103,19 @@ impl Fabric for NetFabric {
             )
         } else {
             None
+        }
+    }
+}
+
+impl Drop for NetFabric {
+    /// A rank must not close its sockets while peers may still be reading what it sent
+    /// (closing with unread acknowledgements resets the connection and destroys data in
+    /// flight), so an orderly exit waits for every rank first. An aborted group skips it.
+    fn drop(&mut self) {
+        if self.aborted().is_none() {
+            if let Err(e) = self.boot.barrier() {
+                tracing::warn!("closing the communicator: the final barrier failed: {e}");
+            }
         }
     }
 }

@@ -13,7 +13,8 @@
 //! timeouts that checks the deadline and the abort flag, so a dead peer or an abort ends
 //! `send`/`recv` promptly. Any error leaves the link failed (the stream may be mid-frame):
 //! later calls return the same error, and the stream is shut down so the other end fails
-//! promptly too.
+//! promptly too. Dropping a healthy sender first waits briefly for the receiver to take
+//! what was sent (see the `Drop` impl), so "send returned" means the slice will arrive.
 
 use crate::bootstrap::io::{read_full, read_some, write_full, Wait};
 use crate::bootstrap::Bootstrap;
@@ -22,7 +23,10 @@ use crate::transport::Link;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long dropping a sender waits for the receiver to take the slices in flight.
+pub const DROP_LINGER: Duration = Duration::from_secs(1);
 
 const ACK: u8 = 0x06;
 const NAK: u8 = 0x15;
@@ -126,6 +130,22 @@ impl TcpLink {
         self.lock().in_flight
     }
 
+    /// Waits until the receiver has taken every slice sent so far (no-op on the
+    /// receiving end).
+    pub fn flush(&self, deadline: Instant) -> Result<()> {
+        if self.end == End::Receiver {
+            return Ok(());
+        }
+        self.guarded(|st| {
+            let what = format!("waiting for rank {} to take the slices sent", self.peer);
+            let w = Wait::new(deadline, &self.abort, self.peer, &what);
+            while st.in_flight > 0 {
+                self.read_acks(st, &w)?;
+            }
+            Ok(())
+        })
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -163,12 +183,14 @@ impl TcpLink {
                         u64::from_le_bytes(len)
                     )));
                 }
-                other => return Err(RuntimeError::PeerFailed {
-                    peer: self.peer,
-                    reason: format!(
+                other => {
+                    return Err(RuntimeError::PeerFailed {
+                        peer: self.peer,
+                        reason: format!(
                         "protocol violation: byte {other:#04x} where an acknowledgement belongs"
                     ),
-                }),
+                    })
+                }
             }
         }
         Ok(())
@@ -210,7 +232,7 @@ impl Link for TcpLink {
                 self.peer
             )));
         }
-        self.guarded(|_| {
+        self.guarded(|st| {
             let what = format!(
                 "receiving a slice of {} bytes from rank {}",
                 buf.len(),
@@ -231,8 +253,27 @@ impl Link for TcpLink {
                 )));
             }
             read_full(&self.stream, buf, &w)?;
-            write_full(&self.stream, &[&[ACK]], &w)
+            // The slice arrived intact; a sender that has already gone (it may drop its
+            // end once its last slice is taken) fails the next call, not this one.
+            if let Err(e) = write_full(&self.stream, &[&[ACK]], &w) {
+                st.failed = Some(e);
+            }
+            Ok(())
         })
+    }
+}
+
+impl Drop for TcpLink {
+    /// A healthy sender first waits (up to [`DROP_LINGER`], or until abort) for the
+    /// receiver to take what was sent: closing a socket with unread acknowledgements
+    /// resets the connection, which can discard slices still in flight, so a sender that
+    /// finishes before its receiver would otherwise cut off its own last slices.
+    fn drop(&mut self) {
+        let healthy = self.lock().failed.is_none();
+        if healthy && self.in_flight() > 0 {
+            let _ = self.flush(Instant::now() + DROP_LINGER);
+        }
+        let _ = self.stream.shutdown(Shutdown::Write);
     }
 }
 

@@ -243,7 +243,11 @@ fn abort_ends_a_blocked_join() {
 
 /// Deterministic sizes from 0 to ~70 KB and contents that identify the slice.
 fn slice(i: usize) -> Vec<u8> {
-    let len = if i.is_multiple_of(10) { 0 } else { (i * 7919) % 70_000 };
+    let len = if i.is_multiple_of(10) {
+        0
+    } else {
+        (i * 7919) % 70_000
+    };
     (0..len).map(|j| (i * 31 + j) as u8).collect()
 }
 

@@ -1,0 +1,115 @@
+//! Ranks in separate processes over loopback, started the way torchrun starts them
+//! (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, plus BRAID_SECRET): correct results,
+//! a killed rank turns into errors on the others, and a process without the secret is
+//! refused.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn secret(seed: u8) -> String {
+    (0..32).map(|i| format!("{:02x}", (i as u8).wrapping_mul(31).wrapping_add(seed))).collect()
+}
+
+fn spawn_rank(rank: u32, world: u32, port: u16, secret: &str, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_braid"))
+        .arg("rank")
+        .args(args)
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", rank.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("BRAID_SECRET", secret)
+        .env("BRAID_TIMEOUT", "10")
+        .env_remove("BRAID_DEBUG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+struct Done {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn wait(child: Child) -> Done {
+    let out = child.wait_with_output().unwrap();
+    Done {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn four_processes_run_every_collective_correctly() {
+    for (collective, extra) in [
+        ("allreduce", vec!["--dtype", "bf16", "--op", "max"]),
+        ("allgather", vec!["--dtype", "i32"]),
+        ("reduce_scatter", vec!["--op", "prod", "--dtype", "f64"]),
+        ("broadcast", vec!["--root", "2"]),
+        ("reduce", vec!["--root", "3", "--op", "avg"]),
+        ("alltoall", vec!["--dtype", "u8"]),
+    ] {
+        let port = free_port();
+        let s = secret(1);
+        let mut args = vec![collective, "--topo", "nvswitch:4", "--size", "100003", "--iters", "2"];
+        args.extend(extra);
+        let children: Vec<Child> = (0..4).map(|r| spawn_rank(r, 4, port, &s, &args)).collect();
+        for (r, c) in children.into_iter().enumerate() {
+            let d = wait(c);
+            assert_eq!(d.code, 0, "{collective} rank {r}: {}{}", d.stdout, d.stderr);
+            assert_eq!(d.stdout.matches(": correct;").count(), 2, "{collective} rank {r}: {}", d.stdout);
+        }
+    }
+}
+
+#[test]
+fn killing_one_rank_mid_collective_fails_the_others_promptly() {
+    let port = free_port();
+    let s = secret(2);
+    let args = ["allreduce", "--topo", "nvswitch:4", "--size", "256K", "--iters", "100000"];
+    let mut children: Vec<Child> = (0..4).map(|r| spawn_rank(r, 4, port, &s, &args)).collect();
+    // Wait until rank 0 has completed a few collectives, so the kill lands mid-job.
+    let mut stdout = std::io::BufReader::new(children[0].stdout.take().unwrap());
+    let mut first_lines = String::new();
+    for _ in 0..3 {
+        std::io::BufRead::read_line(&mut stdout, &mut first_lines).unwrap();
+    }
+    assert!(first_lines.contains("correct"), "{first_lines}");
+    children[2].kill().unwrap();
+    let killed_at = Instant::now();
+    for (r, c) in children.into_iter().enumerate() {
+        let d = wait(c);
+        if r == 2 {
+            continue;
+        }
+        assert_eq!(d.code, 3, "rank {r} must fail with a run-time error:\n{}{}", d.stdout, d.stderr);
+        assert!(d.stderr.contains("error: rank"), "rank {r}: {}", d.stderr);
+    }
+    let took = killed_at.elapsed();
+    assert!(took < Duration::from_secs(10 + 5), "survivors took {took:?}: more than the timeout");
+}
+
+#[test]
+fn a_process_without_the_secret_is_refused() {
+    let port = free_port();
+    let good = secret(3);
+    let args = ["allreduce", "--topo", "nvswitch:2", "--size", "64K"];
+    let rank0 = spawn_rank(0, 2, port, &good, &args);
+    std::thread::sleep(Duration::from_millis(300));
+    let intruder = wait(spawn_rank(1, 2, port, &secret(99), &args));
+    assert_eq!(intruder.code, 3, "{}{}", intruder.stdout, intruder.stderr);
+    assert!(intruder.stderr.to_lowercase().contains("refused") || intruder.stderr.contains("secret"), "{}", intruder.stderr);
+    // The real rank 1 still joins and the job completes.
+    let rank1 = wait(spawn_rank(1, 2, port, &good, &args));
+    let rank0 = wait(rank0);
+    assert_eq!(rank0.code, 0, "{}{}", rank0.stdout, rank0.stderr);
+    assert_eq!(rank1.code, 0, "{}{}", rank1.stdout, rank1.stderr);
+}
