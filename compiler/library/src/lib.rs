@@ -14,12 +14,15 @@ use std::sync::{Arc, Mutex};
 
 include!(concat!(env!("OUT_DIR"), "/sources.rs"));
 
+/// Compiled plans per (collective, root).
+type PlanCache = HashMap<(Collective, Option<u32>), Vec<Arc<Plan>>>;
+
 /// The library for one topology.
 pub struct Library {
     topo: Topology,
     shape: Shape,
     files: Vec<(SourceFile, ast::File)>,
-    cache: Mutex<HashMap<(Collective, Option<u32>), Vec<Arc<Plan>>>>,
+    cache: Mutex<PlanCache>,
 }
 
 impl Library {

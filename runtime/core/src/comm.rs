@@ -100,6 +100,14 @@ impl Communicator {
         self.fabric.rank()
     }
 
+    pub(crate) fn fabric(&self) -> &dyn Fabric {
+        self.fabric.as_ref()
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub fn n_ranks(&self) -> u32 {
         self.fabric.n_ranks()
     }

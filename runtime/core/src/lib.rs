@@ -15,6 +15,7 @@ pub mod fabric;
 pub mod geometry;
 pub mod launcher;
 pub mod net_fabric;
+pub mod p2p;
 pub mod reduce;
 pub mod reference;
 pub mod registry;

@@ -108,13 +108,19 @@ impl Fabric for NetFabric {
 }
 
 impl Drop for NetFabric {
-    /// A rank must not close its sockets while peers may still be reading what it sent
-    /// (closing with unread acknowledgements resets the connection and destroys data in
-    /// flight), so an orderly exit waits for every rank first. An aborted group skips it.
+    /// Closing a socket whose peer still sends acknowledgements resets the connection and
+    /// destroys data in flight, so before closing, every sending link waits (up to the
+    /// timeout) until its receiver has taken everything. An aborted group skips it.
     fn drop(&mut self) {
-        if self.aborted().is_none() {
-            if let Err(e) = self.boot.barrier() {
-                tracing::warn!("closing the communicator: the final barrier failed: {e}");
+        if self.aborted().is_some() {
+            return;
+        }
+        let deadline = Instant::now() + self.boot.timeout();
+        for ((sends, peer, _), link) in self.links.lock().unwrap().iter() {
+            if *sends {
+                if let Err(e) = link.flush(deadline) {
+                    tracing::warn!("closing the link to rank {peer}: {e}");
+                }
             }
         }
     }

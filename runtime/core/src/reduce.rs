@@ -12,58 +12,61 @@
 //! the same bits as native half-precision arithmetic (no double-rounding error).
 
 use crate::dtype::{DType, RedOp};
-use half::{bf16, f16};
 
-/// One element type: how it is stored and how NCCL combines two of them.
-trait Element: Copy {
+/// One element type: how it is stored and how NCCL combines two of them. Arithmetic runs
+/// on `Acc`, the type NCCL computes in (`f32` for the half types, else the type itself);
+/// storing an `Acc` rounds it back.
+trait Element {
     /// Bytes per element.
     const SIZE: usize;
+    type Acc: Copy + Default;
     /// Reads one element from exactly `SIZE` bytes.
-    fn load(bytes: &[u8]) -> Self;
+    fn load(bytes: &[u8]) -> Self::Acc;
     /// Writes one element into exactly `SIZE` bytes.
-    fn store(self, bytes: &mut [u8]);
-    fn sum(self, other: Self) -> Self;
-    fn prod(self, other: Self) -> Self;
-    fn min(self, other: Self) -> Self;
-    fn max(self, other: Self) -> Self;
+    fn store(v: Self::Acc, bytes: &mut [u8]);
+    fn sum(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn prod(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn min(a: Self::Acc, b: Self::Acc) -> Self::Acc;
+    fn max(a: Self::Acc, b: Self::Acc) -> Self::Acc;
     /// `avg`'s final step on a sum of `n` contributions (NCCL: integers divide with
     /// truncation toward zero; floats multiply by `1/n` rounded to the element type).
-    fn average(self, n: u32) -> Self;
+    fn average(x: Self::Acc, n: u32) -> Self::Acc;
 }
 
 macro_rules! int_element {
     ($($t:ty => $wide:ty),*) => {$(
         impl Element for $t {
             const SIZE: usize = std::mem::size_of::<$t>();
+            type Acc = $t;
             #[inline(always)]
-            fn load(bytes: &[u8]) -> Self {
+            fn load(bytes: &[u8]) -> $t {
                 <$t>::from_ne_bytes(bytes.try_into().unwrap())
             }
             #[inline(always)]
-            fn store(self, bytes: &mut [u8]) {
-                bytes.copy_from_slice(&self.to_ne_bytes());
+            fn store(v: $t, bytes: &mut [u8]) {
+                bytes.copy_from_slice(&v.to_ne_bytes());
             }
             #[inline(always)]
-            fn sum(self, other: Self) -> Self {
-                self.wrapping_add(other)
+            fn sum(a: $t, b: $t) -> $t {
+                a.wrapping_add(b)
             }
             #[inline(always)]
-            fn prod(self, other: Self) -> Self {
-                self.wrapping_mul(other)
+            fn prod(a: $t, b: $t) -> $t {
+                a.wrapping_mul(b)
             }
             #[inline(always)]
-            fn min(self, other: Self) -> Self {
-                Ord::min(self, other)
+            fn min(a: $t, b: $t) -> $t {
+                Ord::min(a, b)
             }
             #[inline(always)]
-            fn max(self, other: Self) -> Self {
-                Ord::max(self, other)
+            fn max(a: $t, b: $t) -> $t {
+                Ord::max(a, b)
             }
             /// NCCL's `SumPostDiv`: the (wrapped) sum divided by `n` in the element's
             /// signedness, truncating toward zero. Widening first keeps `n` > `T::MAX` right.
             #[inline(always)]
-            fn average(self, n: u32) -> Self {
-                (<$wide>::from(self) / <$wide>::from(n)) as $t
+            fn average(x: $t, n: u32) -> $t {
+                (<$wide>::from(x) / <$wide>::from(n)) as $t
             }
         }
     )*};
@@ -75,35 +78,36 @@ macro_rules! float_element {
     ($($t:ty),*) => {$(
         impl Element for $t {
             const SIZE: usize = std::mem::size_of::<$t>();
+            type Acc = $t;
             #[inline(always)]
-            fn load(bytes: &[u8]) -> Self {
+            fn load(bytes: &[u8]) -> $t {
                 <$t>::from_ne_bytes(bytes.try_into().unwrap())
             }
             #[inline(always)]
-            fn store(self, bytes: &mut [u8]) {
-                bytes.copy_from_slice(&self.to_ne_bytes());
+            fn store(v: $t, bytes: &mut [u8]) {
+                bytes.copy_from_slice(&v.to_ne_bytes());
             }
             #[inline(always)]
-            fn sum(self, other: Self) -> Self {
-                self + other
+            fn sum(a: $t, b: $t) -> $t {
+                a + b
             }
             #[inline(always)]
-            fn prod(self, other: Self) -> Self {
-                self * other
+            fn prod(a: $t, b: $t) -> $t {
+                a * b
             }
             /// Like CUDA's `fminf`: a NaN loses to a number.
             #[inline(always)]
-            fn min(self, other: Self) -> Self {
-                <$t>::min(self, other)
+            fn min(a: $t, b: $t) -> $t {
+                a.min(b)
             }
             #[inline(always)]
-            fn max(self, other: Self) -> Self {
-                <$t>::max(self, other)
+            fn max(a: $t, b: $t) -> $t {
+                a.max(b)
             }
             /// NCCL's scale is `1.0/n` computed in double and rounded to the element type.
             #[inline(always)]
-            fn average(self, n: u32) -> Self {
-                self * ((1.0 / f64::from(n)) as $t)
+            fn average(x: $t, n: u32) -> $t {
+                x * ((1.0 / f64::from(n)) as $t)
             }
         }
     )*};
@@ -111,84 +115,92 @@ macro_rules! float_element {
 
 float_element!(f32, f64);
 
+/// `f16`: IEEE binary16, stored as its bits; arithmetic in `f32`.
+struct F16;
+/// `bf16`: the top half of an `f32`; arithmetic in `f32`.
+struct Bf16;
+
 macro_rules! half_element {
-    ($($t:ty),*) => {$(
+    ($($t:ty: $to_f32:path, $from_f32:path);*) => {$(
         impl Element for $t {
             const SIZE: usize = 2;
+            type Acc = f32;
             #[inline(always)]
-            fn load(bytes: &[u8]) -> Self {
-                <$t>::from_bits(u16::from_ne_bytes(bytes.try_into().unwrap()))
+            fn load(bytes: &[u8]) -> f32 {
+                $to_f32(u16::from_ne_bytes(bytes.try_into().unwrap()))
             }
             #[inline(always)]
-            fn store(self, bytes: &mut [u8]) {
-                bytes.copy_from_slice(&self.to_bits().to_ne_bytes());
+            fn store(v: f32, bytes: &mut [u8]) {
+                bytes.copy_from_slice(&$from_f32(v).to_ne_bytes());
             }
             #[inline(always)]
-            fn sum(self, other: Self) -> Self {
-                <$t>::from_f32(self.to_f32() + other.to_f32())
+            fn sum(a: f32, b: f32) -> f32 {
+                a + b
             }
             #[inline(always)]
-            fn prod(self, other: Self) -> Self {
-                <$t>::from_f32(self.to_f32() * other.to_f32())
+            fn prod(a: f32, b: f32) -> f32 {
+                a * b
             }
             #[inline(always)]
-            fn min(self, other: Self) -> Self {
-                <$t>::from_f32(self.to_f32().min(other.to_f32()))
+            fn min(a: f32, b: f32) -> f32 {
+                a.min(b)
             }
             #[inline(always)]
-            fn max(self, other: Self) -> Self {
-                <$t>::from_f32(self.to_f32().max(other.to_f32()))
+            fn max(a: f32, b: f32) -> f32 {
+                a.max(b)
             }
             /// NCCL: `__float2half(float(1.0/n))` (likewise bf16), then a half multiply.
             #[inline(always)]
-            fn average(self, n: u32) -> Self {
-                let scale = <$t>::from_f32((1.0 / f64::from(n)) as f32);
-                <$t>::from_f32(self.to_f32() * scale.to_f32())
+            fn average(x: f32, n: u32) -> f32 {
+                x * $to_f32($from_f32((1.0 / f64::from(n)) as f32))
             }
         }
     )*};
 }
 
-half_element!(f16, bf16);
+half_element!(
+    F16: halfbits::f16_to_f32, halfbits::f32_to_f16;
+    Bf16: halfbits::bf16_to_f32, halfbits::f32_to_bf16
+);
 
 /// `dst[i] = f(dst[i], src[i])` over whole elements.
 #[inline(always)]
-fn zip_into<T: Element>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T) {
+fn zip_into<T: Element>(dst: &mut [u8], src: &[u8], f: impl Fn(T::Acc, T::Acc) -> T::Acc) {
     for (d, s) in dst.chunks_exact_mut(T::SIZE).zip(src.chunks_exact(T::SIZE)) {
-        f(T::load(d), T::load(s)).store(d);
+        T::store(f(T::load(d), T::load(s)), d);
     }
 }
 
 /// `dst[i] = f(a[i], b[i])` over whole elements.
 #[inline(always)]
-fn zip_pair<T: Element>(dst: &mut [u8], a: &[u8], b: &[u8], f: impl Fn(T, T) -> T) {
+fn zip_pair<T: Element>(dst: &mut [u8], a: &[u8], b: &[u8], f: impl Fn(T::Acc, T::Acc) -> T::Acc) {
     let ab = a.chunks_exact(T::SIZE).zip(b.chunks_exact(T::SIZE));
     for (d, (x, y)) in dst.chunks_exact_mut(T::SIZE).zip(ab) {
-        f(T::load(x), T::load(y)).store(d);
+        T::store(f(T::load(x), T::load(y)), d);
     }
 }
 
 fn into_typed<T: Element>(op: RedOp, dst: &mut [u8], src: &[u8]) {
     match op {
-        RedOp::Sum | RedOp::Avg => zip_into(dst, src, T::sum),
-        RedOp::Prod => zip_into(dst, src, T::prod),
-        RedOp::Min => zip_into(dst, src, T::min),
-        RedOp::Max => zip_into(dst, src, T::max),
+        RedOp::Sum | RedOp::Avg => zip_into::<T>(dst, src, T::sum),
+        RedOp::Prod => zip_into::<T>(dst, src, T::prod),
+        RedOp::Min => zip_into::<T>(dst, src, T::min),
+        RedOp::Max => zip_into::<T>(dst, src, T::max),
     }
 }
 
 fn pair_typed<T: Element>(op: RedOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
     match op {
-        RedOp::Sum | RedOp::Avg => zip_pair(dst, a, b, T::sum),
-        RedOp::Prod => zip_pair(dst, a, b, T::prod),
-        RedOp::Min => zip_pair(dst, a, b, T::min),
-        RedOp::Max => zip_pair(dst, a, b, T::max),
+        RedOp::Sum | RedOp::Avg => zip_pair::<T>(dst, a, b, T::sum),
+        RedOp::Prod => zip_pair::<T>(dst, a, b, T::prod),
+        RedOp::Min => zip_pair::<T>(dst, a, b, T::min),
+        RedOp::Max => zip_pair::<T>(dst, a, b, T::max),
     }
 }
 
 fn avg_typed<T: Element>(buf: &mut [u8], n: u32) {
     for e in buf.chunks_exact_mut(T::SIZE) {
-        T::load(e).average(n).store(e);
+        T::store(T::average(T::load(e), n), e);
     }
 }
 
@@ -196,8 +208,8 @@ fn avg_typed<T: Element>(buf: &mut [u8], n: u32) {
 macro_rules! with_type {
     ($dtype:expr, $f:ident($($arg:expr),*)) => {
         match $dtype {
-            DType::F16 => $f::<f16>($($arg),*),
-            DType::Bf16 => $f::<bf16>($($arg),*),
+            DType::F16 => $f::<F16>($($arg),*),
+            DType::Bf16 => $f::<Bf16>($($arg),*),
             DType::F32 => $f::<f32>($($arg),*),
             DType::F64 => $f::<f64>($($arg),*),
             DType::I8 => $f::<i8>($($arg),*),
@@ -257,4 +269,72 @@ pub fn finish_avg(dtype: DType, buf: &mut [u8], n: u32) {
     assert!(n > 0, "finish_avg: n must be at least 1");
     check_len(dtype, "finish_avg buf", buf.len(), buf.len());
     with_type!(dtype, avg_typed(buf, n))
+}
+
+/// Branch-free conversions between the 16-bit float formats and `f32`, written so that the
+/// compiler vectorises them inside the kernels (the `half` crate's scalar conversions go
+/// through run-time CPU detection per element, several times slower). All round to nearest,
+/// ties to even, as CUDA's `__float2half_rn` and `__float2bfloat16_rn` do.
+mod halfbits {
+    /// binary16 bits to `f32`, exactly.
+    #[inline(always)]
+    pub fn f16_to_f32(h: u16) -> f32 {
+        let h = u32::from(h);
+        let sign = (h & 0x8000) << 16;
+        let exp = h & 0x7c00;
+        let man = h & 0x03ff;
+        let bits = if exp == 0x7c00 {
+            // Infinity or NaN: all-ones exponent, payload kept.
+            0x7f80_0000 | (man << 13)
+        } else if exp == 0 {
+            // Zero or subnormal: man * 2^-24, exact in f32 (man < 2^10).
+            (man as f32 * (1.0 / 16_777_216.0)).to_bits()
+        } else {
+            // Normal: rebias the exponent from 15 to 127.
+            ((h & 0x7fff) << 13) + ((127 - 15) << 23)
+        };
+        f32::from_bits(sign | bits)
+    }
+
+    /// `f32` to binary16 bits, rounding to nearest even; NaNs stay NaN (quiet, payload's
+    /// top bits kept), overflow gives infinity.
+    #[inline(always)]
+    pub fn f32_to_f16(f: f32) -> u16 {
+        let x = f.to_bits();
+        let sign = (x >> 16) & 0x8000;
+        let a = x & 0x7fff_ffff;
+        let bits = if a > 0x7f80_0000 {
+            0x7e00 | ((a >> 13) & 0x03ff)
+        } else if a >= 0x4780_0000 {
+            // |f| >= 2^16 (or infinite): beyond the largest half even after rounding.
+            0x7c00
+        } else if a < 0x3880_0000 {
+            // |f| < 2^-14, a subnormal half: adding 0.5 puts the f32 ulp at 2^-24, the
+            // subnormal spacing, so the FPU's own rounding does round-to-nearest-even.
+            (f32::from_bits(a) + 0.5).to_bits() - 0.5f32.to_bits()
+        } else {
+            // Normal: drop 13 mantissa bits rounding to nearest even (a carry into the
+            // exponent is the right answer, up to infinity), then rebias 127 -> 15.
+            let rounded = a + 0x0fff + ((a >> 13) & 1);
+            (rounded >> 13) - ((127 - 15) << 10)
+        };
+        (sign | bits) as u16
+    }
+
+    /// bfloat16 bits to `f32`, exactly: they are its top half.
+    #[inline(always)]
+    pub fn bf16_to_f32(h: u16) -> f32 {
+        f32::from_bits(u32::from(h) << 16)
+    }
+
+    /// `f32` to bfloat16 bits, rounding to nearest even; NaNs stay NaN (quiet).
+    #[inline(always)]
+    pub fn f32_to_bf16(f: f32) -> u16 {
+        let x = f.to_bits();
+        if x & 0x7fff_ffff > 0x7f80_0000 {
+            ((x >> 16) | 0x0040) as u16
+        } else {
+            ((x + 0x7fff + ((x >> 16) & 1)) >> 16) as u16
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! 1. only plans for this collective, rank count, root, and call mode;
 //! 2. user plans (files, `BRAID_PLANS`) before shipped ones, in registration order;
 //! 3. among shipped plans, the preference list of [`preference`] for the message size.
+//!
 //! Every plan passed over is logged with its reason at `BRAID_DEBUG=INFO`.
 
 use crate::error::{Result, RuntimeError};

@@ -53,19 +53,31 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
                 .plans(collective, root)
                 .into_iter()
                 .find(|p| &p.name == name)
-                .ok_or_else(|| CliError::Input(format!("error: no shipped {collective} algorithm `{name}` applies to {}", args.topo)))?;
-            r.add((*plan).clone(), Origin::User(name.clone())).map_err(|e| CliError::Input(format!("error: {e}")))?;
+                .ok_or_else(|| {
+                    CliError::Input(format!(
+                        "error: no shipped {collective} algorithm `{name}` applies to {}",
+                        args.topo
+                    ))
+                })?;
+            r.add((*plan).clone(), Origin::User(name.clone()))
+                .map_err(|e| CliError::Input(format!("error: {e}")))?;
             r
         }
     };
-    registry.add_env().map_err(|e| CliError::Input(format!("error: {e}")))?;
+    registry
+        .add_env()
+        .map_err(|e| CliError::Input(format!("error: {e}")))?;
     let timeout = timeout_from_env();
     let comm = Communicator::from_launch_env(Arc::new(registry), timeout)
         .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;
     let (rank, n) = (comm.rank(), comm.n_ranks());
     let e = args.dtype.size();
     let elems = (args.size / e as u64) as usize;
-    let count = if collective.has_k() { elems / n as usize } else { elems };
+    let count = if collective.has_k() {
+        elems / n as usize
+    } else {
+        elems
+    };
     let nn = n as usize;
     let (in_elems, out_elems) = match collective {
         Collective::Allgather => (count, nn * count),
@@ -83,13 +95,27 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
             .collect();
         let mut recv = vec![0u8; out_elems * e];
         let start = Instant::now();
-        comm.call(collective, Buffers::OutOfPlace { send: &inputs[rank as usize], recv: &mut recv }, count, args.dtype, args.op, root)
-            .map_err(|e| CliError::Runtime(format!("error: rank {rank}: {e}")))?;
+        comm.call(
+            collective,
+            Buffers::OutOfPlace {
+                send: &inputs[rank as usize],
+                recv: &mut recv,
+            },
+            count,
+            args.dtype,
+            args.op,
+            root,
+        )
+        .map_err(|e| CliError::Runtime(format!("error: rank {rank}: {e}")))?;
         let ms = start.elapsed().as_secs_f64() * 1e3;
         if count > 0 {
-            if let Some(expected) = &reference(collective, args.dtype, args.op, root, &inputs)[rank as usize] {
+            if let Some(expected) =
+                &reference(collective, args.dtype, args.op, root, &inputs)[rank as usize]
+            {
                 if let Some((i, want, got)) = first_mismatch(args.dtype, expected, &recv) {
-                    return Err(CliError::Input(format!("error: rank {rank}: element {i}: expected {want}, got {got}")));
+                    return Err(CliError::Input(format!(
+                        "error: rank {rank}: element {i}: expected {want}, got {got}"
+                    )));
                 }
             }
         }

@@ -1,15 +1,15 @@
 //! `braid`: compile, verify and run collective algorithms (cli.md).
 
 mod cmd_check;
-mod cmd_rank;
-mod plans;
 mod cmd_compile;
+mod cmd_rank;
 mod cmd_run;
 mod cmd_topo;
 mod cmd_verify;
 mod error;
 mod logging;
 mod output;
+mod plans;
 mod sizes;
 mod source;
 mod topo_arg;

@@ -16,7 +16,9 @@ fn ring_registry(n: u32) -> Arc<Registry> {
     let registry = Registry::new();
     for p in lib.plans(Collective::Allreduce, None) {
         if p.name == "ring_allreduce" {
-            registry.add((*p).clone(), Origin::User("ring".into())).unwrap();
+            registry
+                .add((*p).clone(), Origin::User("ring".into()))
+                .unwrap();
         }
     }
     let _ = Shape::single_node(n);
@@ -26,10 +28,14 @@ fn ring_registry(n: u32) -> Arc<Registry> {
 /// Runs `f(rank, comm)` on one thread per rank and returns each rank's result.
 fn on_all<T: Send>(comms: &[Communicator], f: impl Fn(u32, &Communicator) -> T + Sync) -> Vec<T> {
     std::thread::scope(|s| {
-        let hs: Vec<_> = comms.iter().enumerate().map(|(r, c)| {
-            let f = &f;
-            s.spawn(move || f(r as u32, c))
-        }).collect();
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let f = &f;
+                s.spawn(move || f(r as u32, c))
+            })
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
 }
@@ -37,13 +43,23 @@ fn on_all<T: Send>(comms: &[Communicator], f: impl Fn(u32, &Communicator) -> T +
 fn allreduce(comm: &Communicator, count: usize) -> Result<(), RuntimeError> {
     let send = vec![1u8; count * 4];
     let mut recv = vec![0u8; count * 4];
-    comm.all_reduce(Buffers::OutOfPlace { send: &send, recv: &mut recv }, count, DType::F32, RedOp::Sum)
+    comm.all_reduce(
+        Buffers::OutOfPlace {
+            send: &send,
+            recv: &mut recv,
+        },
+        count,
+        DType::F32,
+        RedOp::Sum,
+    )
 }
 
 #[test]
 fn a_mismatched_count_fails_on_every_rank() {
     let comms = Communicator::create_local(4, ring_registry(4), Duration::from_secs(10));
-    let results = on_all(&comms, |r, c| allreduce(c, if r == 2 { 1000 } else { 1024 }));
+    let results = on_all(&comms, |r, c| {
+        allreduce(c, if r == 2 { 1000 } else { 1024 })
+    });
     for (r, res) in results.iter().enumerate() {
         match res {
             Err(RuntimeError::Mismatch(m)) => assert!(m.contains("count="), "rank {r}: {m}"),
@@ -61,12 +77,33 @@ fn a_mismatched_dtype_or_collective_fails_on_every_rank() {
         let send = vec![0u8; 3 * 64 * 8];
         let mut recv = vec![0u8; 3 * 64 * 8];
         if r == 1 {
-            c.all_reduce(Buffers::OutOfPlace { send: &send, recv: &mut recv }, 64, DType::F64, RedOp::Sum)
+            c.all_reduce(
+                Buffers::OutOfPlace {
+                    send: &send,
+                    recv: &mut recv,
+                },
+                64,
+                DType::F64,
+                RedOp::Sum,
+            )
         } else {
-            c.all_reduce(Buffers::OutOfPlace { send: &send, recv: &mut recv }, 64, DType::F32, RedOp::Sum)
+            c.all_reduce(
+                Buffers::OutOfPlace {
+                    send: &send,
+                    recv: &mut recv,
+                },
+                64,
+                DType::F32,
+                RedOp::Sum,
+            )
         }
     });
-    assert!(results.iter().all(|r| matches!(r, Err(RuntimeError::Mismatch(_)))), "{results:?}");
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(RuntimeError::Mismatch(_)))),
+        "{results:?}"
+    );
 }
 
 #[test]
@@ -74,12 +111,22 @@ fn a_rank_that_never_calls_makes_the_others_time_out() {
     let timeout = Duration::from_millis(800);
     let comms = Communicator::create_local(3, ring_registry(3), timeout);
     let start = Instant::now();
-    let results = on_all(&comms, |r, c| if r == 1 { Ok(()) } else { allreduce(c, 4096) });
+    let results = on_all(
+        &comms,
+        |r, c| if r == 1 { Ok(()) } else { allreduce(c, 4096) },
+    );
     let elapsed = start.elapsed();
     for r in [0usize, 2] {
-        assert!(matches!(results[r], Err(RuntimeError::Timeout { .. })), "rank {r}: {:?}", results[r]);
+        assert!(
+            matches!(results[r], Err(RuntimeError::Timeout { .. })),
+            "rank {r}: {:?}",
+            results[r]
+        );
     }
-    assert!(elapsed < timeout + Duration::from_secs(3), "took {elapsed:?}");
+    assert!(
+        elapsed < timeout + Duration::from_secs(3),
+        "took {elapsed:?}"
+    );
 }
 
 #[test]
@@ -104,7 +151,10 @@ fn aborting_one_rank_mid_collective_ends_the_call_everywhere() {
             other => panic!("rank {r}: expected an abort, got {other:?}"),
         }
     }
-    assert!(elapsed < Duration::from_secs(10), "the abort took {elapsed:?}: it must not wait for the timeout");
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "the abort took {elapsed:?}: it must not wait for the timeout"
+    );
 }
 
 #[test]
@@ -125,7 +175,18 @@ fn short_buffers_are_refused_before_anything_runs() {
     let send = vec![0u8; 10];
     let mut recv = vec![0u8; 100];
     let err = comms[0]
-        .all_reduce(Buffers::OutOfPlace { send: &send, recv: &mut recv }, 16, DType::F32, RedOp::Sum)
+        .all_reduce(
+            Buffers::OutOfPlace {
+                send: &send,
+                recv: &mut recv,
+            },
+            16,
+            DType::F32,
+            RedOp::Sum,
+        )
         .unwrap_err();
-    assert!(matches!(err, RuntimeError::Invalid(ref m) if m.contains("send buffer has 10 bytes")), "{err}");
+    assert!(
+        matches!(err, RuntimeError::Invalid(ref m) if m.contains("send buffer has 10 bytes")),
+        "{err}"
+    );
 }

@@ -7,11 +7,17 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn secret(seed: u8) -> String {
-    (0..32).map(|i| format!("{:02x}", (i as u8).wrapping_mul(31).wrapping_add(seed))).collect()
+    (0..32)
+        .map(|i| format!("{:02x}", (i as u8).wrapping_mul(31).wrapping_add(seed)))
+        .collect()
 }
 
 fn spawn_rank(rank: u32, world: u32, port: u16, secret: &str, args: &[&str]) -> Child {
@@ -59,13 +65,26 @@ fn four_processes_run_every_collective_correctly() {
     ] {
         let port = free_port();
         let s = secret(1);
-        let mut args = vec![collective, "--topo", "nvswitch:4", "--size", "100003", "--iters", "2"];
+        let mut args = vec![
+            collective,
+            "--topo",
+            "nvswitch:4",
+            "--size",
+            "100003",
+            "--iters",
+            "2",
+        ];
         args.extend(extra);
         let children: Vec<Child> = (0..4).map(|r| spawn_rank(r, 4, port, &s, &args)).collect();
         for (r, c) in children.into_iter().enumerate() {
             let d = wait(c);
             assert_eq!(d.code, 0, "{collective} rank {r}: {}{}", d.stdout, d.stderr);
-            assert_eq!(d.stdout.matches(": correct;").count(), 2, "{collective} rank {r}: {}", d.stdout);
+            assert_eq!(
+                d.stdout.matches(": correct;").count(),
+                2,
+                "{collective} rank {r}: {}",
+                d.stdout
+            );
         }
     }
 }
@@ -74,7 +93,15 @@ fn four_processes_run_every_collective_correctly() {
 fn killing_one_rank_mid_collective_fails_the_others_promptly() {
     let port = free_port();
     let s = secret(2);
-    let args = ["allreduce", "--topo", "nvswitch:4", "--size", "256K", "--iters", "100000"];
+    let args = [
+        "allreduce",
+        "--topo",
+        "nvswitch:4",
+        "--size",
+        "256K",
+        "--iters",
+        "100000",
+    ];
     let mut children: Vec<Child> = (0..4).map(|r| spawn_rank(r, 4, port, &s, &args)).collect();
     // Wait until rank 0 has completed a few collectives, so the kill lands mid-job.
     let mut stdout = std::io::BufReader::new(children[0].stdout.take().unwrap());
@@ -90,11 +117,18 @@ fn killing_one_rank_mid_collective_fails_the_others_promptly() {
         if r == 2 {
             continue;
         }
-        assert_eq!(d.code, 3, "rank {r} must fail with a run-time error:\n{}{}", d.stdout, d.stderr);
+        assert_eq!(
+            d.code, 3,
+            "rank {r} must fail with a run-time error:\n{}{}",
+            d.stdout, d.stderr
+        );
         assert!(d.stderr.contains("error: rank"), "rank {r}: {}", d.stderr);
     }
     let took = killed_at.elapsed();
-    assert!(took < Duration::from_secs(10 + 5), "survivors took {took:?}: more than the timeout");
+    assert!(
+        took < Duration::from_secs(10 + 5),
+        "survivors took {took:?}: more than the timeout"
+    );
 }
 
 #[test]
@@ -106,7 +140,11 @@ fn a_process_without_the_secret_is_refused() {
     std::thread::sleep(Duration::from_millis(300));
     let intruder = wait(spawn_rank(1, 2, port, &secret(99), &args));
     assert_eq!(intruder.code, 3, "{}{}", intruder.stdout, intruder.stderr);
-    assert!(intruder.stderr.to_lowercase().contains("refused") || intruder.stderr.contains("secret"), "{}", intruder.stderr);
+    assert!(
+        intruder.stderr.to_lowercase().contains("refused") || intruder.stderr.contains("secret"),
+        "{}",
+        intruder.stderr
+    );
     // The real rank 1 still joins and the job completes.
     let rank1 = wait(spawn_rank(1, 2, port, &good, &args));
     let rank0 = wait(rank0);

@@ -20,7 +20,14 @@ fn topologies() -> Vec<String> {
 }
 
 /// Runs one call on every rank; returns each rank's output (None where it has none).
-fn run(plan: &Plan, dtype: DType, op: RedOp, count: usize, mode: Mode, seed: u64) -> Result<(), String> {
+fn run(
+    plan: &Plan,
+    dtype: DType,
+    op: RedOp,
+    count: usize,
+    mode: Mode,
+    seed: u64,
+) -> Result<(), String> {
     let n = plan.n_ranks;
     let nn = n as usize;
     let c = plan.collective;
@@ -44,7 +51,9 @@ fn run(plan: &Plan, dtype: DType, op: RedOp, count: usize, mode: Mode, seed: u64
         reference(c, dtype, op, plan.root, &inputs)
     };
     let registry = Registry::new();
-    registry.add(plan.clone(), Origin::User("test".into())).map_err(|e| e.to_string())?;
+    registry
+        .add(plan.clone(), Origin::User("test".into()))
+        .map_err(|e| e.to_string())?;
     let comms = Communicator::create_local(n, Arc::new(registry), Duration::from_secs(20));
     let outputs: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
         let hs: Vec<_> = comms
@@ -55,18 +64,34 @@ fn run(plan: &Plan, dtype: DType, op: RedOp, count: usize, mode: Mode, seed: u64
                 s.spawn(move || match mode {
                     Mode::OutOfPlace => {
                         let mut recv = vec![0xAAu8; out_elems * e];
-                        comm.call(c, Buffers::OutOfPlace { send: input, recv: &mut recv }, count, dtype, op, plan.root)
-                            .map(|_| recv)
-                            .map_err(|e| e.to_string())
+                        comm.call(
+                            c,
+                            Buffers::OutOfPlace {
+                                send: input,
+                                recv: &mut recv,
+                            },
+                            count,
+                            dtype,
+                            op,
+                            plan.root,
+                        )
+                        .map(|_| recv)
+                        .map_err(|e| e.to_string())
                     }
                     Mode::InPlace => {
                         let mut buf = vec![0xAAu8; in_elems.max(out_elems) * e];
-                        let at = if c == Collective::Allgather { r * count * e } else { 0 };
+                        let at = if c == Collective::Allgather {
+                            r * count * e
+                        } else {
+                            0
+                        };
                         buf[at..at + input.len()].copy_from_slice(input);
                         comm.call(c, Buffers::InPlace(&mut buf), count, dtype, op, plan.root)
                             .map_err(|e| e.to_string())?;
                         Ok(match c {
-                            Collective::ReduceScatter => buf[r * count * e..(r + 1) * count * e].to_vec(),
+                            Collective::ReduceScatter => {
+                                buf[r * count * e..(r + 1) * count * e].to_vec()
+                            }
                             _ => buf[..out_elems * e].to_vec(),
                         })
                     }
@@ -93,13 +118,21 @@ fn every_shipped_algorithm_runs_correctly_on_the_host_backend() {
     let mut covered = std::collections::HashSet::new();
     for t in topologies() {
         let topo = Topology::from_arg(&t).unwrap();
-        let shape = Shape { n: topo.n_ranks(), nodes: topo.n_nodes(), g: topo.uniform_g() };
+        let shape = Shape {
+            n: topo.n_ranks(),
+            nodes: topo.n_nodes(),
+            g: topo.uniform_g(),
+        };
         let n = shape.n;
         for (file, text) in braid_library::SOURCES {
             let source = braid_lang::SourceFile::new(*file, *text);
             let (parsed, _) = braid_lang::parse_and_check(text);
             for alg in &parsed.algorithms {
-                let roots: Vec<Option<u32>> = if alg.collective.is_rooted() { vec![Some(0), Some(n - 1)] } else { vec![None] };
+                let roots: Vec<Option<u32>> = if alg.collective.is_rooted() {
+                    vec![Some(0), Some(n - 1)]
+                } else {
+                    vec![None]
+                };
                 for root in roots {
                     let plan = match braid_library::compile(&source, alg, &shape, root, &topo) {
                         Ok(Some(p)) => p,
@@ -117,25 +150,39 @@ fn every_shipped_algorithm_runs_correctly_on_the_host_backend() {
                         for mode in plan.modes.iter() {
                             runs += 1;
                             if let Err(e) = run(&plan, *dtype, op, odd, mode, runs) {
-                                failures.push(format!("{} on {t} root {root:?} {} {} {mode} count {odd}: {e}", alg.name.name, dtype.name(), op.name()));
+                                failures.push(format!(
+                                    "{} on {t} root {root:?} {} {} {mode} count {odd}: {e}",
+                                    alg.name.name,
+                                    dtype.name(),
+                                    op.name()
+                                ));
                             }
                         }
                     }
                     for mode in plan.modes.iter() {
                         if let Err(e) = run(&plan, DType::F32, RedOp::Sum, 0, mode, 0) {
-                            failures.push(format!("{} on {t} zero count {mode}: {e}", alg.name.name));
+                            failures
+                                .push(format!("{} on {t} zero count {mode}: {e}", alg.name.name));
                         }
                     }
                 }
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {runs} runs failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     // Every algorithm met every dtype with every op somewhere (hierarchical ones only
     // run on clusters, which cover fewer rank counts).
     for (file, _) in braid_library::SOURCES {
         let name = file.trim_end_matches(".braid");
         let combos = covered.iter().filter(|(a, _, _)| a == name).count();
-        assert!(combos >= 20, "{name}: only {combos} dtype/op combinations ran");
+        assert!(
+            combos >= 20,
+            "{name}: only {combos} dtype/op combinations ran"
+        );
     }
 }

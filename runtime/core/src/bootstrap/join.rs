@@ -49,7 +49,7 @@ pub(crate) fn accept_joins(
                 },
                 other => other,
             };
-            tell_all(&mut joined, &err);
+            tell_all(&joined, &err);
             return Err(err);
         }
         match listener.accept() {
@@ -147,27 +147,31 @@ pub(crate) fn refuse(stream: &TcpStream, why: &str, w: &Wait) {
 }
 
 /// Best-effort `ERROR` to every joined rank, then closes them.
-fn tell_all(joined: &mut [Option<Joined>], err: &RuntimeError) {
+fn tell_all(joined: &[Option<Joined>], err: &RuntimeError) {
     let streams: Vec<&TcpStream> = joined.iter().flatten().map(|j| &j.stream).collect();
     super::collective::report_failure(&streams, err);
 }
 
-/// Rank 0: sends every joiner the table of listening addresses.
+/// Rank 0: sends every joiner the table of listening addresses. Everyone has joined by
+/// now, so this gets a short wait of its own rather than what is left of the join's. On a
+/// failure the others are told, as for a failed join.
 pub(crate) fn send_welcome(
     joined: &[Option<Joined>],
     table: &[SocketAddr],
-    w_abort: &AtomicBool,
-    deadline: Instant,
+    abort: &AtomicBool,
 ) -> Result<()> {
     let mut payload = vec![0u8; table.len() * ADDR_LEN];
     for (i, a) in table.iter().enumerate() {
         put_addr(&mut payload[i * ADDR_LEN..], a);
     }
     let frame = Frame::new(kind::WELCOME, 0, payload);
+    let deadline = Instant::now() + HANDSHAKE;
     for (rank, j) in joined.iter().enumerate() {
-        if let Some(j) = j {
-            let what = format!("sending the address table to rank {rank}");
-            frame.write(&j.stream, &Wait::new(deadline, w_abort, rank as u32, &what))?;
+        let Some(j) = j else { continue };
+        let what = format!("sending the address table to rank {rank}");
+        if let Err(e) = frame.write(&j.stream, &Wait::new(deadline, abort, rank as u32, &what)) {
+            tell_all(joined, &e);
+            return Err(e);
         }
     }
     Ok(())

@@ -7,6 +7,11 @@
 //! On rank 0 the link listener is the root's socket; a join arriving after the group
 //! formed is answered with `REFUSED` (a duplicate rank or a wrong group size), so a late
 //! joiner fails with the reason instead of a bare "connection closed".
+//!
+//! Handshakes are read one at a time, each bounded by a short timeout: a connection that
+//! never sends its hello delays the links behind it by at most that long, which is
+//! simpler than a thread per connection and enough for links made once per
+//! communicator.
 
 use super::io::{prepare, Wait};
 use super::join::{judge_join, refuse, ACCEPT_POLL, HANDSHAKE};

@@ -37,6 +37,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use wire::{kind, Frame, Hello, HelloKind};
 
+/// What the join left this rank holding.
+enum Start {
+    /// Rank 0: every other rank's control stream and address (index = rank).
+    Root(Vec<Option<join::Joined>>),
+    /// Ranks 1..n: the control stream to rank 0.
+    Member(TcpStream),
+}
+
 /// One rank's membership in a bootstrapped group.
 pub struct Bootstrap {
     rank: u32,
@@ -106,21 +114,16 @@ impl Bootstrap {
         let deadline = Instant::now() + timeout;
         let what = format!("rank {rank} joining a group of {n_ranks} at {}", id.addr());
         let w = Wait::new(deadline, &abort, 0, &what);
-        let (role, listener, table, joined) = match root {
+        let (start, listener, table) = match root {
             Some(listener) => {
                 let joined = join::accept_joins(&listener, &secret, n_ranks, &w)?;
                 let mut table = vec![id.addr()];
-                table.extend(
-                    joined
-                        .iter()
-                        .skip(1)
-                        .map(|j| j.as_ref().expect("all joined").addr),
-                );
-                (None, listener, table, Some(joined))
+                table.extend(joined.iter().flatten().map(|j| j.addr));
+                (Start::Root(joined), listener, table)
             }
             None => {
                 let (stream, listener, table) = join::join(id.addr(), &secret, rank, n_ranks, &w)?;
-                (Some(Role::Member(stream)), listener, table, None)
+                (Start::Member(stream), listener, table)
             }
         };
         let inbox = Arc::new(Inbox::default());
@@ -153,13 +156,12 @@ impl Bootstrap {
             stop,
             acceptor: Some(handle),
         };
-        let role = match (role, joined) {
-            (Some(role), _) => role,
-            (None, joined) => {
-                let joined = joined.expect("root");
+        let role = match start {
+            Start::Member(stream) => Role::Member(stream),
+            Start::Root(joined) => {
                 // The acceptor already runs, so links to rank 0 work as soon as anyone
                 // learns the table.
-                join::send_welcome(&joined, &boot.table, &boot.abort, deadline)?;
+                join::send_welcome(&joined, &boot.table, &boot.abort)?;
                 Role::Root(joined.into_iter().map(|j| j.map(|j| j.stream)).collect())
             }
         };

@@ -175,6 +175,13 @@ impl Frame {
     }
 
     pub fn write(&self, stream: &TcpStream, w: &Wait) -> Result<()> {
+        if self.payload.len() > MAX_FRAME {
+            return Err(RuntimeError::Invalid(format!(
+                "{} bytes while {}: bootstrap messages are limited to {MAX_FRAME} bytes",
+                self.payload.len(),
+                w.what
+            )));
+        }
         let mut head = [0u8; 13];
         head[0] = self.kind;
         head[1..9].copy_from_slice(&self.seq.to_le_bytes());
