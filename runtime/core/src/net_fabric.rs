@@ -3,7 +3,9 @@
 
 use crate::bootstrap::Bootstrap;
 use crate::error::{Result, RuntimeError};
+use crate::exec::SLICE_BYTES;
 use crate::fabric::Fabric;
+use crate::shm_link::{shm_name, ShmLink};
 use crate::tcp_link::TcpLink;
 use crate::transport::Link;
 use std::collections::HashMap;
@@ -11,10 +13,35 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// A link that can wait until its receiver took everything sent (before closing).
+trait FlushLink: Link {
+    fn flush(&self, deadline: Instant) -> Result<()>;
+    fn as_link(self: Arc<Self>) -> Arc<dyn Link>;
+}
+
+impl FlushLink for TcpLink {
+    fn flush(&self, deadline: Instant) -> Result<()> {
+        TcpLink::flush(self, deadline)
+    }
+    fn as_link(self: Arc<Self>) -> Arc<dyn Link> {
+        self
+    }
+}
+
+impl FlushLink for ShmLink {
+    /// Shared memory outlives the sender's close: nothing is lost in flight.
+    fn flush(&self, _deadline: Instant) -> Result<()> {
+        Ok(())
+    }
+    fn as_link(self: Arc<Self>) -> Arc<dyn Link> {
+        self
+    }
+}
+
 pub struct NetFabric {
     boot: Bootstrap,
     /// (sends?, peer, channel) → link.
-    links: Mutex<HashMap<(bool, u32, u32), Arc<TcpLink>>>,
+    links: Mutex<HashMap<(bool, u32, u32), Arc<dyn FlushLink>>>,
     reason: Mutex<Option<String>>,
 }
 
@@ -29,21 +56,53 @@ impl NetFabric {
 
     fn link(&self, sends: bool, peer: u32, channel: u32, slots: u32) -> Result<Arc<dyn Link>> {
         if let Some(l) = self.links.lock().unwrap().get(&(sends, peer, channel)) {
-            return Ok(l.clone());
+            return Ok(l.clone().as_link());
         }
         // Made outside the lock: connecting waits for the peer's block thread.
-        let tag = u64::from(channel);
-        let link = if sends {
-            TcpLink::connect_sender(&self.boot, peer, tag, slots.max(1) as usize)?
+        let link: Arc<dyn FlushLink> = if self.same_host(peer) {
+            let (from, to) = if sends {
+                (self.rank(), peer)
+            } else {
+                (peer, self.rank())
+            };
+            let name = shm_name(self.job_hint().as_bytes(), from, to, channel);
+            let abort = self.boot.abort_flag().clone();
+            Arc::new(if sends {
+                ShmLink::create_sender(&name, slots.max(1) as usize, SLICE_BYTES, abort)?
+            } else {
+                ShmLink::open_receiver(&name, abort, Instant::now() + self.boot.timeout())?
+            })
         } else {
-            TcpLink::accept_receiver(&self.boot, peer, tag)?
+            let tag = u64::from(channel);
+            Arc::new(if sends {
+                TcpLink::connect_sender(&self.boot, peer, tag, slots.max(1) as usize)?
+            } else {
+                TcpLink::accept_receiver(&self.boot, peer, tag)?
+            })
         };
-        let link = Arc::new(link);
         self.links
             .lock()
             .unwrap()
             .insert((sends, peer, channel), link.clone());
-        Ok(link)
+        Ok(link.as_link())
+    }
+
+    /// Ranks whose link listeners share an IP address share a host: they talk through
+    /// shared memory, unless `BRAID_SHM_DISABLE=1`.
+    fn same_host(&self, peer: u32) -> bool {
+        if std::env::var("BRAID_SHM_DISABLE").is_ok_and(|v| v == "1") {
+            return false;
+        }
+        match (self.boot.peer_addr(self.rank()), self.boot.peer_addr(peer)) {
+            (Some(a), Some(b)) => a.ip() == b.ip(),
+            _ => false,
+        }
+    }
+
+    /// Something every rank of this job knows and concurrent jobs on a host do not
+    /// share: rank 0's listening address.
+    fn job_hint(&self) -> String {
+        format!("{:?}", self.boot.peer_addr(0))
     }
 }
 

@@ -28,13 +28,14 @@ trait Element {
     fn prod(a: Self::Acc, b: Self::Acc) -> Self::Acc;
     fn min(a: Self::Acc, b: Self::Acc) -> Self::Acc;
     fn max(a: Self::Acc, b: Self::Acc) -> Self::Acc;
-    /// `avg`'s final step on a sum of `n` contributions (NCCL: integers divide with
-    /// truncation toward zero; floats multiply by `1/n` rounded to the element type).
-    fn average(x: Self::Acc, n: u32) -> Self::Acc;
+    /// `avg`'s final step on a sum of `n >= 2` contributions (NCCL: integers divide with
+    /// truncation toward zero; floats multiply by `1/n` rounded to the element type),
+    /// with its per-call constants computed once.
+    fn averager(n: u32) -> impl Fn(Self::Acc) -> Self::Acc;
 }
 
 macro_rules! int_element {
-    ($($t:ty => $wide:ty),*) => {$(
+    ($($t:ty => $div:ident),*) => {$(
         impl Element for $t {
             const SIZE: usize = std::mem::size_of::<$t>();
             type Acc = $t;
@@ -65,14 +66,55 @@ macro_rules! int_element {
             /// NCCL's `SumPostDiv`: the (wrapped) sum divided by `n` in the element's
             /// signedness, truncating toward zero. Widening first keeps `n` > `T::MAX` right.
             #[inline(always)]
-            fn average(x: $t, n: u32) -> $t {
-                (<$wide>::from(x) / <$wide>::from(n)) as $t
+            fn averager(n: u32) -> impl Fn($t) -> $t {
+                let div = DivBy::new(n);
+                move |x| div.$div(x.into()) as $t
             }
         }
     )*};
 }
 
-int_element!(i8 => i64, u8 => u64, i32 => i64, u32 => u64, i64 => i64, u64 => u64);
+int_element!(i8 => signed, u8 => unsigned, i32 => signed, u32 => unsigned, i64 => signed, u64 => unsigned);
+
+/// Division by a per-call constant `n >= 2`, truncating toward zero. Dividends below
+/// `2^32` (every 8- and 32-bit element) multiply by `ceil(2^64 / n)` and keep the high
+/// word: with `x < 2^32` and `n < 2^32` the error term stays below `1/n`, so the
+/// quotient is exact, and it costs one multiply instead of a division per element.
+#[derive(Clone, Copy)]
+struct DivBy {
+    n: u64,
+    reciprocal: u64,
+}
+
+impl DivBy {
+    fn new(n: u32) -> Self {
+        debug_assert!(n >= 2);
+        let n = u64::from(n);
+        DivBy {
+            n,
+            reciprocal: u64::MAX / n + 1,
+        }
+    }
+
+    #[inline(always)]
+    fn unsigned(self, x: u64) -> u64 {
+        if x >> 32 == 0 {
+            ((u128::from(x) * u128::from(self.reciprocal)) >> 64) as u64
+        } else {
+            x / self.n
+        }
+    }
+
+    #[inline(always)]
+    fn signed(self, x: i64) -> i64 {
+        let q = self.unsigned(x.unsigned_abs()) as i64;
+        if x < 0 {
+            -q
+        } else {
+            q
+        }
+    }
+}
 
 macro_rules! float_element {
     ($($t:ty),*) => {$(
@@ -106,8 +148,9 @@ macro_rules! float_element {
             }
             /// NCCL's scale is `1.0/n` computed in double and rounded to the element type.
             #[inline(always)]
-            fn average(x: $t, n: u32) -> $t {
-                x * ((1.0 / f64::from(n)) as $t)
+            fn averager(n: u32) -> impl Fn($t) -> $t {
+                let scale = (1.0 / f64::from(n)) as $t;
+                move |x| x * scale
             }
         }
     )*};
@@ -151,8 +194,9 @@ macro_rules! half_element {
             }
             /// NCCL: `__float2half(float(1.0/n))` (likewise bf16), then a half multiply.
             #[inline(always)]
-            fn average(x: f32, n: u32) -> f32 {
-                x * $to_f32($from_f32((1.0 / f64::from(n)) as f32))
+            fn averager(n: u32) -> impl Fn(f32) -> f32 {
+                let scale = $to_f32($from_f32((1.0 / f64::from(n)) as f32));
+                move |x| x * scale
             }
         }
     )*};
@@ -199,8 +243,9 @@ fn pair_typed<T: Element>(op: RedOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
 }
 
 fn avg_typed<T: Element>(buf: &mut [u8], n: u32) {
+    let average = T::averager(n);
     for e in buf.chunks_exact_mut(T::SIZE) {
-        T::store(T::average(T::load(e), n), e);
+        T::store(average(T::load(e)), e);
     }
 }
 
@@ -268,7 +313,9 @@ pub fn reduce_pair(dtype: DType, op: RedOp, dst: &mut [u8], a: &[u8], b: &[u8]) 
 pub fn finish_avg(dtype: DType, buf: &mut [u8], n: u32) {
     assert!(n > 0, "finish_avg: n must be at least 1");
     check_len(dtype, "finish_avg buf", buf.len(), buf.len());
-    with_type!(dtype, avg_typed(buf, n))
+    if n > 1 {
+        with_type!(dtype, avg_typed(buf, n))
+    }
 }
 
 /// Branch-free conversions between the 16-bit float formats and `f32`, written so that the

@@ -21,7 +21,19 @@ fn secret(seed: u8) -> String {
 }
 
 fn spawn_rank(rank: u32, world: u32, port: u16, secret: &str, args: &[&str]) -> Child {
+    spawn_rank_env(rank, world, port, secret, args, &[])
+}
+
+fn spawn_rank_env(
+    rank: u32,
+    world: u32,
+    port: u16,
+    secret: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Child {
     Command::new(env!("CARGO_BIN_EXE_braid"))
+        .envs(env.iter().copied())
         .arg("rank")
         .args(args)
         .env("RANK", rank.to_string())
@@ -86,6 +98,37 @@ fn four_processes_run_every_collective_correctly() {
                 d.stdout
             );
         }
+    }
+}
+
+#[test]
+fn tcp_links_work_between_processes_too() {
+    // Processes on one host normally share memory; this forces the TCP links hosts use.
+    let port = free_port();
+    let s = secret(4);
+    let args = [
+        "allreduce",
+        "--topo",
+        "nvswitch:3",
+        "--size",
+        "300001",
+        "--iters",
+        "2",
+        "--dtype",
+        "i64",
+    ];
+    let children: Vec<Child> = (0..3)
+        .map(|r| spawn_rank_env(r, 3, port, &s, &args, &[("BRAID_SHM_DISABLE", "1")]))
+        .collect();
+    for (r, c) in children.into_iter().enumerate() {
+        let d = wait(c);
+        assert_eq!(d.code, 0, "rank {r}: {}{}", d.stdout, d.stderr);
+        assert_eq!(
+            d.stdout.matches(": correct;").count(),
+            2,
+            "rank {r}: {}",
+            d.stdout
+        );
     }
 }
 

@@ -1,0 +1,296 @@
+//! Tests of the shared-memory link: ordering and integrity, back-pressure, a real second
+//! process, length mismatches, abort, deadlines, and that the ring's file name is gone
+//! once both ends are open.
+
+use braid_runtime::shm_link::{shm_dir, shm_name, ShmLink};
+use braid_runtime::transport::Link;
+use braid_runtime::RuntimeError;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Set (to the ring's name) in the child process of `cross_process_500_slices`.
+const CHILD_ENV: &str = "BRAID_SHM_LINK_TEST_CHILD";
+const MAX: usize = 70_000;
+
+/// A ring name no other test (or concurrent run of this binary) uses.
+fn unique_name(channel: u32) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let secret = format!("{}-{nanos}", std::process::id());
+    shm_name(secret.as_bytes(), 0, 1, channel)
+}
+
+fn flag() -> Arc<AtomicBool> {
+    Arc::new(AtomicBool::new(false))
+}
+
+fn soon(secs: u64) -> Instant {
+    Instant::now() + Duration::from_secs(secs)
+}
+
+/// The length of slice `i`: varied, covering 0 and the slot size itself.
+fn len_of(i: usize) -> usize {
+    match i % 7 {
+        0 => 0,
+        1 => MAX,
+        _ => (i * 7919) % (MAX + 1),
+    }
+}
+
+/// The deterministic content of slice `i`: a window, starting at an offset that depends
+/// on `i`, into one fixed pseudo-random pattern (cheap to produce and compare even in
+/// debug builds).
+fn fill(i: usize, buf: &mut [u8]) {
+    static PATTERN: OnceLock<Vec<u8>> = OnceLock::new();
+    let p = PATTERN.get_or_init(|| {
+        let mut x: u32 = 0x9e37_79b9;
+        (0..MAX + 4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect()
+    });
+    let start = (i * 613) % 4096;
+    buf.copy_from_slice(&p[start..start + buf.len()]);
+}
+
+fn pair(channel: u32, slots: usize) -> (ShmLink, ShmLink) {
+    let name = unique_name(channel);
+    let tx = ShmLink::create_sender(&name, slots, MAX, flag()).unwrap();
+    let rx = ShmLink::open_receiver(&name, flag(), soon(5)).unwrap();
+    (tx, rx)
+}
+
+fn send_all(tx: &ShmLink, n: usize) {
+    let mut buf = vec![0u8; MAX];
+    for i in 0..n {
+        let s = &mut buf[..len_of(i)];
+        fill(i, s);
+        tx.send(s, soon(10)).unwrap();
+    }
+}
+
+fn check_all(rx: &ShmLink, n: usize) {
+    let mut got = vec![0u8; MAX];
+    let mut want = vec![0u8; MAX];
+    for i in 0..n {
+        let len = len_of(i);
+        rx.recv(&mut got[..len], soon(10)).unwrap();
+        fill(i, &mut want[..len]);
+        assert!(
+            got[..len] == want[..len],
+            "slice {i} ({len} bytes) corrupted"
+        );
+    }
+}
+
+#[test]
+fn two_threads_2000_slices_in_order() {
+    let (tx, rx) = pair(1, 4);
+    let t = thread::spawn(move || send_all(&tx, 2000));
+    check_all(&rx, 2000);
+    t.join().unwrap();
+}
+
+#[test]
+fn sender_never_more_than_slots_ahead() {
+    const SLOTS: usize = 3;
+    const N: usize = 40;
+    let (tx, rx) = pair(2, SLOTS);
+    let sent = Arc::new(AtomicUsize::new(0));
+    // Counted before each recv starts, so it is never below the ring's tail: the bound
+    // below can only fail if the ring really let the sender run ahead.
+    let started = Arc::new(AtomicUsize::new(0));
+    let max_ahead = Arc::new(AtomicUsize::new(0));
+    let (s, st, m) = (sent.clone(), started.clone(), max_ahead.clone());
+    let t = thread::spawn(move || {
+        for i in 0..N {
+            tx.send(&(i as u64).to_le_bytes(), soon(10)).unwrap();
+            let k = s.fetch_add(1, Ordering::SeqCst) + 1;
+            let ahead = k - st.load(Ordering::SeqCst);
+            m.fetch_max(ahead, Ordering::SeqCst);
+        }
+    });
+    let mut buf = [0u8; 8];
+    for i in 0..N {
+        thread::sleep(Duration::from_millis(2));
+        started.fetch_add(1, Ordering::SeqCst);
+        rx.recv(&mut buf, soon(10)).unwrap();
+        assert_eq!(u64::from_le_bytes(buf), i as u64);
+        assert!(sent.load(Ordering::SeqCst) <= i + 1 + SLOTS);
+    }
+    t.join().unwrap();
+    let ahead = max_ahead.load(Ordering::SeqCst);
+    assert!(
+        ahead <= SLOTS,
+        "sender got {ahead} slices ahead of {SLOTS} slots"
+    );
+    assert_eq!(ahead, SLOTS, "a sleeping receiver should let the ring fill");
+}
+
+/// Runs as the parent (sender) normally, and as the receiver when re-executed by itself
+/// with `CHILD_ENV` set: the usual way to get a second process in a Rust test.
+#[test]
+fn cross_process_500_slices() {
+    if let Ok(name) = std::env::var(CHILD_ENV) {
+        let rx = ShmLink::open_receiver(&name, flag(), soon(10)).unwrap();
+        check_all(&rx, 500);
+        return;
+    }
+    let name = unique_name(3);
+    let tx = ShmLink::create_sender(&name, 4, MAX, flag()).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cross_process_500_slices", "--nocapture"])
+        .env(CHILD_ENV, &name)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut buf = vec![0u8; MAX];
+    let mut failed = None;
+    for i in 0..500 {
+        let s = &mut buf[..len_of(i)];
+        fill(i, s);
+        if let Err(e) = tx.send(s, soon(10)) {
+            failed = Some(e);
+            let _ = child.kill();
+            break;
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        failed.is_none() && out.status.success(),
+        "send error {failed:?}; child {}:\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn wrong_length_is_mismatch_and_link_goes_on() {
+    let (tx, rx) = pair(4, 4);
+    tx.send(&[7u8; 10], soon(1)).unwrap();
+    tx.send(&[8u8; 3], soon(1)).unwrap();
+    let mut buf = [0u8; 12];
+    match rx.recv(&mut buf, soon(1)) {
+        Err(RuntimeError::Mismatch(m)) => assert!(m.contains("10") && m.contains("12"), "{m}"),
+        other => panic!("expected Mismatch, got {other:?}"),
+    }
+    let mut buf = [0u8; 3];
+    rx.recv(&mut buf, soon(1)).unwrap();
+    assert_eq!(buf, [8u8; 3]);
+}
+
+#[test]
+fn oversized_slice_and_wrong_end_are_invalid() {
+    let (tx, rx) = pair(5, 2);
+    let big = vec![0u8; MAX + 1];
+    assert!(matches!(
+        tx.send(&big, soon(1)),
+        Err(RuntimeError::Invalid(_))
+    ));
+    assert!(matches!(
+        rx.send(&[1], soon(1)),
+        Err(RuntimeError::Invalid(_))
+    ));
+    assert!(matches!(
+        tx.recv(&mut [0], soon(1)),
+        Err(RuntimeError::Invalid(_))
+    ));
+}
+
+#[test]
+fn abort_ends_blocked_recv() {
+    let name = unique_name(6);
+    let _tx = ShmLink::create_sender(&name, 2, MAX, flag()).unwrap();
+    let abort = flag();
+    let rx = ShmLink::open_receiver(&name, abort.clone(), soon(5)).unwrap();
+    let setter = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(100));
+        let at = Instant::now();
+        abort.store(true, Ordering::SeqCst);
+        at
+    });
+    let r = rx.recv(&mut [0u8; 4], soon(30));
+    let ended = Instant::now();
+    let set_at = setter.join().unwrap();
+    assert!(matches!(r, Err(RuntimeError::Aborted(_))), "{r:?}");
+    assert!(ended.duration_since(set_at) < Duration::from_millis(500));
+}
+
+#[test]
+fn deadline_ends_blocked_send() {
+    let (tx, _rx) = pair(7, 2);
+    tx.send(&[1], soon(1)).unwrap();
+    tx.send(&[2], soon(1)).unwrap();
+    let t0 = Instant::now();
+    let r = tx.send(&[3], t0 + Duration::from_millis(100));
+    let took = t0.elapsed();
+    assert!(matches!(r, Err(RuntimeError::Timeout { .. })), "{r:?}");
+    assert!(took >= Duration::from_millis(100) && took < Duration::from_secs(2));
+}
+
+#[test]
+fn file_is_gone_once_both_ends_are_open() {
+    let name = unique_name(8);
+    let path = shm_dir().join(&name);
+    let tx = ShmLink::create_sender(&name, 2, 16, flag()).unwrap();
+    assert!(
+        path.exists(),
+        "the sender publishes the ring under its name"
+    );
+    let rx = ShmLink::open_receiver(&name, flag(), soon(5)).unwrap();
+    assert!(!path.exists(), "the receiver unlinks the name");
+    // The mappings still work without the name.
+    tx.send(b"hi", soon(1)).unwrap();
+    let mut buf = [0u8; 2];
+    rx.recv(&mut buf, soon(1)).unwrap();
+    assert_eq!(&buf, b"hi");
+}
+
+#[test]
+fn dropped_sender_without_receiver_removes_file() {
+    let name = unique_name(9);
+    let path = shm_dir().join(&name);
+    let tx = ShmLink::create_sender(&name, 2, 16, flag()).unwrap();
+    assert!(path.exists());
+    drop(tx);
+    assert!(!path.exists());
+}
+
+#[test]
+fn receiver_waits_for_late_sender_or_times_out() {
+    let name = unique_name(10);
+    let late = name.clone();
+    let t = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(50));
+        ShmLink::create_sender(&late, 2, 16, flag()).unwrap()
+    });
+    let rx = ShmLink::open_receiver(&name, flag(), soon(5)).unwrap();
+    let tx = t.join().unwrap();
+    tx.send(b"x", soon(1)).unwrap();
+    rx.recv(&mut [0u8; 1], soon(1)).unwrap();
+
+    let none = unique_name(11);
+    let r = ShmLink::open_receiver(&none, flag(), Instant::now() + Duration::from_millis(50));
+    assert!(matches!(r, Err(RuntimeError::Timeout { .. })));
+}
+
+#[test]
+fn names_are_stable_and_distinct() {
+    let a = shm_name(b"secret", 1, 2, 3);
+    assert_eq!(a, shm_name(b"secret", 1, 2, 3));
+    assert!(a.starts_with("braid-") && a.ends_with("-1-2-3"), "{a}");
+    assert_ne!(a, shm_name(b"secreT", 1, 2, 3));
+    assert_ne!(a, shm_name(b"secret", 2, 1, 3));
+    // The hash also covers the triple, not only the visible suffix.
+    assert_ne!(a[..22], shm_name(b"secret", 1, 2, 4)[..22]);
+}

@@ -1,0 +1,167 @@
+//! `braid run` end to end: programs and plan files on the host backend, both modes,
+//! refused plans, and the exit codes of cli.md.
+
+mod common;
+
+use common::braid;
+
+#[test]
+fn a_program_runs_correctly_in_both_modes() {
+    let out = braid(
+        &[
+            "run",
+            "algorithms/ring_allreduce.braid",
+            "--topo",
+            "nvswitch:4",
+            "--size",
+            "100K",
+            "--dtype",
+            "f16",
+            "--op",
+            "min",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("outofplace: correct on every rank"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("inplace: correct on every rank"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_compiled_plan_file_runs_and_a_tampered_one_is_refused() {
+    let dir = std::env::temp_dir().join(format!("braid-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("ag.json");
+    let p = plan.to_str().unwrap();
+    assert_eq!(
+        braid(
+            &[
+                "compile",
+                "algorithms/ring_allgather.braid",
+                "--topo",
+                "nvswitch:3",
+                "-o",
+                p
+            ],
+            &[]
+        )
+        .code,
+        0
+    );
+    let out = braid(
+        &[
+            "run",
+            p,
+            "--topo",
+            "nvswitch:3",
+            "--size",
+            "3001",
+            "--dtype",
+            "u8",
+            "--iters",
+            "2",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.matches("correct on every rank").count(),
+        4,
+        "{}",
+        out.stdout
+    );
+    // Pointing a step past its buffer must be refused before anything runs.
+    let text = std::fs::read_to_string(&plan).unwrap();
+    std::fs::write(&plan, text.replacen("\"offset\": 1", "\"offset\": 99", 1)).unwrap();
+    let out = braid(&["run", p, "--topo", "nvswitch:3"], &[]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.is_empty(), "nothing ran: {}", out.stdout);
+    // A plan for 3 ranks on a 4-rank topology is bad input too.
+    std::fs::write(&plan, text).unwrap();
+    assert_eq!(braid(&["run", p, "--topo", "nvswitch:4"], &[]).code, 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn rooted_collectives_use_the_given_root() {
+    let out = braid(
+        &[
+            "run",
+            "algorithms/tree_reduce.braid",
+            "--topo",
+            "cluster:2x2",
+            "--root",
+            "3",
+            "--op",
+            "prod",
+            "--dtype",
+            "i64",
+            "--size",
+            "777",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("correct on every rank"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn the_cuda_backend_without_a_gpu_is_a_runtime_error() {
+    let out = braid(
+        &[
+            "run",
+            "algorithms/ring_allreduce.braid",
+            "--topo",
+            "nvswitch:2",
+            "--backend",
+            "cuda",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 3, "{}", out.stderr);
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    for args in [
+        vec![
+            "run",
+            "algorithms/ring_allreduce.braid",
+            "--topo",
+            "nvswitch:2",
+            "--dtype",
+            "f128",
+        ],
+        vec![
+            "run",
+            "algorithms/ring_allreduce.braid",
+            "--topo",
+            "nvswitch:2",
+            "--op",
+            "xor",
+        ],
+        vec![
+            "run",
+            "algorithms/ring_allreduce.braid",
+            "--topo",
+            "nvswitch:2",
+            "--size",
+            "12Q",
+        ],
+    ] {
+        let out = braid(&args, &[]);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+    }
+}
