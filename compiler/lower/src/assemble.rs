@@ -102,6 +102,8 @@ pub fn plan(
         modes: h.modes,
         slots: h.slots,
         connections: Vec::new(),
+        execution: Default::default(),
+        bytes: None,
         ranks,
     }
 }

@@ -23,7 +23,7 @@ pub use dot::to_dot;
 pub use explain::{describe_step, explain};
 pub use json::PlanError;
 pub use plan::{
-    Block, Connection, Dep, Origin, Plan, RankPlan, Slice, Step, StepId, StepKind, Topology,
-    Transport, DEFAULT_SLOTS, FORMAT_VERSION, PATH_CLASSES,
+    Block, ByteRange, Connection, Dep, Execution, Origin, Plan, RankPlan, Slice, Step, StepId,
+    StepKind, Topology, Transport, DEFAULT_SLOTS, FORMAT_VERSION, PATH_CLASSES,
 };
 pub use verify::{verify, VerifyReport};

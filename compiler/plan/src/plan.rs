@@ -54,8 +54,52 @@ pub struct Plan {
     /// compiler records every connection); sorted by (sender, receiver, channel).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connections: Vec<Connection>,
+    /// How a runtime replays the plan over a call's data (see [`Execution`]).
+    #[serde(default, skip_serializing_if = "Execution::is_streaming")]
+    pub execution: Execution,
+    /// The call sizes the plan is meant for, where its producer said (MSCCL's
+    /// `minBytes` / `maxBytes`); any size when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<ByteRange>,
     /// Rank `i`'s program at index `i`.
     pub ranks: Vec<RankPlan>,
+}
+
+/// How a runtime replays a plan over a call's data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Execution {
+    /// Each step moves its whole message once, cut into slices that stream through the
+    /// connection's FIFO: a send finishes only while its receiver receives. Braid's
+    /// compiler emits these.
+    #[default]
+    Streaming,
+    /// MSCCL's model: the whole plan is replayed over tiles of every chunk, and one chunk's
+    /// tile fills one FIFO slot, so a message of `count` chunks is `count` slices and a
+    /// send finishes once its slices fit in the receiver's FIFO.
+    Tiled,
+}
+
+impl Execution {
+    pub fn is_streaming(&self) -> bool {
+        *self == Execution::Streaming
+    }
+}
+
+/// Call sizes, in bytes of the larger of the send and receive buffers: `min <= size`
+/// and, when `max` is present, `size < max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ByteRange {
+    pub min: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+}
+
+impl ByteRange {
+    pub fn contains(&self, bytes: u64) -> bool {
+        bytes >= self.min && self.max.is_none_or(|m| bytes < m)
+    }
 }
 
 /// The path and transport of one connection `(sender, receiver, channel)`, as chosen for

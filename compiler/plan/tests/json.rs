@@ -125,6 +125,8 @@ fn any_plan() -> impl Strategy<Value = Plan> {
             },
             slots,
             connections: Vec::new(),
+            execution: Default::default(),
+            bytes: None,
             ranks: ranks
                 .into_iter()
                 .map(|(rank, blocks)| RankPlan { rank, blocks })

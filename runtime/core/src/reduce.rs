@@ -19,7 +19,7 @@ use crate::dtype::{DType, RedOp};
 trait Element {
     /// Bytes per element.
     const SIZE: usize;
-    type Acc: Copy + Default;
+    type Acc: Copy;
     /// Reads one element from exactly `SIZE` bytes.
     fn load(bytes: &[u8]) -> Self::Acc;
     /// Writes one element into exactly `SIZE` bytes.
@@ -267,15 +267,15 @@ macro_rules! with_type {
     };
 }
 
-fn check_len(dtype: DType, what: &str, len: usize, expected: usize) {
+/// The kernels' one contract: whole elements, every operand as long as `dst`.
+fn check_lens(dtype: DType, call: &str, dst: usize, operands: &[usize]) {
     assert!(
-        len == expected,
-        "{what}: {len} bytes, expected {expected} (same length as dst)"
+        dst % dtype.size() == 0,
+        "{call}: {dst} bytes is not a whole number of {dtype} elements"
     );
-    assert!(
-        len % dtype.size() == 0,
-        "{what}: {len} bytes is not a whole number of {dtype} elements"
-    );
+    for &len in operands {
+        assert!(len == dst, "{call}: an operand has {len} bytes, dst {dst}");
+    }
 }
 
 /// `dst = dst (+) src` elementwise. `Avg` accumulates as `Sum`; call [`finish_avg`] once
@@ -284,8 +284,7 @@ fn check_len(dtype: DType, what: &str, len: usize, expected: usize) {
 /// # Panics
 /// If the lengths differ or are not a multiple of `dtype.size()`.
 pub fn reduce_into(dtype: DType, op: RedOp, dst: &mut [u8], src: &[u8]) {
-    check_len(dtype, "reduce_into src", src.len(), dst.len());
-    check_len(dtype, "reduce_into dst", dst.len(), dst.len());
+    check_lens(dtype, "reduce_into", dst.len(), &[src.len()]);
     with_type!(dtype, into_typed(op, dst, src))
 }
 
@@ -295,9 +294,7 @@ pub fn reduce_into(dtype: DType, op: RedOp, dst: &mut [u8], src: &[u8]) {
 /// # Panics
 /// If the lengths differ or are not a multiple of `dtype.size()`.
 pub fn reduce_pair(dtype: DType, op: RedOp, dst: &mut [u8], a: &[u8], b: &[u8]) {
-    check_len(dtype, "reduce_pair a", a.len(), dst.len());
-    check_len(dtype, "reduce_pair b", b.len(), dst.len());
-    check_len(dtype, "reduce_pair dst", dst.len(), dst.len());
+    check_lens(dtype, "reduce_pair", dst.len(), &[a.len(), b.len()]);
     with_type!(dtype, pair_typed(op, dst, a, b))
 }
 
@@ -312,7 +309,7 @@ pub fn reduce_pair(dtype: DType, op: RedOp, dst: &mut [u8], a: &[u8], b: &[u8]) 
 /// If `n` is 0 or `buf` is not a whole number of elements.
 pub fn finish_avg(dtype: DType, buf: &mut [u8], n: u32) {
     assert!(n > 0, "finish_avg: n must be at least 1");
-    check_len(dtype, "finish_avg buf", buf.len(), buf.len());
+    check_lens(dtype, "finish_avg", buf.len(), &[]);
     if n > 1 {
         with_type!(dtype, avg_typed(buf, n))
     }

@@ -84,6 +84,8 @@ mod tests {
             modes: ModeSet::OUT_OF_PLACE,
             slots: 8,
             connections,
+            execution: Default::default(),
+            bytes: None,
             ranks: vec![
                 RankPlan {
                     rank: 0,

@@ -1,9 +1,11 @@
 //! Phase d: the plan runs to completion with bounded buffering.
 //!
 //! First, dependencies (program order plus `deps`) must be acyclic on every rank. Then
-//! every block of every rank is simulated: each data step moves its message in
-//! `S = slots + 1` slices through a FIFO of `slots` slices per connection, so no message
-//! ever fits in a FIFO whole and a plan cannot lean on buffering it will not get. A step
+//! every block of every rank is simulated: in a streaming plan each data step moves its
+//! message in `S = slots + 1` slices through a FIFO of `slots` slices per connection, so
+//! no message ever fits in a FIFO whole and a plan cannot lean on buffering it will not
+//! get; in a tiled plan (MSCCL's model) a message is one slice per chunk, as one chunk's
+//! tile fills one slot. A step
 //! starts when the previous step of its block and all its deps are complete; a step that
 //! receives and sends streams (slice i goes out once slice i came in).
 //!
@@ -174,6 +176,14 @@ impl Sim<'_, '_> {
         }
     }
 
+    /// Slices the message of step `g` is cut into.
+    fn slices_of(&self, g: u32) -> u64 {
+        match self.cx.ix.plan.execution {
+            crate::plan::Execution::Streaming => self.slices,
+            crate::plan::Execution::Tiled => u64::from(self.cx.ix.step(g).count()).max(1),
+        }
+    }
+
     fn current(&self, b: u32) -> Option<u32> {
         let r = self.cx.ix.block_steps(b);
         let g = r.start + self.pc[b as usize];
@@ -193,7 +203,8 @@ impl Sim<'_, '_> {
                 self.started[bu] = true;
             }
             if kind.sends() || kind.receives() {
-                let left = self.slices - self.progress[bu];
+                let slices = self.slices_of(g);
+                let left = slices - self.progress[bu];
                 let (ci, co) = (self.w.in_conn[bu], self.w.out_conn[bu]);
                 let mut k = left;
                 if kind.receives() {
@@ -213,7 +224,7 @@ impl Sim<'_, '_> {
                         self.wake(self.w.conn_ends[co as usize].1);
                     }
                 }
-                if self.progress[bu] < self.slices {
+                if self.progress[bu] < slices {
                     return;
                 }
             }
@@ -265,7 +276,7 @@ impl Sim<'_, '_> {
                 let (sr, sbi) = ix.block_id(sb);
                 format!(
                     "{here} waits to receive slice {slice} of {} from rank {sr} on channel {ch}, which block {sbi} of rank {sr} has not sent",
-                    self.slices
+                    self.slices_of(g)
                 )
             }
             Wait::SendFull(c) => {
@@ -273,7 +284,7 @@ impl Sim<'_, '_> {
                 let (rr, rbi) = ix.block_id(rb);
                 format!(
                     "{here} waits to send slice {slice} of {} to rank {rr} on channel {ch}: the FIFO is full ({} slices) and block {rbi} of rank {rr} is not receiving",
-                    self.slices, self.slots
+                    self.slices_of(g), self.slots
                 )
             }
         }
@@ -367,12 +378,19 @@ fn report_deadlock(sim: &Sim, stuck: &[u32]) -> Vec<PlanDiagnostic> {
             let mut d = ix.at(
                 Check::Deadlock,
                 site,
-                format!(
-                    "deadlock: {} block(s) wait for each other in a cycle (connection FIFOs of {} slices, each message cut into {} slices)",
-                    cycle.len(),
-                    plan.slots,
-                    sim.slices
-                ),
+                match plan.execution {
+                    crate::plan::Execution::Streaming => format!(
+                        "deadlock: {} block(s) wait for each other in a cycle (connection FIFOs of {} slices, each message cut into {} slices)",
+                        cycle.len(),
+                        plan.slots,
+                        sim.slices
+                    ),
+                    crate::plan::Execution::Tiled => format!(
+                        "deadlock: {} block(s) wait for each other in a cycle (tiled: connection FIFOs of {} slots, one slot per chunk)",
+                        cycle.len(),
+                        plan.slots
+                    ),
+                },
             );
             for &b in &cycle {
                 d = d.note(sim.explain_wait(b, sim.current(b).expect("stuck")));

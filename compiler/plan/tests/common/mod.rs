@@ -134,6 +134,8 @@ pub fn header(collective: Collective, n: u32, chunks: u32, root: Option<u32>) ->
         modes: collective.default_modes(),
         slots: 8,
         connections: Vec::new(),
+        execution: Default::default(),
+        bytes: None,
         ranks: Vec::new(),
     };
     let l = p.layout(braid_ir::Mode::OutOfPlace);
