@@ -9,7 +9,7 @@ use crate::geometry::Geometry;
 use crate::reduce::{reduce_into, reduce_pair};
 use crate::transport::Link;
 use braid_ir::Buf;
-use braid_plan::{Block, Plan, Slice, StepKind};
+use braid_plan::{Block, Execution, Plan, Slice, StepKind};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -96,49 +96,81 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
         .flat_map(|r| r.blocks.iter().map(|b| b.channel + 1))
         .max()
         .unwrap_or(1);
-    let replicas = job.geometry.replicas;
     let first_error: Mutex<Option<RuntimeError>> = Mutex::new(None);
-    std::thread::scope(|scope| {
-        for k in 0..replicas {
-            let progress = Arc::new(Progress {
-                done: blocks.iter().map(|_| AtomicU32::new(0)).collect(),
-                lock: Mutex::new(()),
-                changed: Condvar::new(),
-            });
-            for block in blocks {
-                let progress = progress.clone();
-                let first_error = &first_error;
-                scope.spawn(move || {
-                    let channel = k as u32 * channels_per_replica + block.channel;
-                    let r = run_block(job, fabric, block, k, channel, &progress);
-                    if let Err(e) = r {
-                        fabric.abort(&format!("rank {rank} failed: {e}"));
-                        let mut slot = first_error.lock().unwrap();
-                        // Keep the root cause, not the aborts it caused.
-                        let replace = match (&*slot, &e) {
-                            (None, _) => true,
-                            (Some(RuntimeError::Aborted(_)), RuntimeError::Aborted(_)) => false,
-                            (Some(RuntimeError::Aborted(_)), _) => true,
-                            _ => false,
-                        };
-                        if replace {
-                            *slot = Some(e);
-                        }
-                    }
+    for pass in passes(job) {
+        std::thread::scope(|scope| {
+            for &(k, range) in &pass {
+                let progress = Arc::new(Progress {
+                    done: blocks.iter().map(|_| AtomicU32::new(0)).collect(),
+                    lock: Mutex::new(()),
+                    changed: Condvar::new(),
                 });
+                for block in blocks {
+                    let progress = progress.clone();
+                    let first_error = &first_error;
+                    scope.spawn(move || {
+                        let channel = k as u32 * channels_per_replica + block.channel;
+                        let r = run_block(job, fabric, block, range, channel, &progress);
+                        if let Err(e) = r {
+                            fabric.abort(&format!("rank {rank} failed: {e}"));
+                            let mut slot = first_error.lock().unwrap();
+                            // Keep the root cause, not the aborts it caused.
+                            let replace = match (&*slot, &e) {
+                                (None, _) => true,
+                                (Some(RuntimeError::Aborted(_)), RuntimeError::Aborted(_)) => false,
+                                (Some(RuntimeError::Aborted(_)), _) => true,
+                                _ => false,
+                            };
+                            if replace {
+                                *slot = Some(e);
+                            }
+                        }
+                    });
+                }
             }
+        });
+        if first_error.lock().unwrap().is_some() {
+            break;
         }
-    });
+    }
     match first_error.into_inner().unwrap() {
         Some(e) => Err(e),
         None => Ok(()),
     }
 }
 
-/// The byte regions of a slice for replica `k`: one per chunk, all the same length.
-fn regions(job: &Job, s: &Slice, k: usize) -> Result<Vec<(*mut u8, usize)>> {
+/// The passes over the data: each pass runs every block once per (replica, element range
+/// of every chunk) it lists, concurrently. A streaming plan is one pass with every replica;
+/// a tiled plan (MSCCL's model) replays the plan once per tile, each chunk's tile small
+/// enough to fill one slice, so that a message of `count` chunks is `count` slices.
+fn passes(job: &Job) -> Vec<Vec<(usize, (usize, usize))>> {
     let g = &job.geometry;
-    let (a, b) = g.replica_range(k);
+    let replicas: Vec<(usize, (usize, usize))> =
+        (0..g.replicas).map(|k| (k, g.replica_range(k))).collect();
+    match job.plan.execution {
+        Execution::Streaming => vec![replicas],
+        Execution::Tiled => {
+            let tile = (SLICE_BYTES / g.elem).max(1);
+            let longest = replicas.iter().map(|(_, (a, b))| b - a).max().unwrap_or(0);
+            (0..longest.div_ceil(tile))
+                .map(|t| {
+                    replicas
+                        .iter()
+                        .filter_map(|&(k, (a, b))| {
+                            let lo = a + t * tile;
+                            (lo < b).then_some((k, (lo, (lo + tile).min(b))))
+                        })
+                        .collect()
+                })
+                .collect()
+        }
+    }
+}
+
+/// The byte regions of a slice for the element range `[a, b)` of each of its chunks: one
+/// region per chunk, all the same length.
+fn regions(job: &Job, s: &Slice, (a, b): (usize, usize)) -> Result<Vec<(*mut u8, usize)>> {
+    let g = &job.geometry;
     let b_idx = buf_index(s.buf);
     let mut out = Vec::with_capacity(s.count as usize);
     for i in s.offset..s.offset + s.count {
@@ -186,7 +218,7 @@ fn run_block(
     job: &Job,
     fabric: &dyn Fabric,
     block: &Block,
-    k: usize,
+    range: (usize, usize),
     channel: u32,
     progress: &Progress,
 ) -> Result<()> {
@@ -210,12 +242,12 @@ fn run_block(
         let deadline = || Instant::now() + job.timeout;
         let src = step
             .src
-            .map(|s| regions(job, &s, k))
+            .map(|s| regions(job, &s, range))
             .transpose()?
             .map(|r| pieces(&r));
         let dst = step
             .dst
-            .map(|s| regions(job, &s, k))
+            .map(|s| regions(job, &s, range))
             .transpose()?
             .map(|r| pieces(&r));
         let (dt, op) = (job.dtype, job.op);

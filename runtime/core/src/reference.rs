@@ -89,7 +89,7 @@ fn float_value(dtype: DType, op: RedOp, rank: u32, n: u32, seed: u64, i: usize) 
                 v *= 0.5;
             }
             if rank == special {
-                let m = ((h >> 1) % 16) * 2 + 1;
+                let m = ((h >> 1) % 256) * 2 + 1;
                 let s = ((h >> 8) % 9) as i32 - 4;
                 v *= m as f64 * 2f64.powi(s);
             }

@@ -6,7 +6,8 @@
 //! Every plan is verified before it is registered.
 //!
 //! Selection (until the cost model exists), in order:
-//! 1. only plans for this collective, rank count, root, and call mode;
+//! 1. only plans for this collective, rank count, root, call mode and (where the plan
+//!    states one, as MSCCL's minBytes / maxBytes) message size;
 //! 2. user plans (files, `BRAID_PLANS`) before shipped ones, in registration order;
 //! 3. among shipped plans, the preference list of [`preference`] for the message size.
 //!
@@ -133,6 +134,12 @@ impl Registry {
                 Some(format!("its root is {:?}, not {root:?}", plan.root))
             } else if !plan.modes.contains(mode) {
                 Some(format!("it is not valid {mode}"))
+            } else if let Some(r) = plan.bytes.filter(|r| !r.contains(bytes as u64)) {
+                Some(format!(
+                    "it serves {} to {} bytes, not {bytes}",
+                    r.min,
+                    r.max.map_or("any".into(), |m| (m - 1).to_string())
+                ))
             } else {
                 fitting.push((plan, origin));
                 continue;

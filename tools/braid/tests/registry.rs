@@ -153,3 +153,30 @@ fn passed_over_plans_are_logged_with_their_reason() {
     }
     std::fs::remove_file(plan).unwrap();
 }
+
+#[test]
+fn byte_ranges_limit_which_calls_a_plan_serves() {
+    let lib = braid_library::Library::new(Topology::from_arg("nvswitch:2").unwrap());
+    let mut plan = (*lib.plans(Collective::Allreduce, None)[0]).clone();
+    plan.bytes = Some(braid_plan::ByteRange {
+        min: 1024,
+        max: Some(4096),
+    });
+    let reg = Registry::new();
+    reg.add(
+        plan.clone(),
+        braid_runtime::registry::Origin::User("ranged".into()),
+    )
+    .unwrap();
+    assert!(reg
+        .select(Collective::Allreduce, 2, None, Mode::OutOfPlace, 2048)
+        .is_ok());
+    assert!(
+        reg.select(Collective::Allreduce, 2, None, Mode::OutOfPlace, 4096)
+            .is_err(),
+        "max is exclusive"
+    );
+    assert!(reg
+        .select(Collective::Allreduce, 2, None, Mode::OutOfPlace, 1000)
+        .is_err());
+}
