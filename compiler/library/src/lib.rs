@@ -95,6 +95,18 @@ impl Library {
     }
 }
 
+/// Maps a span of `source` to the position and text plans record as a step's origin.
+pub fn locator(source: &SourceFile) -> impl Fn(braid_ir::Span) -> Option<SourcePos> + '_ {
+    move |span| {
+        let (line, col) = source.line_col(span.start);
+        Some(SourcePos {
+            line: line as u32,
+            col: col as u32,
+            text: source.snippet(span).to_string(),
+        })
+    }
+}
+
 /// Compiles one algorithm into a verified plan; `Ok(None)` when its `where` conditions do
 /// not hold for the shape.
 pub fn compile(
@@ -112,14 +124,7 @@ pub fn compile(
     let prog = instantiate(alg, shape, root).map_err(render)?;
     verify(&prog, prog.modes).map_err(render)?;
     let flow = Dataflow::build(&prog, flow_mode(prog.modes));
-    let locate = |span: braid_ir::Span| {
-        let (line, col) = source.line_col(span.start);
-        Some(SourcePos {
-            line: line as u32,
-            col: col as u32,
-            text: source.snippet(span).to_string(),
-        })
-    };
+    let locate = locator(source);
     let opts = LowerOptions {
         locate: Some(&locate),
         ..LowerOptions::default()

@@ -19,6 +19,7 @@ pub mod p2p;
 pub mod reduce;
 pub mod reference;
 pub mod registry;
+pub mod selfcheck;
 pub mod shm_link;
 pub mod tcp_link;
 pub mod transport;

@@ -31,27 +31,30 @@ use half::{bf16, f16};
 
 /// splitmix64's output function: a cheap, well-mixed hash of a counter.
 fn mix(z: u64) -> u64 {
-    let z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let z = z.wrapping_add(GAMMA);
     let z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
 }
 
-/// Element `i` of the random stream `stream` for `seed`. Streams `0..2^32` are ranks;
-/// [`SHARED`] is the stream every rank reads to agree on per-element choices.
-fn stream_hash(seed: u64, stream: u64, i: usize) -> u64 {
-    mix(mix(seed ^ mix(stream)).wrapping_add((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)))
-}
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A random stream in which element `i` is computed directly (splitmix64 at position
+/// `i`), so a value depends only on (seed, stream, index), never on the buffer's length.
+/// Streams `0..2^32` are ranks; [`SHARED`] is the one every rank reads to agree on
+/// per-element choices.
+#[derive(Clone, Copy)]
+struct Stream(u64);
 
 const SHARED: u64 = u64::MAX;
 
-/// Significand bits (with the hidden bit) of a float type.
-fn significand_bits(dtype: DType) -> u32 {
-    match dtype {
-        DType::F16 => 11,
-        DType::Bf16 => 8,
-        DType::F32 => 24,
-        _ => 53,
+impl Stream {
+    fn new(seed: u64, id: u64) -> Self {
+        Stream(mix(seed ^ mix(id)))
+    }
+
+    fn at(self, i: usize) -> u64 {
+        mix(self.0.wrapping_add((i as u64).wrapping_mul(GAMMA)))
     }
 }
 
@@ -60,41 +63,47 @@ fn centered(h: u64, k: u64) -> f64 {
     (h % (2 * k + 1)) as f64 - k as f64
 }
 
-/// The value rank `rank` contributes at element `i`, for a float type (see module docs).
-fn float_value(dtype: DType, op: RedOp, rank: u32, n: u32, seed: u64, i: usize) -> f64 {
-    let p = significand_bits(dtype);
-    let h = stream_hash(seed, u64::from(rank), i);
-    // 2^-q keeps values fractional but far from the subnormal range of every type.
-    let q = match dtype {
-        DType::F16 => 2,
-        DType::Bf16 => 1,
-        DType::F32 => 8,
-        _ => 16,
+/// The values rank `rank` contributes, by element index, for a float type (module docs).
+fn float_values(dtype: DType, op: RedOp, rank: u32, n: u32, seed: u64) -> impl Fn(usize) -> f64 {
+    // Significand bits with the hidden one; 2^-q keeps values fractional but far from
+    // every type's subnormal range.
+    let (p, q) = match dtype {
+        DType::F16 => (11, 2),
+        DType::Bf16 => (8, 1),
+        DType::F32 => (24, 8),
+        _ => (53, 16),
     };
     let unit = 0.5f64.powi(q);
     let full = (1u64 << p) - 1;
-    match op {
-        RedOp::Sum | RedOp::Avg => centered(h, (full / u64::from(n)).max(1)) * unit,
-        RedOp::Min | RedOp::Max => centered(h, full) * unit,
-        RedOp::Prod => {
-            let g = stream_hash(seed, SHARED, i);
-            let n = u64::from(n);
-            let (twice, half, special) = (g % n, (g >> 20) % n, (g >> 40) % n);
-            let rank = u64::from(rank);
-            let mut v = if h & 1 == 0 { 1.0 } else { -1.0 };
-            if rank == twice {
-                v *= 2.0;
-            }
-            if rank == half {
-                v *= 0.5;
-            }
-            if rank == special {
-                let m = ((h >> 1) % 256) * 2 + 1;
-                let s = ((h >> 8) % 9) as i32 - 4;
-                v *= m as f64 * 2f64.powi(s);
-            }
-            v
+    let k = match op {
+        RedOp::Sum | RedOp::Avg => (full / u64::from(n)).max(1),
+        _ => full,
+    };
+    let (own, shared) = (
+        Stream::new(seed, u64::from(rank)),
+        Stream::new(seed, SHARED),
+    );
+    let (rank, n) = (u64::from(rank), u64::from(n));
+    move |i| {
+        let h = own.at(i);
+        if op != RedOp::Prod {
+            return centered(h, k) * unit;
         }
+        let g = shared.at(i);
+        let (twice, half, special) = (g % n, (g >> 20) % n, (g >> 40) % n);
+        let mut v = if h & 1 == 0 { 1.0 } else { -1.0 };
+        if rank == twice {
+            v *= 2.0;
+        }
+        if rank == half {
+            v *= 0.5;
+        }
+        if rank == special {
+            let m = ((h >> 1) % 16) * 2 + 1;
+            let s = ((h >> 8) % 9) as i32 - 4;
+            v *= m as f64 * 2f64.powi(s);
+        }
+        v
     }
 }
 
@@ -109,20 +118,15 @@ pub fn fill_input(dtype: DType, op: RedOp, rank: u32, n_ranks: u32, seed: u64, b
     assert!(n_ranks > 0, "fill_input: n_ranks must be at least 1");
     let size = dtype.size();
     assert!(
-        buf.len() % size == 0,
+        buf.len().is_multiple_of(size),
         "fill_input: {} bytes is not a whole number of {dtype}",
         buf.len()
     );
     let chunks = buf.chunks_exact_mut(size).enumerate();
-    let float = |i| float_value(dtype, op, rank, n_ranks, seed, i);
-    let bits = |i| {
-        let h = stream_hash(seed, u64::from(rank), i);
-        if op == RedOp::Prod {
-            h | 1
-        } else {
-            h
-        }
-    };
+    let float = float_values(dtype, op, rank, n_ranks, seed);
+    let own = Stream::new(seed, u64::from(rank));
+    let odd = u64::from(op == RedOp::Prod);
+    let bits = |i| own.at(i) | odd;
     // Every float value is exactly representable, so these conversions do not round.
     match dtype {
         DType::F16 => {
@@ -197,12 +201,12 @@ pub fn reference(
         "reference: ranks' input lengths differ"
     );
     assert!(
-        len % dtype.size() == 0,
+        len.is_multiple_of(dtype.size()),
         "reference: {len} bytes is not a whole number of {dtype}"
     );
     let splits = matches!(collective, Collective::ReduceScatter | Collective::Alltoall);
     assert!(
-        !splits || len % (n * dtype.size()) == 0,
+        !splits || len.is_multiple_of(n * dtype.size()),
         "reference: {len} bytes do not split into {n} blocks of {dtype}"
     );
     let block = len / n;

@@ -17,10 +17,10 @@ use crate::cmd_check::ModeArg;
 use crate::error::CliError;
 use crate::source::Program;
 use crate::{output, topo_arg};
-use braid_ir::{Mode, ModeSet, OpProgram, Shape, Span};
+use braid_ir::{Mode, ModeSet, OpProgram, Shape};
 use braid_lang::ast::Algorithm;
 use braid_lang::Diagnostic;
-use braid_lower::{flow_mode, lower, LowerError, LowerOptions, SourcePos};
+use braid_lower::{flow_mode, lower, LowerError, LowerOptions};
 use braid_passes::dataflow::Dataflow;
 use braid_passes::instantiate::conditions_diagnostic;
 use braid_passes::{failed_conditions, instantiate, verify};
@@ -174,15 +174,7 @@ fn compile(
     topo: &braid_topo::Topology,
 ) -> Result<Plan, CliError> {
     let flow = Dataflow::build(prog, flow_mode(prog.modes));
-    let source = &program.source;
-    let locate = |span: Span| {
-        let (line, col) = source.line_col(span.start);
-        Some(SourcePos {
-            line: line as u32,
-            col: col as u32,
-            text: source.snippet(span).to_string(),
-        })
-    };
+    let locate = braid_library::locator(&program.source);
     let opts = LowerOptions {
         locate: Some(&locate),
         ..LowerOptions::default()

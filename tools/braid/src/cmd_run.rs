@@ -8,12 +8,8 @@ use braid_ir::{Collective, Mode};
 use braid_plan::Plan;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::reference::{fill_input, first_mismatch, reference};
-use braid_runtime::registry::{Origin, Registry};
-use braid_runtime::{Buffers, Communicator};
+use braid_runtime::selfcheck::run_checked;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Instant;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
@@ -69,11 +65,9 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
             plan.n_ranks, args.topo
         )));
     }
-    let registry = Registry::new();
-    registry
-        .add(plan.clone(), Origin::User(args.file.display().to_string()))
-        .map_err(|e| CliError::Input(format!("error: {e}")))?;
-    let registry = Arc::new(registry);
+    if let Err(d) = braid_plan::verify(&plan) {
+        return Err(CliError::Input(braid_plan::render_diagnostics(&d)));
+    }
     let modes: Vec<Mode> = plan
         .modes
         .iter()
@@ -88,7 +82,7 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
     let mut wrong_total = 0usize;
     for mode in modes {
         for iter in 0..args.iters.max(1) {
-            let r = run_once(&plan, &registry, args, mode, iter as u64)?;
+            let r = run_once(&plan, args, mode, iter as u64)?;
             wrong_total += r.wrong;
             out.push_str(&r.line);
         }
@@ -146,129 +140,37 @@ fn count_for(c: Collective, n: u32, size: u64, elem: usize) -> usize {
     }
 }
 
-fn run_once(
-    plan: &Plan,
-    registry: &Arc<Registry>,
-    args: &RunArgs,
-    mode: Mode,
-    seed: u64,
-) -> Result<RunResult, CliError> {
-    let n = plan.n_ranks;
-    let c = plan.collective;
-    let e = args.dtype.size();
-    let count = count_for(c, n, args.size, e);
-    let root = plan.root;
-    let nn = n as usize;
-    let (in_elems, out_elems) = match c {
-        Collective::Allgather => (count, nn * count),
-        Collective::ReduceScatter => (nn * count, count),
-        Collective::Alltoall => (nn * count, nn * count),
-        _ => (count, count),
-    };
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * e];
-            fill_input(args.dtype, args.op, r, n, seed, &mut b);
-            b
-        })
-        .collect();
-    let expected = reference(c, args.dtype, args.op, root, &inputs);
-    let comms = Communicator::create_local(n, registry.clone(), timeout_from_env());
-    let start = Instant::now();
-    let results: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .iter()
-            .enumerate()
-            .map(|(r, comm)| {
-                let input = &inputs[r];
-                s.spawn(move || {
-                    let r32 = r as u32;
-                    let (res, output) = match mode {
-                        Mode::OutOfPlace => {
-                            let mut recv = vec![0u8; out_elems * e];
-                            let res = comm.call(
-                                c,
-                                Buffers::OutOfPlace {
-                                    send: input,
-                                    recv: &mut recv,
-                                },
-                                count,
-                                args.dtype,
-                                args.op,
-                                root,
-                            );
-                            (res, recv)
-                        }
-                        Mode::InPlace => {
-                            let mut buf = vec![0u8; in_elems.max(out_elems) * e];
-                            let at = if c == Collective::Allgather {
-                                r * count * e
-                            } else {
-                                0
-                            };
-                            buf[at..at + input.len()].copy_from_slice(input);
-                            let res = comm.call(
-                                c,
-                                Buffers::InPlace(&mut buf),
-                                count,
-                                args.dtype,
-                                args.op,
-                                root,
-                            );
-                            let out = match c {
-                                Collective::ReduceScatter => {
-                                    buf[r * count * e..(r + 1) * count * e].to_vec()
-                                }
-                                _ => buf[..out_elems * e].to_vec(),
-                            };
-                            (res, out)
-                        }
-                    };
-                    let _ = r32;
-                    res.map(|_| output).map_err(|e| e.to_string())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
-            .collect()
-    });
-    let elapsed = start.elapsed();
-    let mut wrong = 0;
+fn run_once(plan: &Plan, args: &RunArgs, mode: Mode, seed: u64) -> Result<RunResult, CliError> {
+    let count = count_for(plan.collective, plan.n_ranks, args.size, args.dtype.size());
+    let checked = run_checked(
+        plan,
+        args.dtype,
+        args.op,
+        count,
+        mode,
+        seed,
+        timeout_from_env(),
+    )
+    .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
     let mut notes = String::new();
-    for (r, res) in results.iter().enumerate() {
-        let got = res
-            .as_ref()
-            .map_err(|e| CliError::Runtime(format!("error: rank {r}: {e}")))?;
-        if let Some(exp) = &expected[r] {
-            if let Some((i, want, have)) = first_mismatch(args.dtype, exp, got) {
-                let bad = count_wrong(args.dtype.size(), exp, got);
-                wrong += bad;
-                notes.push_str(&format!("  rank {r}: {bad} wrong element(s), first at element {i}: expected {want}, got {have}\n"));
-            }
-        }
+    let mut wrong = 0;
+    for (r, bad, i, want, got) in &checked.wrong {
+        wrong += bad;
+        notes.push_str(&format!("  rank {r}: {bad} wrong element(s), first at element {i}: expected {want}, got {got}\n"));
     }
-    let secs = elapsed.as_secs_f64();
-    let bytes = (in_elems.max(out_elems) * e) as f64;
+    let secs = checked.elapsed.as_secs_f64();
     let status = if wrong == 0 { "correct" } else { "WRONG" };
     let line = format!(
-        "{} {} {} {} {}, {n} ranks, {} bytes, {mode}: {status} on every rank; {:.3} ms, algbw {:.2} GB/s\n{notes}",
+        "{} {} {} {} {}, {} ranks, {} bytes, {mode}: {status} on every rank; {:.3} ms, algbw {:.2} GB/s\n{notes}",
         if wrong == 0 { "ok" } else { "FAILED" },
         plan.name,
-        c,
+        plan.collective,
         args.dtype.name(),
         args.op.name(),
-        in_elems.max(out_elems) * e,
+        plan.n_ranks,
+        checked.bytes,
         secs * 1e3,
-        if secs > 0.0 { bytes / secs / 1e9 } else { 0.0 },
+        if secs > 0.0 { checked.bytes as f64 / secs / 1e9 } else { 0.0 },
     );
     Ok(RunResult { line, wrong })
-}
-
-fn count_wrong(elem: usize, a: &[u8], b: &[u8]) -> usize {
-    a.chunks(elem)
-        .zip(b.chunks(elem))
-        .filter(|(x, y)| x != y)
-        .count()
 }

@@ -4,13 +4,9 @@
 
 use braid_ir::{Collective, Mode, Shape};
 use braid_plan::Plan;
-use braid_runtime::comm::Buffers;
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::reference::{fill_input, first_mismatch, reference};
-use braid_runtime::registry::{Origin, Registry};
-use braid_runtime::Communicator;
+use braid_runtime::selfcheck::run_checked;
 use braid_topo::Topology;
-use std::sync::Arc;
 use std::time::Duration;
 
 fn topologies() -> Vec<String> {
@@ -19,7 +15,7 @@ fn topologies() -> Vec<String> {
     t
 }
 
-/// Runs one call on every rank; returns each rank's output (None where it has none).
+/// Runs one call on every rank and compares every rank's output with the reference.
 fn run(
     plan: &Plan,
     dtype: DType,
@@ -28,87 +24,14 @@ fn run(
     mode: Mode,
     seed: u64,
 ) -> Result<(), String> {
-    let n = plan.n_ranks;
-    let nn = n as usize;
-    let c = plan.collective;
-    let e = dtype.size();
-    let (in_elems, out_elems) = match c {
-        Collective::Allgather => (count, nn * count),
-        Collective::ReduceScatter => (nn * count, count),
-        Collective::Alltoall => (nn * count, nn * count),
-        _ => (count, count),
-    };
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * e];
-            fill_input(dtype, op, r, n, seed, &mut b);
-            b
-        })
-        .collect();
-    let expected = if count == 0 {
-        vec![Some(Vec::new()); nn]
-    } else {
-        reference(c, dtype, op, plan.root, &inputs)
-    };
-    let registry = Registry::new();
-    registry
-        .add(plan.clone(), Origin::User("test".into()))
+    let checked = run_checked(plan, dtype, op, count, mode, seed, Duration::from_secs(20))
         .map_err(|e| e.to_string())?;
-    let comms = Communicator::create_local(n, Arc::new(registry), Duration::from_secs(20));
-    let outputs: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .enumerate()
-            .map(|(r, comm)| {
-                let input = &inputs[r];
-                s.spawn(move || match mode {
-                    Mode::OutOfPlace => {
-                        let mut recv = vec![0xAAu8; out_elems * e];
-                        comm.call(
-                            c,
-                            Buffers::OutOfPlace {
-                                send: input,
-                                recv: &mut recv,
-                            },
-                            count,
-                            dtype,
-                            op,
-                            plan.root,
-                        )
-                        .map(|_| recv)
-                        .map_err(|e| e.to_string())
-                    }
-                    Mode::InPlace => {
-                        let mut buf = vec![0xAAu8; in_elems.max(out_elems) * e];
-                        let at = if c == Collective::Allgather {
-                            r * count * e
-                        } else {
-                            0
-                        };
-                        buf[at..at + input.len()].copy_from_slice(input);
-                        comm.call(c, Buffers::InPlace(&mut buf), count, dtype, op, plan.root)
-                            .map_err(|e| e.to_string())?;
-                        Ok(match c {
-                            Collective::ReduceScatter => {
-                                buf[r * count * e..(r + 1) * count * e].to_vec()
-                            }
-                            _ => buf[..out_elems * e].to_vec(),
-                        })
-                    }
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for (r, out) in outputs.into_iter().enumerate() {
-        let out = out.map_err(|e| format!("rank {r}: {e}"))?;
-        if let Some(exp) = &expected[r] {
-            if let Some((i, want, got)) = first_mismatch(dtype, exp, &out) {
-                return Err(format!("rank {r} element {i}: expected {want}, got {got}"));
-            }
+    match checked.wrong.first() {
+        None => Ok(()),
+        Some((r, _, i, want, got)) => {
+            Err(format!("rank {r} element {i}: expected {want}, got {got}"))
         }
     }
-    Ok(())
 }
 
 #[test]

@@ -1,0 +1,137 @@
+//! Running a plan on every rank of one process with generated inputs and comparing each
+//! rank's result with the reference: what `braid run` and the tests do.
+
+use crate::comm::{Buffers, Communicator};
+use crate::dtype::{DType, RedOp};
+use crate::error::{Result, RuntimeError};
+use crate::reference::{fill_input, first_mismatch, reference};
+use crate::registry::{Origin, Registry};
+use braid_ir::{Collective, Mode};
+use braid_plan::Plan;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Element counts of `in` and `out` for NCCL's `count` argument.
+pub fn buffer_elems(c: Collective, n: u32, count: usize) -> (usize, usize) {
+    let n = n as usize;
+    match c {
+        Collective::Allgather => (count, n * count),
+        Collective::ReduceScatter => (n * count, count),
+        Collective::Alltoall => (n * count, n * count),
+        _ => (count, count),
+    }
+}
+
+/// What one checked call came to.
+#[derive(Debug)]
+pub struct Checked {
+    pub elapsed: Duration,
+    /// `(rank, wrong elements, first wrong element, expected, got)` per wrong rank.
+    pub wrong: Vec<(u32, usize, usize, String, String)>,
+    /// Bytes of the larger buffer of one rank.
+    pub bytes: usize,
+}
+
+/// Runs one call of `plan` on all its ranks (threads of this process) and checks it.
+/// Runtime errors of any rank are returned as errors.
+pub fn run_checked(
+    plan: &Plan,
+    dtype: DType,
+    op: RedOp,
+    count: usize,
+    mode: Mode,
+    seed: u64,
+    timeout: Duration,
+) -> Result<Checked> {
+    let n = plan.n_ranks;
+    let c = plan.collective;
+    let e = dtype.size();
+    let (in_elems, out_elems) = buffer_elems(c, n, count);
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|r| {
+            let mut b = vec![0u8; in_elems * e];
+            fill_input(dtype, op, r, n, seed, &mut b);
+            b
+        })
+        .collect();
+    let expected = if count == 0 {
+        vec![Some(Vec::new()); n as usize]
+    } else {
+        reference(c, dtype, op, plan.root, &inputs)
+    };
+    let registry = Registry::new();
+    registry.add(plan.clone(), Origin::User(plan.name.clone()))?;
+    let comms = Communicator::create_local(n, Arc::new(registry), timeout);
+    let start = Instant::now();
+    let outputs: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .iter()
+            .enumerate()
+            .map(|(r, comm)| {
+                let input = &inputs[r];
+                s.spawn(move || match mode {
+                    Mode::OutOfPlace => {
+                        let mut recv = vec![0xAAu8; out_elems * e];
+                        comm.call(
+                            c,
+                            Buffers::OutOfPlace {
+                                send: input,
+                                recv: &mut recv,
+                            },
+                            count,
+                            dtype,
+                            op,
+                            plan.root,
+                        )
+                        .map(|_| recv)
+                    }
+                    Mode::InPlace => {
+                        let mut buf = vec![0xAAu8; in_elems.max(out_elems) * e];
+                        let at = if c == Collective::Allgather {
+                            r * count * e
+                        } else {
+                            0
+                        };
+                        buf[at..at + input.len()].copy_from_slice(input);
+                        comm.call(c, Buffers::InPlace(&mut buf), count, dtype, op, plan.root)?;
+                        Ok(match c {
+                            Collective::ReduceScatter => {
+                                buf[r * count * e..(r + 1) * count * e].to_vec()
+                            }
+                            _ => buf[..out_elems * e].to_vec(),
+                        })
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(RuntimeError::Invalid("a rank panicked".into())))
+            })
+            .collect()
+    });
+    let elapsed = start.elapsed();
+    let mut wrong = Vec::new();
+    for (r, out) in outputs.into_iter().enumerate() {
+        let out = out.map_err(|err| match err {
+            RuntimeError::Invalid(m) => RuntimeError::Invalid(format!("rank {r}: {m}")),
+            other => other,
+        })?;
+        if let Some(exp) = &expected[r] {
+            if let Some((i, want, got)) = first_mismatch(dtype, exp, &out) {
+                let bad = exp
+                    .chunks(e)
+                    .zip(out.chunks(e))
+                    .filter(|(x, y)| x != y)
+                    .count();
+                wrong.push((r as u32, bad, i, want, got));
+            }
+        }
+    }
+    Ok(Checked {
+        elapsed,
+        wrong,
+        bytes: in_elems.max(out_elems) * e,
+    })
+}
