@@ -38,10 +38,13 @@ impl FlushLink for ShmLink {
     }
 }
 
+/// (this rank sends?, peer, channel).
+type LinkKey = (bool, u32, u32);
+
 pub struct NetFabric {
     boot: Bootstrap,
     /// (sends?, peer, channel) → link.
-    links: Mutex<HashMap<(bool, u32, u32), Arc<dyn FlushLink>>>,
+    links: Mutex<HashMap<LinkKey, Arc<dyn FlushLink>>>,
     reason: Mutex<Option<String>>,
 }
 
