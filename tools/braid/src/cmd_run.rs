@@ -99,9 +99,7 @@ fn load_plan(args: &RunArgs, topo: &braid_topo::Topology) -> Result<Plan, CliErr
     let ext = args.file.extension().and_then(|e| e.to_str()).unwrap_or("");
     match ext {
         "json" => crate::cmd_verify::load(&args.file).map_err(CliError::from),
-        "xml" => Err(CliError::Input(
-            "error: MSCCL XML import is not available in this build yet".into(),
-        )),
+        "xml" => crate::cmd_msccl::load_xml(&args.file).map_err(CliError::from),
         _ => {
             let program = Program::load(&args.file)?;
             let algs = program.select(args.algorithm.as_deref())?;

@@ -2,6 +2,7 @@
 
 mod cmd_check;
 mod cmd_compile;
+mod cmd_msccl;
 mod cmd_rank;
 mod cmd_run;
 mod cmd_topo;
@@ -37,9 +38,13 @@ enum Command {
     Compile(cmd_compile::CompileArgs),
     /// Load a plan and prove it: bounds, matching, deadlock and race freedom, postcondition.
     Verify {
-        /// The plan (`.json`).
+        /// The plan (`.json`) or MSCCL algorithm (`.xml`).
         plan: std::path::PathBuf,
     },
+    /// Import an MSCCL XML algorithm (either dialect) as a verified plan.
+    ImportMsccl(cmd_msccl::ImportArgs),
+    /// Export a verified plan as MSCCL XML (executor dialect).
+    ExportMsccl(cmd_msccl::ExportArgs),
     /// Execute a program or plan with real data on every rank and check the result.
     Run(cmd_run::RunArgs),
     /// Run one rank of a multi-process job started by a launcher (torchrun, mpirun,
@@ -64,6 +69,11 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd_run::run(a),
         Command::Rank(a) => cmd_rank::run(a),
         Command::Compile(a) => cmd_compile::run(a),
+        Command::ImportMsccl(a) => cmd_msccl::run_import(a),
+        Command::ExportMsccl(a) => cmd_msccl::run_export(a),
+        Command::Verify { plan } if cmd_msccl::is_xml(plan) => {
+            cmd_msccl::verify_xml(plan).map_err(CliError::from)
+        }
         Command::Verify { plan } => cmd_verify::run(plan).map_err(CliError::from),
         Command::Topo { topo, detect } => {
             cmd_topo::run(topo.as_deref(), *detect).map_err(CliError::from)

@@ -1,0 +1,100 @@
+//! Import errors: what is wrong, which XML element, and where in the file.
+//!
+//! quick-xml reports byte offsets; users want `line:col`, so every error carries a
+//! [`Pos`] computed once from the text by [`Lines`].
+
+use std::fmt;
+
+/// A 1-based line and column (columns count characters, not bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pos {
+    pub line: u32,
+    pub col: u32,
+}
+
+impl fmt::Display for Pos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.col)
+    }
+}
+
+/// Byte offset to line and column, by binary search over the line starts.
+pub(crate) struct Lines<'t> {
+    text: &'t str,
+    starts: Vec<usize>,
+}
+
+impl<'t> Lines<'t> {
+    pub fn new(text: &'t str) -> Lines<'t> {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        Lines { text, starts }
+    }
+
+    pub fn pos(&self, offset: u64) -> Pos {
+        let offset = (offset as usize).min(self.text.len());
+        let line = self.starts.partition_point(|&s| s <= offset) - 1;
+        let start = self.starts[line];
+        let col = self
+            .text
+            .get(start..offset)
+            .map_or(offset - start, |s| s.chars().count());
+        Pos {
+            line: line as u32 + 1,
+            col: col as u32 + 1,
+        }
+    }
+}
+
+/// One structural problem in an MSCCL XML file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{pos}: error: {element}: {message}")]
+pub struct XmlError {
+    /// Where the element (or, for syntax errors, the offending byte) starts.
+    pub pos: Pos,
+    /// The element and its ancestors, e.g. `<step s="3"> of <tb id="1"> of <gpu id="2">`,
+    /// or `the file` for problems with no element.
+    pub element: String,
+    /// One sentence, without the location.
+    pub message: String,
+}
+
+impl XmlError {
+    pub fn new(pos: Pos, element: impl Into<String>, message: impl Into<String>) -> XmlError {
+        XmlError {
+            pos,
+            element: element.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Every error as `FILE:LINE:COL: error: ELEMENT: MESSAGE`, then a count line.
+pub fn render_errors(errors: &[XmlError], file: &str) -> String {
+    let mut out = String::new();
+    for e in errors {
+        out.push_str(&format!("{file}:{e}\n"));
+    }
+    out.push_str(&format!(
+        "{file}: error: MSCCL XML rejected: {} problem{} found\n",
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" }
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_become_lines_and_columns() {
+        let l = Lines::new("ab\ncd\n\nxé z");
+        assert_eq!(l.pos(0), Pos { line: 1, col: 1 });
+        assert_eq!(l.pos(4), Pos { line: 2, col: 2 });
+        assert_eq!(l.pos(6), Pos { line: 3, col: 1 });
+        // `é` is two bytes but one column.
+        assert_eq!(l.pos(11), Pos { line: 4, col: 4 });
+        assert_eq!(l.pos(999), Pos { line: 4, col: 5 });
+    }
+}
