@@ -59,6 +59,10 @@ pub fn run_checked(
     } else {
         reference(c, dtype, op, plan.root, &inputs)
     };
+    // The caller asked for this plan: run it whatever sizes it says it is meant for.
+    let mut plan = plan.clone();
+    plan.bytes = None;
+    let plan = &plan;
     let registry = Registry::new();
     registry.add(plan.clone(), Origin::User(plan.name.clone()))?;
     let comms = Communicator::create_local(n, Arc::new(registry), timeout);
