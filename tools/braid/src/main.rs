@@ -3,6 +3,7 @@
 mod cmd_check;
 mod cmd_compile;
 mod cmd_msccl;
+mod cmd_perf;
 mod cmd_rank;
 mod cmd_run;
 mod cmd_topo;
@@ -51,6 +52,8 @@ enum Command {
     /// srun: RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT and BRAID_SECRET), checking the
     /// collective's result.
     Rank(cmd_rank::RankArgs),
+    /// nccl-tests style sweep over message sizes: time, algbw, busbw, #wrong.
+    Perf(cmd_perf::PerfArgs),
     /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
     Topo {
         /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Check(a) => cmd_check::run(a),
         Command::Run(a) => cmd_run::run(a),
+        Command::Perf(a) => cmd_perf::run(a),
         Command::Rank(a) => cmd_rank::run(a),
         Command::Compile(a) => cmd_compile::run(a),
         Command::ImportMsccl(a) => cmd_msccl::run_import(a),
