@@ -1,0 +1,253 @@
+//! The CUDA backend on real GPUs: every shipped algorithm for two ranks, computed on two
+//! GPUs and compared element for element with the reference. Without a CUDA driver every
+//! test prints why it skips and passes, so CI stays green on machines without GPUs.
+//!
+//! `BRAID_CUDA_QUICK=1` runs a reduced matrix (one size per plan).
+
+use braid_cuda::{driver_present, CudaError, Gpus};
+use braid_ir::{Collective, Mode};
+use braid_library::Library;
+use braid_plan::{Execution, Plan};
+use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::reference::{fill_input, first_mismatch, reference};
+use braid_runtime::selfcheck::{buffer_elems, run_checked};
+use braid_topo::Topology;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// GPU tests share the GPUs: one at a time.
+static GPU: Mutex<()> = Mutex::new(());
+
+/// Opens two GPUs, or says why the test skips.
+fn gpus(test: &str) -> Option<Gpus> {
+    // Checked before any other cudarc call: without a driver those panic.
+    if !driver_present() {
+        eprintln!("skipping {test}: no CUDA driver on this machine");
+        return None;
+    }
+    match Gpus::open(2) {
+        Ok(g) => Some(g),
+        Err(CudaError::Invalid(why)) => {
+            eprintln!("skipping {test}: {why}");
+            None
+        }
+        Err(e) => panic!("{test}: opening the GPUs failed: {e}"),
+    }
+}
+
+fn plans(c: Collective, root: Option<u32>) -> Vec<Arc<Plan>> {
+    Library::new(Topology::from_arg("nvswitch:2").unwrap()).plans(c, root)
+}
+
+/// Runs one call and compares it with the reference; `Err` describes a failure.
+fn check(
+    g: &Gpus,
+    plan: &Plan,
+    dtype: DType,
+    op: RedOp,
+    count: usize,
+    mode: Mode,
+) -> Result<f64, String> {
+    let n = plan.n_ranks;
+    let (in_elems, _) = buffer_elems(plan.collective, n, count);
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|r| {
+            let mut b = vec![0u8; in_elems * dtype.size()];
+            fill_input(dtype, op, r, n, 7, &mut b);
+            b
+        })
+        .collect();
+    let expected = reference(plan.collective, dtype, op, plan.root, &inputs);
+    let out = g
+        .run(plan, dtype, op, count, mode, &inputs)
+        .map_err(|e| format!("error: {e}"))?;
+    for (r, (want, got)) in expected.iter().zip(&out.outputs).enumerate() {
+        match (want, got) {
+            (Some(w), Some(o)) => {
+                if let Some((i, e, a)) = first_mismatch(dtype, w, o) {
+                    return Err(format!("rank {r}: element {i}: expected {e}, got {a}"));
+                }
+            }
+            (None, None) => {}
+            _ => return Err(format!("rank {r}: output presence differs from reference")),
+        }
+    }
+    Ok(out.kernel_time.as_secs_f64())
+}
+
+/// The plan as shipped (streaming) and, where it verifies so, replayed tiled (a plan safe
+/// streaming is safe tiled): exercises the kernels' tile loop.
+fn variants(plan: &Plan) -> Vec<Plan> {
+    let mut v = vec![plan.clone()];
+    if plan.execution == Execution::Streaming {
+        let mut t = plan.clone();
+        t.execution = Execution::Tiled;
+        if braid_plan::verify(&t).is_ok() {
+            v.push(t);
+        }
+    }
+    v
+}
+
+/// Whether the host backend, given the same call, also fails to finish: then a GPU
+/// timeout is the plan's (a deadlock the verifier's model misses), not this backend's.
+fn host_deadlocks(plan: &Plan, d: DType, o: RedOp, count: usize, mode: Mode) -> bool {
+    matches!(
+        run_checked(plan, d, o, count, mode, 7, Duration::from_secs(10)),
+        Err(braid_runtime::RuntimeError::Timeout { .. } | braid_runtime::RuntimeError::Aborted(_))
+    )
+}
+
+/// The calls every streaming plan gets: f32 sum at every size, each other (dtype, op) at
+/// an odd and an even size, and 64 MiB in the larger buffer.
+fn matrix(
+    counts: &[usize],
+    others: &[(DType, RedOp)],
+    quick: bool,
+    c: Collective,
+) -> Vec<(DType, RedOp, usize)> {
+    let mut cases: Vec<(DType, RedOp, usize)> = counts
+        .iter()
+        .map(|&k| (DType::F32, RedOp::Sum, k))
+        .collect();
+    for &(d, o) in others {
+        cases.push((d, o, 999));
+        if !quick {
+            cases.push((d, o, 4096));
+        }
+    }
+    if !quick {
+        let (i, o) = buffer_elems(c, 2, 1);
+        cases.push((DType::F32, RedOp::Sum, (16 << 20) / i.max(o)));
+    }
+    cases
+}
+
+fn modes(plan: &Plan) -> Vec<Mode> {
+    let mut m = Vec::new();
+    if plan.modes.out_of_place {
+        m.push(Mode::OutOfPlace);
+    }
+    if plan.modes.in_place {
+        m.push(Mode::InPlace);
+    }
+    m
+}
+
+fn roots(c: Collective) -> Vec<Option<u32>> {
+    match c {
+        Collective::Broadcast | Collective::Reduce => vec![Some(0), Some(1)],
+        _ => vec![None],
+    }
+}
+
+#[test]
+fn every_algorithm_matches_the_reference_on_two_gpus() {
+    let _l = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(g) = gpus("every_algorithm_matches_the_reference_on_two_gpus") else {
+        return;
+    };
+    let quick = std::env::var("BRAID_CUDA_QUICK").is_ok();
+    let counts: &[usize] = if quick {
+        &[1001]
+    } else {
+        &[1, 7, 1000, 65_537, 1 << 20]
+    };
+    // (dtype, op) beyond f32 sum, on every plan at one odd and one even size.
+    let others = [
+        (DType::F16, RedOp::Sum),
+        (DType::Bf16, RedOp::Max),
+        (DType::F64, RedOp::Prod),
+        (DType::I8, RedOp::Min),
+        (DType::U8, RedOp::Sum),
+        (DType::I32, RedOp::Avg),
+        (DType::U32, RedOp::Max),
+        (DType::I64, RedOp::Prod),
+        (DType::U64, RedOp::Sum),
+        (DType::F32, RedOp::Avg),
+    ];
+    let (mut pass, mut fail, mut host) = (0, Vec::new(), Vec::new());
+    let start = Instant::now();
+    for c in Collective::ALL {
+        for root in roots(c) {
+            for plan in plans(c, root).into_iter().flat_map(|p| variants(&p)) {
+                for mode in modes(&plan) {
+                    let tiled = plan.execution == Execution::Tiled;
+                    let cases = if tiled {
+                        // The tiled replay of a streaming plan: a few cases suffice.
+                        vec![
+                            (DType::F32, RedOp::Sum, 65_537),
+                            (DType::F32, RedOp::Sum, 3 << 20),
+                            (DType::Bf16, RedOp::Sum, 999),
+                            (DType::I32, RedOp::Prod, 100_003),
+                        ]
+                    } else {
+                        matrix(counts, &others, quick, c)
+                    };
+                    for (d, o, k) in cases {
+                        let exec = if tiled { " (tiled)" } else { "" };
+                        let what = format!(
+                            "{}{exec} {c} root={root:?} {mode:?} {d} {o} count={k}",
+                            plan.name
+                        );
+                        match check(&g, &plan, d, o, k, mode) {
+                            Ok(t) => {
+                                pass += 1;
+                                if k >= 1 << 20 {
+                                    println!("ok   {what}  kernel {:.3} ms", t * 1e3);
+                                }
+                            }
+                            Err(e) if host_deadlocks(&plan, d, o, k, mode) => {
+                                println!("HOST {what}: the host backend times out too: {e}");
+                                host.push(what);
+                            }
+                            Err(e) => {
+                                println!("FAIL {what}: {e}");
+                                fail.push(what);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "summary: {pass} passed, {} failed, {} time out on the host backend too, {:.1} s",
+        fail.len(),
+        host.len(),
+        start.elapsed().as_secs_f64()
+    );
+    assert!(fail.is_empty(), "{} cases failed: {fail:#?}", fail.len());
+}
+
+#[test]
+fn a_plan_pointing_outside_its_buffers_is_refused_before_launch() {
+    let _l = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(g) = gpus("a_plan_pointing_outside_its_buffers_is_refused_before_launch") else {
+        return;
+    };
+    let mut plan = (*plans(Collective::Allreduce, None)[0]).clone();
+    let step = plan.ranks[0].blocks[0]
+        .steps
+        .iter_mut()
+        .find(|s| s.src.is_some())
+        .expect("a step with a source");
+    step.src.as_mut().unwrap().offset += plan.chunks;
+    let inputs = vec![vec![0u8; 4 * 1024]; 2];
+    match g.run(
+        &plan,
+        DType::F32,
+        RedOp::Sum,
+        1024,
+        Mode::OutOfPlace,
+        &inputs,
+    ) {
+        Err(e @ (CudaError::Unverified { .. } | CudaError::Invalid(_))) => {
+            println!(
+                "refused as expected: {}",
+                e.to_string().lines().next().unwrap_or("")
+            );
+        }
+        other => panic!("expected a refusal before launch, got {other:?}"),
+    }
+}
