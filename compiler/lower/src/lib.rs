@@ -55,6 +55,21 @@ use braid_topo::Topology;
 
 /// Lowers `prog` (already verified) for `topo`. `flow` must be `prog`'s dataflow graph in
 /// [`flow_mode`] of the plan's modes: the in-place graph whenever the plan is valid in place.
+/// Picks the execution model: streaming (one pass, whole messages sliced through the
+/// FIFOs) when the plan is deadlock-free that way for messages of any length, else tiled
+/// (MSCCL's replay per tile, where each chunk's tile fills one slot). Step-level
+/// write-after-read dependencies can serialise a long message against its own reply (a
+/// tree's root sends back while its child's receive waits for the child's send to end);
+/// tiles bound every message, which breaks that cycle.
+pub fn settle_execution(plan: &mut Plan) {
+    plan.execution = braid_plan::Execution::Streaming;
+    if let Err(diags) = braid_plan::verify(plan) {
+        if diags.iter().any(|d| d.check == braid_plan::Check::Deadlock) {
+            plan.execution = braid_plan::Execution::Tiled;
+        }
+    }
+}
+
 pub fn lower(
     prog: &OpProgram,
     flow: &Dataflow,
@@ -85,6 +100,7 @@ pub fn lower(
         .iter()
         .map(ConnectionRoute::annotation)
         .collect();
+    settle_execution(&mut plan);
     Ok(plan)
 }
 

@@ -342,7 +342,7 @@ fn deadlock_reports_blocks_stuck_behind_the_cycle() {
     );
     assert!(
         d.notes[0].contains(
-            "waits to send slice 9 of 9 to rank 1 on channel 0: the FIFO is full (8 slices)"
+            "waits to send slice 9 of 33 to rank 1 on channel 0: the FIFO is full (8 slices)"
         ),
         "{d}"
     );

@@ -134,3 +134,29 @@ fn tiled_plans_replay_over_tiles_and_stay_correct() {
         }
     }
 }
+
+#[test]
+fn long_messages_that_would_deadlock_streaming_run_tiled() {
+    // A tree's root sends its sum back while the child's receive waits (write after
+    // read) for the child's own send to end: streaming, a message longer than the FIFOs
+    // along that path deadlocks. The verifier must say so, and the compiler must then
+    // pick the tiled model, which runs at any length.
+    let topo = Topology::from_arg("nvswitch:2").unwrap();
+    let lib = braid_library::Library::new(topo);
+    let plan = (*lib
+        .plans(Collective::Allreduce, None)
+        .into_iter()
+        .find(|p| p.name == "tree_allreduce")
+        .unwrap())
+    .clone();
+    assert_eq!(plan.execution, braid_plan::Execution::Tiled);
+    let mut streaming = plan.clone();
+    streaming.execution = braid_plan::Execution::Streaming;
+    let diags = braid_plan::verify(&streaming).unwrap_err();
+    assert!(
+        diags.iter().any(|d| d.check == braid_plan::Check::Deadlock),
+        "{diags:?}"
+    );
+    // 16 MiB in one message: well past the 8 x 256 KiB slots of each FIFO.
+    run(&plan, DType::F32, RedOp::Sum, 4 << 20, Mode::OutOfPlace, 3).unwrap();
+}

@@ -2,9 +2,10 @@
 //!
 //! First, dependencies (program order plus `deps`) must be acyclic on every rank. Then
 //! every block of every rank is simulated: in a streaming plan each data step moves its
-//! message in `S = slots + 1` slices through a FIFO of `slots` slices per connection, so
-//! no message ever fits in a FIFO whole and a plan cannot lean on buffering it will not
-//! get; in a tiled plan (MSCCL's model) a message is one slice per chunk, as one chunk's
+//! message in `S` slices through a FIFO of `slots` slices per connection, where `S`
+//! exceeds what all FIFOs together hold, so no message ever fits in the system's
+//! buffering and a plan cannot lean on buffering it will not get (messages at run time
+//! can be arbitrarily long); in a tiled plan (MSCCL's model) a message is one slice per chunk, as one chunk's
 //! tile fills one slot. A step
 //! starts when the previous step of its block and all its deps are complete; a step that
 //! receives and sends streams (slice i goes out once slice i came in).
@@ -298,7 +299,10 @@ fn simulate(cx: &Ctx, w: &Wiring) -> Result<Vec<u32>, Vec<PlanDiagnostic>> {
         cx,
         w,
         slots,
-        slices: slots + 1,
+        // More slices than every FIFO together can hold: a receive-and-forward chain
+        // buffers `slots` slices per hop, so `slots + 1` alone would accept plans that
+        // deadlock once messages are longer than the chain's buffering.
+        slices: slots * (w.conn_ends.len() as u64 + 1) + 1,
         pc: vec![0; nb],
         progress: vec![0; nb],
         started: vec![false; nb],
