@@ -272,7 +272,7 @@ impl<'a> AlgorithmChecker<'a, '_> {
                 format!("`{name}` is a builtin function, not a value"),
             )
             .with_label(span, format!("call it: `{name}(...)`"))
-        } else if is_reserved(name) || name == "scratch" {
+        } else if is_reserved(name) {
             Diagnostic::new(
                 "unknown-name",
                 format!("`{name}` is a reserved word, not a value"),

@@ -67,52 +67,20 @@ impl Builtin {
 }
 
 /// Words that cannot be bound by `let` or `for`.
+#[rustfmt::skip]
 const RESERVED: &[&str] = &[
-    // keywords
-    "algorithm",
-    "where",
-    "chunks",
-    "scratch",
-    "channels",
-    "protocol",
-    "mode",
-    "let",
-    "for",
-    "in",
-    "rev",
-    "step",
-    "if",
-    "else",
-    "copy",
-    "reduce",
-    "simple",
-    "ll",
-    "ll128",
-    "auto",
-    "inplace",
-    "outofplace",
-    "both", // buffers
-    "out",  // collectives
-    "allreduce",
-    "allgather",
-    "reduce_scatter",
-    "alltoall",
-    "broadcast",
-    // constants
-    "N",
-    "NODES",
-    "G",
-    "ROOT",
-    "C",
-    "K", // builtins
-    "node",
-    "local",
-    "rank",
-    "log2",
-    "ilog2",
-    "pow2",
-    "min",
-    "max",
+    // Keywords and header values (`in` and `scratch` are also buffer names).
+    "algorithm", "where", "chunks", "scratch", "channels", "protocol", "mode", "let", "for",
+    "in", "rev", "step", "if", "else", "copy", "reduce", "simple", "ll", "ll128", "auto",
+    "inplace", "outofplace", "both",
+    // The remaining buffer name.
+    "out",
+    // Collectives (`reduce` is above).
+    "allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast",
+    // Constants.
+    "N", "NODES", "G", "ROOT", "C", "K",
+    // Builtins.
+    "node", "local", "rank", "log2", "ilog2", "pow2", "min", "max",
 ];
 
 pub fn is_reserved(s: &str) -> bool {
