@@ -29,9 +29,8 @@ impl FlushLink for TcpLink {
 }
 
 impl FlushLink for ShmLink {
-    /// Shared memory outlives the sender's close: nothing is lost in flight.
-    fn flush(&self, _deadline: Instant) -> Result<()> {
-        Ok(())
+    fn flush(&self, deadline: Instant) -> Result<()> {
+        ShmLink::flush(self, deadline)
     }
     fn as_link(self: Arc<Self>) -> Arc<dyn Link> {
         self
@@ -177,7 +176,9 @@ impl Drop for NetFabric {
         if self.aborted().is_some() {
             return;
         }
-        let deadline = Instant::now() + self.boot.timeout();
+        // Bounded separately from the call timeout: a peer that died without an abort
+        // must not hold this process's exit for minutes.
+        let deadline = Instant::now() + self.boot.timeout().min(std::time::Duration::from_secs(30));
         for ((sends, peer, _), link) in self.links.lock().unwrap().iter() {
             if *sends {
                 if let Err(e) = link.flush(deadline) {

@@ -358,6 +358,28 @@ impl ShmLink {
     }
 
     /// The ring's name.
+    /// Waits until the receiver has opened the ring and taken every slice sent so far
+    /// (no-op on the receiving end). A sender must do this before it goes away: dropped
+    /// before the receiver opened the ring, it removes the file and the data with it.
+    pub fn flush(&self, deadline: Instant) -> Result<()> {
+        if self.end != End::Sender {
+            return Ok(());
+        }
+        let head = self.word(OFF_HEAD).load(Ordering::Relaxed);
+        let mut backoff = Backoff::new(&self.abort, deadline);
+        while self.word(OFF_OPENED).load(Ordering::Acquire) == 0
+            || self.word(OFF_TAIL).load(Ordering::Acquire) != head
+        {
+            backoff.wait(|| {
+                format!(
+                    "the receiver to take everything sent on shared-memory link {}",
+                    self.name
+                )
+            })?;
+        }
+        Ok(())
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -294,3 +294,39 @@ fn names_are_stable_and_distinct() {
     // The hash also covers the triple, not only the visible suffix.
     assert_ne!(a[..22], shm_name(b"secret", 1, 2, 4)[..22]);
 }
+
+#[test]
+fn flush_waits_until_the_receiver_opened_and_took_everything() {
+    use braid_runtime::shm_link::ShmLink;
+    use braid_runtime::transport::Link;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let name = braid_runtime::shm_link::shm_name(b"flush-test", 1, 0, std::process::id());
+    let abort = Arc::new(AtomicBool::new(false));
+    let sender = ShmLink::create_sender(&name, 4, 64, abort.clone()).unwrap();
+    sender
+        .send(&[7u8; 10], Instant::now() + Duration::from_secs(1))
+        .unwrap();
+    // Nobody has opened the ring: flush must not pretend the data arrived.
+    let early = sender.flush(Instant::now() + Duration::from_millis(100));
+    assert!(early.is_err(), "{early:?}");
+    let receiver = std::thread::spawn({
+        let name = name.clone();
+        let abort = abort.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let r = ShmLink::open_receiver(&name, abort, Instant::now() + Duration::from_secs(2))
+                .unwrap();
+            let mut buf = [0u8; 10];
+            r.recv(&mut buf, Instant::now() + Duration::from_secs(2))
+                .unwrap();
+            buf
+        }
+    });
+    sender
+        .flush(Instant::now() + Duration::from_secs(3))
+        .unwrap();
+    drop(sender); // after a flush, dropping loses nothing
+    assert_eq!(receiver.join().unwrap(), [7u8; 10]);
+}

@@ -36,6 +36,15 @@ impl DeviceAlloc {
         self.ptr
     }
 
+    /// Sets the first `n` bytes to `byte` (resets counters between resident launches).
+    pub fn fill(&self, byte: u8, n: usize) -> Result<()> {
+        assert!(n <= self.len, "fill larger than the allocation");
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `n` bytes lie in the allocation (asserted).
+        unsafe { result::memset_d8_sync(self.ptr, byte, n)? };
+        Ok(())
+    }
+
     /// Copies `data` to the start of the allocation.
     pub fn upload(&self, data: &[u8]) -> Result<()> {
         assert!(data.len() <= self.len, "upload larger than the allocation");

@@ -19,6 +19,9 @@ pub enum CudaError {
     /// NVRTC rejected the generated source (a bug in codegen or the primitives).
     #[error("NVRTC: {0}")]
     Compile(String),
+    /// NCCL (the yardstick `braid perf --vs-nccl` runs) could not be loaded or failed.
+    #[error("NCCL: {0}")]
+    Nccl(String),
     /// A kernel stopped early: a rank waited too long for a peer, a FIFO or a block.
     #[error("rank {rank} failed on the GPU: {what}")]
     Kernel { rank: u32, what: String },

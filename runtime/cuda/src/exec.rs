@@ -17,10 +17,11 @@ use braid_ir::Mode;
 use braid_plan::Plan;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::reduce::finish_avg;
+use braid_runtime::selfcheck::buffer_elems;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Whether a CUDA driver library can be loaded here. Check this before calling anything
@@ -28,6 +29,14 @@ use std::time::{Duration, Instant};
 pub fn driver_present() -> bool {
     // SAFETY: only tries to load the library.
     unsafe { sys::is_culib_present() }
+}
+
+/// How many GPUs this machine has (0 without a driver).
+pub fn device_count() -> usize {
+    if !driver_present() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n as usize)
 }
 
 /// Kernels spin while they wait for peers, so two calls sharing the GPUs could starve each
@@ -148,6 +157,12 @@ impl Gpus {
         Ok((funcs, from_disk))
     }
 
+    /// The stream each rank's kernel runs on (rank `r` on GPU `r`); NCCL's comparison
+    /// runs on the same streams.
+    pub fn streams(&self) -> &[Arc<CudaStream>] {
+        &self.streams
+    }
+
     /// Runs one call of `plan`: `inputs[r]` is rank `r`'s send buffer (NCCL's layout and
     /// size for `count`). Refuses, before touching any GPU, a plan that does not verify,
     /// is not valid for `mode`, or has a step outside this call's buffers.
@@ -160,6 +175,45 @@ impl Gpus {
         mode: Mode,
         inputs: &[Vec<u8>],
     ) -> Result<Outcome> {
+        if count == 0 {
+            let shape = CallShape {
+                plan,
+                elem: dtype.size(),
+                count,
+                mode,
+            };
+            validate::check_plan(plan, mode)?;
+            return Ok(Outcome {
+                outputs: (0..plan.n_ranks)
+                    .map(|r| shape.unstage_out(r, &[]))
+                    .collect(),
+                kernel_time: Duration::ZERO,
+                cached: true,
+            });
+        }
+        let resident = self.prepare(plan, dtype, op, count, mode, inputs)?;
+        let kernel_time = resident.launch()?;
+        Ok(Outcome {
+            outputs: resident.outputs()?,
+            kernel_time,
+            cached: resident.cached,
+        })
+    }
+
+    /// Validates `plan` for this call, compiles it (or takes it from the caches), and
+    /// allocates and uploads every rank's buffers, FIFOs and launch table once, so that
+    /// [`Resident::launch`] can run the call many times with no host copy: what `braid
+    /// perf` times. Same refusals as [`Gpus::run`]; `count` must be positive. Calls are
+    /// serialised per process while the returned value lives (kernels spin on peers).
+    pub fn prepare<'a>(
+        &'a self,
+        plan: &'a Plan,
+        dtype: DType,
+        op: RedOp,
+        count: usize,
+        mode: Mode,
+        inputs: &[Vec<u8>],
+    ) -> Result<Resident<'a>> {
         let n = plan.n_ranks;
         validate::check_plan(plan, mode)?;
         let shape = CallShape {
@@ -181,40 +235,12 @@ impl Gpus {
             )));
         }
         if count == 0 {
-            return Ok(Outcome {
-                outputs: (0..n).map(|r| shape.unstage_out(r, &[])).collect(),
-                kernel_time: Duration::ZERO,
-                cached: true,
-            });
+            return Err(CudaError::Invalid("a resident call needs count > 0".into()));
         }
         validate::check_bounds(&shape)?;
         validate::check_residency(plan, self.multiprocessors)?;
-        let _lock = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let (funcs, cached) = self.kernels(plan, dtype, op)?;
-        let run = self.launch(&shape, &funcs, inputs)?;
-        let mut outputs = run.0;
-        if op == RedOp::Avg && plan.collective.reduces() {
-            for out in outputs.iter_mut().flatten() {
-                finish_avg(dtype, out, n);
-            }
-        }
-        Ok(Outcome {
-            outputs,
-            kernel_time: run.1,
-            cached,
-        })
-    }
-
-    /// Allocates, uploads, launches every rank, waits, checks and downloads.
-    fn launch(
-        &self,
-        shape: &CallShape,
-        funcs: &[CudaFunction],
-        inputs: &[Vec<u8>],
-    ) -> Result<(Vec<Option<Vec<u8>>>, Duration)> {
-        let plan = shape.plan;
-        let n = plan.n_ranks as usize;
-        let geometry = shape.geometry();
         let conns = table::connections(plan);
         let fifo_len = table::FIFO_HEADER + plan.slots as usize * crate::SLICE_BYTES;
         let fifos = conns
@@ -222,16 +248,8 @@ impl Gpus {
             .map(|c| DeviceAlloc::new(&self.ctxs[c.receiver as usize], fifo_len, 0))
             .collect::<Result<Vec<_>>>()?;
         let fifo_ptrs: Vec<u64> = fifos.iter().map(|f| f.ptr()).collect();
-        struct RankMem {
-            data: DeviceAlloc,
-            _scratch: DeviceAlloc,
-            _progress: DeviceAlloc,
-            status: DeviceAlloc,
-            table: DeviceAlloc,
-            grid: u32,
-        }
-        let mut mems = Vec::with_capacity(n);
-        for (r, input) in inputs.iter().enumerate().take(n) {
+        let mut mems = Vec::with_capacity(n as usize);
+        for (r, input) in inputs.iter().enumerate().take(n as usize) {
             let ctx = &self.ctxs[r];
             let layout = shape.rank_layout(r as u32);
             let data = DeviceAlloc::new(ctx, layout.data_len, 0xAA)?;
@@ -254,22 +272,86 @@ impl Gpus {
             mems.push(RankMem {
                 data,
                 _scratch: scratch,
-                _progress: progress,
+                progress,
+                progress_len: 4 * ends.len(),
                 status,
                 table: tab,
                 grid,
             });
         }
-        let chunk_elems = geometry.chunk_elems as u64;
+        Ok(Resident {
+            gpus: self,
+            shape,
+            dtype,
+            op,
+            funcs,
+            cached,
+            mems,
+            fifos,
+            _lock: lock,
+        })
+    }
+}
+
+/// One rank's device memory for a resident call.
+struct RankMem {
+    data: DeviceAlloc,
+    _scratch: DeviceAlloc,
+    progress: DeviceAlloc,
+    progress_len: usize,
+    status: DeviceAlloc,
+    table: DeviceAlloc,
+    grid: u32,
+}
+
+/// A call whose buffers stay on the GPUs between launches (from [`Gpus::prepare`]).
+/// Everything is freed when it is dropped.
+pub struct Resident<'a> {
+    gpus: &'a Gpus,
+    shape: CallShape<'a>,
+    dtype: DType,
+    op: RedOp,
+    funcs: Vec<CudaFunction>,
+    /// Whether the kernels were already compiled (memory or disk cache).
+    pub cached: bool,
+    mems: Vec<RankMem>,
+    /// Declared after `mems`: FIFOs go last, as in a single call.
+    fifos: Vec<DeviceAlloc>,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Resident<'_> {
+    /// Bytes of the larger buffer of one rank (nccl-tests' "size").
+    pub fn bytes(&self) -> usize {
+        let p = self.shape.plan;
+        let (i, o) = buffer_elems(p.collective, p.n_ranks, self.shape.count);
+        i.max(o) * self.shape.elem
+    }
+
+    /// Runs the call once more on the resident buffers and returns the time from the
+    /// first launch to the end of the last rank's kernel (host clock around launch and
+    /// synchronise, as NCCL is timed). FIFO counters, progress counters and status words
+    /// only grow within a call, so they are zeroed first, outside the timed span. Out of
+    /// place, the inputs are untouched, so every launch computes the same result.
+    pub fn launch(&self) -> Result<Duration> {
+        for f in &self.fifos {
+            f.fill(0, table::FIFO_HEADER)?;
+        }
+        for m in &self.mems {
+            m.progress.fill(0, m.progress_len)?;
+            m.status.fill(0, 4)?;
+        }
+        let chunk_elems = self.shape.geometry().chunk_elems as u64;
+        let streams = &self.gpus.streams;
         let start = Instant::now();
-        for (r, m) in mems.iter().enumerate() {
+        for (r, m) in self.mems.iter().enumerate() {
             let table_ptr = m.table.ptr();
             let cfg = LaunchConfig {
                 grid_dim: (m.grid, 1, 1),
                 block_dim: (crate::THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = self.streams[r].launch_builder(&funcs[r]);
+            let mut b = streams[r].launch_builder(&self.funcs[r]);
             b.arg(&table_ptr).arg(&chunk_elems);
             // SAFETY: the kernel's arguments match its signature (table pointer, element
             // count); every address in the table is a live allocation sized by `layout`,
@@ -277,7 +359,7 @@ impl Gpus {
             unsafe { b.launch(cfg) }?;
         }
         let mut first_err = None;
-        for s in &self.streams[..n] {
+        for s in &streams[..self.mems.len()] {
             if let Err(e) = s.synchronize() {
                 first_err.get_or_insert(e);
             }
@@ -286,7 +368,7 @@ impl Gpus {
         if let Some(e) = first_err {
             return Err(e.into());
         }
-        for (r, m) in mems.iter().enumerate() {
+        for (r, m) in self.mems.iter().enumerate() {
             let s = m.status.download(4)?;
             let code = u32::from_ne_bytes(s[..4].try_into().unwrap());
             if code != 0 {
@@ -305,15 +387,25 @@ impl Gpus {
                 });
             }
         }
-        let mut outputs = Vec::with_capacity(n);
-        for (r, m) in mems.iter().enumerate() {
-            let layout = shape.rank_layout(r as u32);
+        Ok(elapsed)
+    }
+
+    /// Reads every rank's result back (NCCL's receive buffer; `None` where the rank has
+    /// none), with `avg` finished on the host as the host backend does.
+    pub fn outputs(&self) -> Result<Vec<Option<Vec<u8>>>> {
+        let plan = self.shape.plan;
+        let mut outputs = Vec::with_capacity(self.mems.len());
+        for (r, m) in self.mems.iter().enumerate() {
+            let layout = self.shape.rank_layout(r as u32);
             let data = m.data.download(layout.data_len)?;
-            outputs.push(shape.unstage_out(r as u32, &data));
+            outputs.push(self.shape.unstage_out(r as u32, &data));
         }
-        drop(mems);
-        drop(fifos);
-        Ok((outputs, elapsed))
+        if self.op == RedOp::Avg && plan.collective.reduces() {
+            for out in outputs.iter_mut().flatten() {
+                finish_avg(self.dtype, out, plan.n_ranks);
+            }
+        }
+        Ok(outputs)
     }
 }
 

@@ -19,11 +19,12 @@ pub mod device;
 pub mod error;
 pub mod exec;
 pub mod layout;
+pub mod nccl;
 pub mod table;
 pub mod validate;
 
 pub use error::{CudaError, Result};
-pub use exec::{driver_present, Gpus};
+pub use exec::{device_count, driver_present, Gpus, Resident};
 
 /// Bytes of one FIFO slot: the unit of flow control, as on the host backend.
 pub const SLICE_BYTES: usize = braid_runtime::exec::SLICE_BYTES;

@@ -69,9 +69,10 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
     let collective = Collective::from_name(&args.collective).ok_or_else(|| {
         CliError::Usage(format!("error: unknown collective `{}`", args.collective))
     })?;
-    if args.backend == crate::cmd_run::Backend::Cuda || args.vs_nccl {
+    let cuda = args.backend == crate::cmd_run::Backend::Cuda;
+    if args.vs_nccl && !cuda {
         return Err(CliError::Runtime(
-            "error: the CUDA backend and --vs-nccl are not available in this build yet; use --backend host".into(),
+            "error: --vs-nccl needs --backend cuda (NCCL runs on the same GPUs)".into(),
         ));
     }
     if args.factor < 2 || args.min == 0 || args.min > args.max {
@@ -108,6 +109,9 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
             .map_err(|e| CliError::Input(format!("error: {e}")))?;
     }
     let registry = registry.with_provider(Box::new(LibraryPlans(library)));
+    if cuda {
+        return run_cuda(args, collective, &registry, n, root);
+    }
     let e = args.dtype.size() as u64;
     let mut out = String::new();
     if !args.json {
@@ -194,4 +198,294 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         )));
     }
     Ok(out)
+}
+
+/// One row of the CUDA sweep.
+struct CudaRow {
+    bytes: usize,
+    count: usize,
+    secs: f64,
+    wrong: usize,
+    plan: String,
+    /// NCCL's mean time for the same call, with `--vs-nccl`.
+    nccl_secs: Option<f64>,
+}
+
+/// `--backend cuda`: per size, braid's plan runs on resident device buffers (inputs
+/// uploaded once, one checked warm-up, then `-n` timed launches, no host copies), and
+/// with `--vs-nccl` NCCL's same collective runs on buffers of the same size on the same
+/// GPUs and streams in this process. Both are timed the same way: host clock around
+/// launching every rank and synchronising, mean over the iterations.
+fn run_cuda(
+    args: &PerfArgs,
+    collective: Collective,
+    registry: &Registry,
+    n: u32,
+    root: Option<u32>,
+) -> Result<String, CliError> {
+    let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
+    let gpus = crate::cmd_run::open_gpus(n)?;
+    let nccl = if args.vs_nccl {
+        if !braid_cuda::nccl::present() {
+            return Err(CliError::Runtime(
+                "error: --vs-nccl: NCCL cannot be loaded (libnccl.so not found on the \
+                 library path)"
+                    .into(),
+            ));
+        }
+        Some(braid_cuda::nccl::Nccl::new(&gpus).map_err(rt)?)
+    } else {
+        None
+    };
+    let nccl_version = match &nccl {
+        Some(_) => braid_cuda::nccl::version().map_err(rt)?,
+        None => String::new(),
+    };
+    let mut rows = Vec::new();
+    let swept = sweep_cuda(
+        args,
+        collective,
+        registry,
+        n,
+        root,
+        &gpus,
+        nccl.as_ref(),
+        &mut rows,
+    );
+    drop(nccl);
+    let out = format_cuda(args, collective, n, root, &nccl_version, &rows);
+    // A failure part-way keeps the rows measured so far.
+    if let Err(CliError::Runtime(m)) = swept {
+        return Err(CliError::Runtime(format!("{out}{m}")));
+    }
+    swept?;
+    let wrong_total: usize = rows.iter().map(|r| r.wrong).sum();
+    if wrong_total > 0 {
+        return Err(CliError::Input(format!(
+            "{out}error: {wrong_total} wrong element(s)"
+        )));
+    }
+    Ok(out)
+}
+
+/// Measures every size of the sweep into `rows` (see [`run_cuda`]).
+#[allow(clippy::too_many_arguments)]
+fn sweep_cuda(
+    args: &PerfArgs,
+    collective: Collective,
+    registry: &Registry,
+    n: u32,
+    root: Option<u32>,
+    gpus: &braid_cuda::Gpus,
+    nccl: Option<&braid_cuda::nccl::Nccl>,
+    rows: &mut Vec<CudaRow>,
+) -> Result<(), CliError> {
+    use braid_runtime::reference::{fill_input, reference};
+    use braid_runtime::selfcheck::buffer_elems;
+    let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
+    let iters = args.iters.max(1);
+    let e = args.dtype.size();
+    let mut size = args.min;
+    while size <= args.max {
+        let elems = (size / e as u64) as usize;
+        let count = if collective.has_k() {
+            elems / n as usize
+        } else {
+            elems
+        };
+        let step = size.saturating_mul(args.factor);
+        if count == 0 {
+            size = step;
+            continue;
+        }
+        let plan: Arc<Plan> = registry
+            .select(collective, n, root, Mode::OutOfPlace, size as usize)
+            .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
+        let (in_elems, _) = buffer_elems(collective, n, count);
+        let inputs: Vec<Vec<u8>> = (0..n)
+            .map(|r| {
+                let mut b = vec![0u8; in_elems * e];
+                fill_input(args.dtype, args.op, r, n, 1, &mut b);
+                b
+            })
+            .collect();
+        let expected = reference(collective, args.dtype, args.op, plan.root, &inputs);
+        let resident = gpus
+            .prepare(&plan, args.dtype, args.op, count, Mode::OutOfPlace, &inputs)
+            .map_err(rt)?;
+        resident.launch().map_err(rt)?;
+        let outputs = resident.outputs().map_err(rt)?;
+        let wrong = crate::cmd_run::wrong_elements(args.dtype, &expected, &outputs)
+            .iter()
+            .map(|w| w.1)
+            .sum();
+        let mut total = 0.0;
+        for _ in 0..iters {
+            total += resident.launch().map_err(rt)?.as_secs_f64();
+        }
+        let bytes = resident.bytes();
+        drop(resident);
+        let nccl_secs = match nccl {
+            Some(nc) => Some(
+                nc.time(collective, root, args.dtype, args.op, count, iters)
+                    .map_err(rt)?
+                    .as_secs_f64(),
+            ),
+            None => None,
+        };
+        rows.push(CudaRow {
+            bytes,
+            count,
+            secs: total / f64::from(iters),
+            wrong,
+            plan: plan.name.clone(),
+            nccl_secs,
+        });
+        size = step;
+    }
+    Ok(())
+}
+
+/// The CUDA sweep as nccl-tests-style columns (or JSON lines), NCCL's time, busbw and
+/// the ratio NCCL time / braid time (above 1: braid is faster) when measured.
+fn format_cuda(
+    args: &PerfArgs,
+    collective: Collective,
+    n: u32,
+    root: Option<u32>,
+    nccl_version: &str,
+    rows: &[CudaRow],
+) -> String {
+    let vs = args.vs_nccl;
+    let factor = busbw_factor(collective, n);
+    let root_col = root.map_or("-1".to_string(), |r| r.to_string());
+    let mut out = String::new();
+    if !args.json {
+        out.push_str(&format!(
+            "# braid perf {collective} on {} ({n} ranks), cuda backend, out of place, {} iters{}\n",
+            args.topo,
+            args.iters.max(1),
+            if vs {
+                format!(", vs NCCL {nccl_version} (ratio = NCCL time / braid time)")
+            } else {
+                String::new()
+            }
+        ));
+        out.push_str(&format!(
+            "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>9} {:>9} {:>7}",
+            "size(B)", "count", "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong"
+        ));
+        if vs {
+            out.push_str(&format!(
+                " {:>10} {:>9} {:>6}",
+                "nccl(us)", "nccl_bus", "ratio"
+            ));
+        }
+        out.push_str("  plan\n");
+    }
+    for r in rows {
+        let algbw = r.bytes as f64 / r.secs / 1e9;
+        let busbw = algbw * factor;
+        let nccl = r
+            .nccl_secs
+            .map(|t| (t, r.bytes as f64 / t / 1e9 * factor, t / r.secs));
+        if args.json {
+            let extra = nccl.map_or(String::new(), |(t, bw, ratio)| {
+                format!(
+                    ", \"nccl_time_us\": {:.2}, \"nccl_busbw\": {bw:.4}, \"ratio\": {ratio:.3}",
+                    t * 1e6
+                )
+            });
+            out.push_str(&format!(
+                "{{\"backend\": \"cuda\", \"size\": {}, \"count\": {}, \"type\": \"{}\", \"redop\": \"{}\", \"root\": {root_col}, \"time_us\": {:.2}, \"algbw\": {algbw:.4}, \"busbw\": {busbw:.4}, \"wrong\": {}{extra}, \"plan\": \"{}\"}}\n",
+                r.bytes, r.count, args.dtype.name(), args.op.name(), r.secs * 1e6, r.wrong, r.plan
+            ));
+        } else {
+            out.push_str(&format!(
+                " {:>12} {:>12} {:>6} {:>6} {:>5} {:>10.1} {:>9.3} {:>9.3} {:>7}",
+                r.bytes,
+                r.count,
+                args.dtype.name(),
+                args.op.name(),
+                root_col,
+                r.secs * 1e6,
+                algbw,
+                busbw,
+                r.wrong
+            ));
+            if let Some((t, bw, ratio)) = nccl {
+                out.push_str(&format!(" {:>10.1} {bw:>9.3} {ratio:>6.2}", t * 1e6));
+            }
+            out.push_str(&format!("  {}\n", r.plan));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        perf: PerfArgs,
+    }
+
+    fn args(extra: &[&str]) -> PerfArgs {
+        let mut v = vec![
+            "perf",
+            "allreduce",
+            "--backend",
+            "cuda",
+            "--topo",
+            "nvswitch:2",
+        ];
+        v.extend_from_slice(extra);
+        Cli::parse_from(v).perf
+    }
+
+    #[test]
+    fn cuda_rows_carry_nccl_time_busbw_and_ratio() {
+        let rows = [CudaRow {
+            bytes: 1 << 20,
+            count: 1 << 18,
+            secs: 20e-6,
+            wrong: 0,
+            plan: "ring_allreduce".into(),
+            nccl_secs: Some(30e-6),
+        }];
+        let a = args(&["--vs-nccl"]);
+        let t = format_cuda(&a, Collective::Allreduce, 2, None, "2.28.9", &rows);
+        assert!(t.contains("nccl(us)") && t.contains("ratio") && t.contains("NCCL 2.28.9"));
+        // 1 MiB in 30 us: algbw 34.95 GB/s, busbw x 2(n-1)/n = 1; ratio 30/20.
+        assert!(
+            t.contains("30.0") && t.contains("34.953") && t.contains("1.50"),
+            "{t}"
+        );
+        let j = format_cuda(
+            &args(&["--vs-nccl", "--json"]),
+            Collective::Allreduce,
+            2,
+            None,
+            "",
+            &rows,
+        );
+        assert!(
+            j.contains("\"ratio\": 1.500") && j.contains("\"wrong\": 0"),
+            "{j}"
+        );
+    }
+
+    #[test]
+    fn cuda_without_a_driver_is_a_runtime_error() {
+        if braid_cuda::driver_present() {
+            return;
+        }
+        match run(&args(&["--vs-nccl", "-e", "1K"])) {
+            Err(CliError::Runtime(m)) => assert!(m.contains("no CUDA driver"), "{m}"),
+            other => panic!("expected a runtime error, got {other:?}"),
+        }
+    }
 }

@@ -8,7 +8,7 @@ use braid_ir::{Collective, Mode};
 use braid_plan::Plan;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::selfcheck::run_checked;
+use braid_runtime::selfcheck::{buffer_elems, run_checked, Checked};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -53,11 +53,6 @@ pub enum Backend {
 pub fn run(args: &RunArgs) -> Result<String, CliError> {
     let topo = topo_arg::load(&args.topo)?;
     let n = topo.n_ranks();
-    if args.backend == Backend::Cuda {
-        return Err(CliError::Runtime(
-            "error: the CUDA backend is not available in this build yet; use --backend host".into(),
-        ));
-    }
     let plan = load_plan(args, &topo)?;
     if plan.n_ranks != n {
         return Err(CliError::Input(format!(
@@ -78,11 +73,15 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
             "error: the plan is not valid in the requested mode".into(),
         ));
     }
+    let gpus = match args.backend {
+        Backend::Cuda => Some(open_gpus(n)?),
+        Backend::Host => None,
+    };
     let mut out = String::new();
     let mut wrong_total = 0usize;
     for mode in modes {
         for iter in 0..args.iters.max(1) {
-            let r = run_once(&plan, args, mode, iter as u64)?;
+            let r = run_once(&plan, args, mode, iter as u64, gpus.as_ref())?;
             wrong_total += r.wrong;
             out.push_str(&r.line);
         }
@@ -138,18 +137,109 @@ fn count_for(c: Collective, n: u32, size: u64, elem: usize) -> usize {
     }
 }
 
-fn run_once(plan: &Plan, args: &RunArgs, mode: Mode, seed: u64) -> Result<RunResult, CliError> {
+/// Opens one GPU per rank for `--backend cuda`, or says why not (exit 3): no driver,
+/// or a GPU count that differs from the topology's ranks (rank `r` runs on GPU `r`).
+pub(crate) fn open_gpus(n: u32) -> Result<braid_cuda::Gpus, CliError> {
+    // Checked before any other CUDA call: without a driver those panic.
+    if !braid_cuda::driver_present() {
+        return Err(CliError::Runtime(
+            "error: no CUDA driver on this machine; use --backend host".into(),
+        ));
+    }
+    let have = braid_cuda::device_count();
+    if have != n as usize {
+        return Err(CliError::Runtime(format!(
+            "error: --backend cuda runs one rank per GPU: the topology has {n} ranks but \
+             this machine has {have} GPUs"
+        )));
+    }
+    braid_cuda::Gpus::open(n).map_err(|e| CliError::Runtime(format!("error: {e}")))
+}
+
+/// Every wrong rank of a call as `(rank, wrong elements, first wrong, expected, got)`,
+/// as `braid_runtime::selfcheck` reports the host backend's.
+pub(crate) fn wrong_elements(
+    dtype: DType,
+    expected: &[Option<Vec<u8>>],
+    outputs: &[Option<Vec<u8>>],
+) -> Vec<(u32, usize, usize, String, String)> {
+    let e = dtype.size();
+    let mut wrong = Vec::new();
+    for (r, (want, got)) in expected.iter().zip(outputs).enumerate() {
+        let (want, got) = match (want, got) {
+            (Some(w), Some(g)) => (w.as_slice(), g.as_slice()),
+            (None, None) => continue,
+            (Some(w), None) => (w.as_slice(), &[][..]),
+            (None, Some(g)) => (&[][..], g.as_slice()),
+        };
+        if let Some((i, x, y)) = braid_runtime::reference::first_mismatch(dtype, want, got) {
+            let len = want.len().max(got.len()) / e;
+            let bad = (0..len)
+                .filter(|k| want.get(k * e..(k + 1) * e) != got.get(k * e..(k + 1) * e))
+                .count();
+            wrong.push((r as u32, bad, i, x, y));
+        }
+    }
+    wrong
+}
+
+/// One call on the GPUs, checked against the reference like `run_checked` on the host;
+/// the time is the kernels' (launch to end of the last rank, no host copies).
+fn run_cuda(
+    gpus: &braid_cuda::Gpus,
+    plan: &Plan,
+    args: &RunArgs,
+    count: usize,
+    mode: Mode,
+    seed: u64,
+) -> Result<Checked, CliError> {
+    use braid_runtime::reference::{fill_input, reference};
+    let n = plan.n_ranks;
+    let (in_elems, out_elems) = buffer_elems(plan.collective, n, count);
+    let e = args.dtype.size();
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|r| {
+            let mut b = vec![0u8; in_elems * e];
+            fill_input(args.dtype, args.op, r, n, seed, &mut b);
+            b
+        })
+        .collect();
+    let expected = if count == 0 {
+        vec![Some(Vec::new()); n as usize]
+    } else {
+        reference(plan.collective, args.dtype, args.op, plan.root, &inputs)
+    };
+    let out = gpus
+        .run(plan, args.dtype, args.op, count, mode, &inputs)
+        .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
+    Ok(Checked {
+        elapsed: out.kernel_time,
+        wrong: wrong_elements(args.dtype, &expected, &out.outputs),
+        bytes: in_elems.max(out_elems) * e,
+    })
+}
+
+fn run_once(
+    plan: &Plan,
+    args: &RunArgs,
+    mode: Mode,
+    seed: u64,
+    gpus: Option<&braid_cuda::Gpus>,
+) -> Result<RunResult, CliError> {
     let count = count_for(plan.collective, plan.n_ranks, args.size, args.dtype.size());
-    let checked = run_checked(
-        plan,
-        args.dtype,
-        args.op,
-        count,
-        mode,
-        seed,
-        timeout_from_env(),
-    )
-    .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
+    let checked = match gpus {
+        Some(g) => run_cuda(g, plan, args, count, mode, seed)?,
+        None => run_checked(
+            plan,
+            args.dtype,
+            args.op,
+            count,
+            mode,
+            seed,
+            timeout_from_env(),
+        )
+        .map_err(|e| CliError::Runtime(format!("error: {e}")))?,
+    };
     let mut notes = String::new();
     let mut wrong = 0;
     for (r, bad, i, want, got) in &checked.wrong {
