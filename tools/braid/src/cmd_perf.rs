@@ -50,9 +50,31 @@ pub struct PerfArgs {
     /// Also run NCCL on the same buffers and print its time and the ratio (CUDA only).
     #[arg(long)]
     pub vs_nccl: bool,
+    /// Replicate the plan on this many channel sets, each on its share of every chunk
+    /// (overrides the plan's `channels`; like NCCL_MIN_NCHANNELS). More replicas use more
+    /// thread blocks (SMs) per GPU for large messages.
+    #[arg(long)]
+    pub channels: Option<u32>,
     /// Print JSON lines instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The plan with `channels` replicas, re-verified (the replica count bounds the
+/// connection channels a plan may use).
+fn replicated(plan: Arc<Plan>, channels: Option<u32>) -> Result<Arc<Plan>, CliError> {
+    let Some(c) = channels.filter(|&c| c != plan.channels) else {
+        return Ok(plan);
+    };
+    if c == 0 {
+        return Err(CliError::Usage(
+            "error: --channels must be at least 1".into(),
+        ));
+    }
+    let mut p = (*plan).clone();
+    p.channels = c;
+    braid_plan::verify(&p).map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))?;
+    Ok(Arc::new(p))
 }
 
 /// nccl-tests' bus-bandwidth factor for `n` ranks.
@@ -145,6 +167,7 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         let plan: Arc<Plan> = registry
             .select(collective, n, root, Mode::OutOfPlace, size as usize)
             .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
+        let plan = replicated(plan, args.channels)?;
         let timeout = timeout_from_env();
         let check = |seed| {
             run_checked(
@@ -301,6 +324,7 @@ fn sweep_cuda(
         let plan: Arc<Plan> = registry
             .select(collective, n, root, Mode::OutOfPlace, size as usize)
             .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
+        let plan = replicated(plan, args.channels)?;
         let (in_elems, _) = buffer_elems(collective, n, count);
         let inputs: Vec<Vec<u8>> = (0..n)
             .map(|r| {

@@ -83,3 +83,58 @@ fn nccl_comparison_needs_the_cuda_backend() {
         2
     );
 }
+
+#[test]
+fn replicated_plans_stay_correct_and_too_many_replicas_are_refused() {
+    let out = braid(
+        &[
+            "perf",
+            "allreduce",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "--topo",
+            "nvswitch:3",
+            "--algo",
+            "ring_allreduce",
+            "--channels",
+            "4",
+            "-n",
+            "1",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let row: Vec<&str> = out
+        .stdout
+        .lines()
+        .find(|l| !l.starts_with('#'))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[8], "0", "#wrong: {row:?}");
+    let too_many = braid(
+        &[
+            "perf",
+            "allreduce",
+            "-b",
+            "64K",
+            "-e",
+            "64K",
+            "--topo",
+            "nvswitch:3",
+            "--channels",
+            "40",
+            "-n",
+            "1",
+        ],
+        &[],
+    );
+    assert_eq!(too_many.code, 1, "{}", too_many.stderr);
+    assert!(
+        too_many.stderr.contains("at most 32"),
+        "{}",
+        too_many.stderr
+    );
+}
