@@ -4,16 +4,12 @@
 
 mod common;
 
-use braid_ir::{Collective, Mode};
+use braid_ir::Mode;
 use braid_plan::Plan;
-use braid_runtime::comm::Buffers;
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::reference::{fill_input, first_mismatch, reference};
-use braid_runtime::registry::{Origin, Registry};
-use braid_runtime::Communicator;
+use braid_runtime::selfcheck::run_checked;
 use common::{braid, golden, root};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Corpus files the verifier proves wrong; docs/msccl.md says why. Their `braid verify`
@@ -51,82 +47,17 @@ fn corpus() -> Vec<String> {
     all
 }
 
-/// One call on every rank; Err names the first wrong element.
+/// One call on every rank; Err names the first wrong element. `run_checked` runs the
+/// plan whatever byte range it states, so small sizes are fine.
 fn run(plan: &Plan, dtype: DType, op: RedOp, count: usize, mode: Mode) -> Result<(), String> {
-    let n = plan.n_ranks;
-    let nn = n as usize;
-    let c = plan.collective;
-    let e = dtype.size();
-    let (in_elems, out_elems) = match c {
-        Collective::Allgather => (count, nn * count),
-        Collective::ReduceScatter => (nn * count, count),
-        Collective::Alltoall => (nn * count, nn * count),
-        _ => (count, count),
-    };
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * e];
-            fill_input(dtype, op, r, n, 11, &mut b);
-            b
-        })
-        .collect();
-    let expected = reference(c, dtype, op, plan.root, &inputs);
-    let registry = Registry::new();
-    // The byte range only steers selection; these runs use small sizes on purpose.
-    let mut plan = plan.clone();
-    plan.bytes = None;
-    registry
-        .add(plan.clone(), Origin::User("test".into()))
+    let checked = run_checked(plan, dtype, op, count, mode, 11, Duration::from_secs(20))
         .map_err(|e| e.to_string())?;
-    let comms = Communicator::create_local(n, Arc::new(registry), Duration::from_secs(20));
-    let outputs: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = comms
-            .iter()
-            .enumerate()
-            .map(|(r, comm)| {
-                let input = &inputs[r];
-                s.spawn(move || match mode {
-                    Mode::OutOfPlace => {
-                        let mut recv = vec![0xAAu8; out_elems * e];
-                        let bufs = Buffers::OutOfPlace {
-                            send: input,
-                            recv: &mut recv,
-                        };
-                        comm.call(c, bufs, count, dtype, op, None)
-                            .map(|_| recv)
-                            .map_err(|e| e.to_string())
-                    }
-                    Mode::InPlace => {
-                        let mut buf = vec![0xAAu8; in_elems.max(out_elems) * e];
-                        let at = if c == Collective::Allgather {
-                            r * count * e
-                        } else {
-                            0
-                        };
-                        buf[at..at + input.len()].copy_from_slice(input);
-                        comm.call(c, Buffers::InPlace(&mut buf), count, dtype, op, None)
-                            .map_err(|e| e.to_string())?;
-                        Ok(match c {
-                            Collective::ReduceScatter => {
-                                buf[r * count * e..(r + 1) * count * e].to_vec()
-                            }
-                            _ => buf[..out_elems * e].to_vec(),
-                        })
-                    }
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for (r, out) in outputs.into_iter().enumerate() {
-        let out = out.map_err(|e| format!("rank {r}: {e}"))?;
-        if let Some(exp) = &expected[r] {
-            if let Some((i, want, got)) = first_mismatch(dtype, exp, &out) {
-                return Err(format!("rank {r} element {i}: expected {want}, got {got}"));
-            }
+    match checked.wrong.first() {
+        None => Ok(()),
+        Some((r, _, i, want, got)) => {
+            Err(format!("rank {r} element {i}: expected {want}, got {got}"))
         }
     }
-    Ok(())
 }
 
 #[test]
