@@ -116,19 +116,7 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
             .add(plan, Origin::User(path.display().to_string()))
             .map_err(|e| CliError::Input(format!("error: {e}")))?;
     } else if let Some(name) = &args.algo {
-        let plan = library
-            .plans(collective, root)
-            .into_iter()
-            .find(|p| &p.name == name)
-            .ok_or_else(|| {
-                CliError::Input(format!(
-                    "error: no shipped {collective} algorithm `{name}` applies to {}",
-                    args.topo
-                ))
-            })?;
-        registry
-            .add((*plan).clone(), Origin::User(name.clone()))
-            .map_err(|e| CliError::Input(format!("error: {e}")))?;
+        crate::plans::register_shipped(&registry, &library, collective, root, name, &args.topo)?;
     }
     let registry = registry.with_provider(Box::new(LibraryPlans(library)));
     if cuda {

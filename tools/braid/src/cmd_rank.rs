@@ -10,7 +10,7 @@ use braid_ir::Collective;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::reference::{fill_input, first_mismatch, reference};
-use braid_runtime::registry::{Origin, Registry};
+use braid_runtime::registry::Registry;
 use braid_runtime::{Buffers, Communicator};
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,18 +49,7 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
         None => Registry::new().with_provider(Box::new(LibraryPlans(library))),
         Some(name) => {
             let r = Registry::new();
-            let plan = library
-                .plans(collective, root)
-                .into_iter()
-                .find(|p| &p.name == name)
-                .ok_or_else(|| {
-                    CliError::Input(format!(
-                        "error: no shipped {collective} algorithm `{name}` applies to {}",
-                        args.topo
-                    ))
-                })?;
-            r.add((*plan).clone(), Origin::User(name.clone()))
-                .map_err(|e| CliError::Input(format!("error: {e}")))?;
+            crate::plans::register_shipped(&r, &library, collective, root, name, &args.topo)?;
             r
         }
     };
