@@ -5,7 +5,7 @@
 //! touching it faults. Everything is freed explicitly on drop.
 
 use crate::error::Result;
-use cudarc::driver::{result, sys, CudaContext};
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use std::sync::Arc;
 
 /// One `cuMemAlloc` allocation of one context, freed on drop.
@@ -42,6 +42,17 @@ impl DeviceAlloc {
         self.ctx.bind_to_thread()?;
         // SAFETY: `n` bytes lie in the allocation (asserted).
         unsafe { result::memset_d8_sync(self.ptr, byte, n)? };
+        Ok(())
+    }
+
+    /// Enqueues setting the `n` bytes at `offset` to `byte` on `stream` (a stream of this
+    /// allocation's GPU); returns at once.
+    pub fn fill_async(&self, byte: u8, offset: usize, n: usize, stream: &CudaStream) -> Result<()> {
+        assert!(offset + n <= self.len, "fill larger than the allocation");
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `n` bytes from `offset` lie in the allocation (asserted); the allocation
+        // lives until the `Resident` owning it is dropped, which synchronises first.
+        unsafe { result::memset_d8_async(self.ptr + offset as u64, byte, n, stream.cu_stream())? };
         Ok(())
     }
 

@@ -18,7 +18,9 @@ use braid_plan::Plan;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::reduce::finish_avg;
 use braid_runtime::selfcheck::buffer_elems;
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    sys, CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -279,8 +281,12 @@ impl Gpus {
                 grid,
             });
         }
+        let done = (0..n as usize)
+            .map(|r| self.ctxs[r].new_event(None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(Resident {
             gpus: self,
+            done,
             shape,
             dtype,
             op,
@@ -308,6 +314,9 @@ struct RankMem {
 /// Everything is freed when it is dropped.
 pub struct Resident<'a> {
     gpus: &'a Gpus,
+    /// Per rank: recorded on its stream at the end of the last enqueued call (after the
+    /// counter reset); the next call's streams wait for every peer's.
+    done: Vec<CudaEvent>,
     shape: CallShape<'a>,
     dtype: DType,
     op: RedOp,
@@ -328,46 +337,90 @@ impl Resident<'_> {
         i.max(o) * self.shape.elem
     }
 
-    /// Runs the call once more on the resident buffers and returns the time from the
-    /// first launch to the end of the last rank's kernel (host clock around launch and
-    /// synchronise, as NCCL is timed). FIFO counters, progress counters and status words
-    /// only grow within a call, so they are zeroed first, outside the timed span. Out of
-    /// place, the inputs are untouched, so every launch computes the same result.
-    pub fn launch(&self) -> Result<Duration> {
-        for f in &self.fifos {
-            f.fill(0, table::FIFO_HEADER)?;
+    /// Enqueues the call once more on `streams` (`streams[r]`: a stream of GPU `r`, one
+    /// per rank) and returns at once: nothing here synchronises the host, so the call can
+    /// be captured in a CUDA graph. Per rank, in stream order:
+    ///
+    /// 1. wait (`cuStreamWaitEvent`) until every peer finished the previous enqueued call
+    ///    of this `Resident` (skipped while any stream is capturing: graph launches of
+    ///    the same call must then be ordered by the caller, e.g. synchronise between them);
+    /// 2. zero the status word (`cuMemsetD8Async`);
+    /// 3. the rank's kernel;
+    /// 4. zero what only grows within a call (`cuMemsetD8Async`): the progress counters and
+    ///    the `head` then `tail` words of every FIFO in this rank's memory; then record
+    ///    the rank's done event (not while capturing).
+    ///
+    /// Counters are zeroed *after* the kernel, not before: a peer may start its next call
+    /// before this rank starts its own, and must find the FIFOs it sends into already
+    /// reset. Buffers start zeroed. The kernels of every rank spin on each other, so all
+    /// ranks' streams must make progress concurrently (never enqueue ranks on one stream).
+    /// Out of place, inputs are untouched, so every call computes the same result. Call
+    /// [`Resident::status`] after synchronising the streams to learn whether a kernel
+    /// timed out.
+    pub fn enqueue(&self, streams: &[Arc<CudaStream>]) -> Result<()> {
+        let n = self.mems.len();
+        if streams.len() != n {
+            return Err(CudaError::Invalid(format!(
+                "{n} ranks need {n} streams, got {}",
+                streams.len()
+            )));
         }
-        for m in &self.mems {
-            m.progress.fill(0, m.progress_len)?;
-            m.status.fill(0, 4)?;
+        let mut capturing = false;
+        for (r, s) in streams.iter().enumerate() {
+            if s.context().cu_device() != self.gpus.ctxs[r].cu_device() {
+                return Err(CudaError::Invalid(format!(
+                    "stream {r} does not belong to GPU {r}"
+                )));
+            }
+            capturing |=
+                s.capture_status()? != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         }
         let chunk_elems = self.shape.geometry().chunk_elems as u64;
-        let streams = &self.gpus.streams;
-        let start = Instant::now();
+        let conns = table::connections(self.shape.plan);
         for (r, m) in self.mems.iter().enumerate() {
+            let s = &streams[r];
+            if !capturing {
+                for (p, ev) in self.done.iter().enumerate() {
+                    if p != r {
+                        s.wait(ev)?;
+                    }
+                }
+            }
+            m.status.fill_async(0, 0, 4, s)?;
             let table_ptr = m.table.ptr();
             let cfg = LaunchConfig {
                 grid_dim: (m.grid, 1, 1),
                 block_dim: (crate::THREADS, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = streams[r].launch_builder(&self.funcs[r]);
+            let mut b = s.launch_builder(&self.funcs[r]);
             b.arg(&table_ptr).arg(&chunk_elems);
             // SAFETY: the kernel's arguments match its signature (table pointer, element
             // count); every address in the table is a live allocation sized by `layout`,
             // and `validate::check_bounds` proved every step stays inside them.
             unsafe { b.launch(cfg) }?;
         }
-        let mut first_err = None;
-        for s in &streams[..self.mems.len()] {
-            if let Err(e) = s.synchronize() {
-                first_err.get_or_insert(e);
+        // After every rank's kernel is enqueued (and its waits issued), so that no wait
+        // above sees this call's record.
+        for (r, m) in self.mems.iter().enumerate() {
+            let s = &streams[r];
+            m.progress.fill_async(0, 0, m.progress_len, s)?;
+            for (c, f) in conns.iter().zip(&self.fifos) {
+                if c.receiver as usize == r {
+                    f.fill_async(0, 0, 8, s)?; // head
+                    f.fill_async(0, table::TAIL_AT, 8, s)?; // tail
+                }
+            }
+            if !capturing {
+                self.done[r].record(s)?;
             }
         }
-        let elapsed = start.elapsed();
-        if let Some(e) = first_err {
-            return Err(e.into());
-        }
+        Ok(())
+    }
+
+    /// Whether the last call's kernels finished normally: reads every rank's status word.
+    /// Call it after synchronising the streams the call was enqueued on.
+    pub fn status(&self) -> Result<()> {
         for (r, m) in self.mems.iter().enumerate() {
             let s = m.status.download(4)?;
             let code = u32::from_ne_bytes(s[..4].try_into().unwrap());
@@ -386,6 +439,37 @@ impl Resident<'_> {
                     ),
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// Runs the call once more on the resident buffers and returns the time from the
+    /// first launch to the end of the last rank's kernel (host clock around
+    /// [`Resident::enqueue`] on the `Gpus`' own streams and synchronise, as NCCL is timed;
+    /// the span includes the few-byte async counter resets after each kernel). After a
+    /// kernel timed out, every counter is zeroed again (blocking) so that the next call
+    /// starts clean.
+    pub fn launch(&self) -> Result<Duration> {
+        let streams = &self.gpus.streams[..self.mems.len()];
+        let start = Instant::now();
+        let mut first_err = self.enqueue(streams).err();
+        for s in streams {
+            if let Err(e) = s.synchronize() {
+                first_err.get_or_insert(e.into());
+            }
+        }
+        let elapsed = start.elapsed();
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        if let Err(e) = self.status() {
+            for f in &self.fifos {
+                f.fill(0, table::FIFO_HEADER)?;
+            }
+            for m in &self.mems {
+                m.progress.fill(0, m.progress_len)?;
+            }
+            return Err(e);
         }
         Ok(elapsed)
     }
@@ -406,6 +490,15 @@ impl Resident<'_> {
             }
         }
         Ok(outputs)
+    }
+}
+
+impl Drop for Resident<'_> {
+    fn drop(&mut self) {
+        // Work enqueued on callers' streams may still use the buffers.
+        for c in &self.gpus.ctxs[..self.mems.len()] {
+            let _ = c.synchronize();
+        }
     }
 }
 
