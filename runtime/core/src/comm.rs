@@ -6,7 +6,7 @@ use crate::dtype::{DType, RedOp};
 use crate::error::{Result, RuntimeError};
 use crate::exec::{run_rank, Job, Mem};
 use crate::fabric::{Fabric, InProcGroup};
-use crate::geometry::Geometry;
+use crate::geometry::{buffer_elems, Geometry};
 use crate::reduce::finish_avg;
 use crate::registry::Registry;
 use braid_ir::{Collective, Mode};
@@ -227,7 +227,7 @@ impl Communicator {
             Buffers::InPlace(_) => Mode::InPlace,
             Buffers::OutOfPlace { .. } => Mode::OutOfPlace,
         };
-        let (in_elems, out_elems) = user_sizes(collective, n, count);
+        let (in_elems, out_elems) = buffer_elems(collective, n, count);
         let has_in = !(collective == Collective::Broadcast && root != Some(rank));
         let has_out = !(collective == Collective::Reduce && root != Some(rank));
         check_lengths(
@@ -371,17 +371,6 @@ enum Buf2 {
     In,
     Out,
     Both,
-}
-
-/// Element counts of `in` and `out` for NCCL's `count` argument.
-fn user_sizes(c: Collective, n: u32, count: usize) -> (usize, usize) {
-    let n = n as usize;
-    match c {
-        Collective::Allreduce | Collective::Broadcast | Collective::Reduce => (count, count),
-        Collective::Allgather => (count, n * count),
-        Collective::ReduceScatter => (n * count, count),
-        Collective::Alltoall => (n * count, n * count),
-    }
 }
 
 #[allow(clippy::too_many_arguments)]

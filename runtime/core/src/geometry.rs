@@ -9,6 +9,27 @@
 
 use braid_ir::Collective;
 
+/// Element counts of a rank's `in` and `out` for NCCL's `count` argument.
+pub fn buffer_elems(c: Collective, n: u32, count: usize) -> (usize, usize) {
+    let n = n as usize;
+    match c {
+        Collective::Allreduce | Collective::Broadcast | Collective::Reduce => (count, count),
+        Collective::Allgather => (count, n * count),
+        Collective::ReduceScatter => (n * count, count),
+        Collective::Alltoall => (n * count, n * count),
+    }
+}
+
+/// NCCL's `count` for a call whose larger buffer is `bytes` long (rounded down).
+pub fn count_for_bytes(c: Collective, n: u32, bytes: u64, elem: usize) -> usize {
+    let elems = (bytes / elem as u64) as usize;
+    if c.has_k() {
+        elems / n.max(1) as usize
+    } else {
+        elems
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     /// Bytes per element.

@@ -11,16 +11,7 @@ use braid_plan::Plan;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Element counts of `in` and `out` for NCCL's `count` argument.
-pub fn buffer_elems(c: Collective, n: u32, count: usize) -> (usize, usize) {
-    let n = n as usize;
-    match c {
-        Collective::Allgather => (count, n * count),
-        Collective::ReduceScatter => (n * count, count),
-        Collective::Alltoall => (n * count, n * count),
-        _ => (count, count),
-    }
-}
+pub use crate::geometry::buffer_elems;
 
 /// What one checked call came to.
 #[derive(Debug)]

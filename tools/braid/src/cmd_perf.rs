@@ -8,6 +8,7 @@ use braid_ir::{Collective, Mode};
 use braid_plan::Plan;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::geometry::count_for_bytes;
 use braid_runtime::registry::{Origin, Registry};
 use braid_runtime::selfcheck::run_checked;
 use std::path::PathBuf;
@@ -146,12 +147,7 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
     let mut size = args.min;
     let mut wrong_total = 0usize;
     while size <= args.max {
-        let elems = size / e;
-        let count = (if collective.has_k() {
-            elems / u64::from(n)
-        } else {
-            elems
-        }) as usize;
+        let count = count_for_bytes(collective, n, size, e as usize);
         let plan: Arc<Plan> = registry
             .select(collective, n, root, Mode::OutOfPlace, size as usize)
             .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
@@ -298,12 +294,7 @@ fn sweep_cuda(
     let e = args.dtype.size();
     let mut size = args.min;
     while size <= args.max {
-        let elems = (size / e as u64) as usize;
-        let count = if collective.has_k() {
-            elems / n as usize
-        } else {
-            elems
-        };
+        let count = count_for_bytes(collective, n, size, e);
         let step = size.saturating_mul(args.factor);
         if count == 0 {
             size = step;

@@ -9,6 +9,7 @@ use crate::{sizes, topo_arg};
 use braid_ir::Collective;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::geometry::{buffer_elems, count_for_bytes};
 use braid_runtime::reference::{fill_input, first_mismatch, reference};
 use braid_runtime::registry::Registry;
 use braid_runtime::{Buffers, Communicator};
@@ -61,19 +62,8 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
         .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;
     let (rank, n) = (comm.rank(), comm.n_ranks());
     let e = args.dtype.size();
-    let elems = (args.size / e as u64) as usize;
-    let count = if collective.has_k() {
-        elems / n as usize
-    } else {
-        elems
-    };
-    let nn = n as usize;
-    let (in_elems, out_elems) = match collective {
-        Collective::Allgather => (count, nn * count),
-        Collective::ReduceScatter => (nn * count, count),
-        Collective::Alltoall => (nn * count, nn * count),
-        _ => (count, count),
-    };
+    let count = count_for_bytes(collective, n, args.size, e);
+    let (in_elems, out_elems) = buffer_elems(collective, n, count);
     for iter in 0..args.iters.max(1) {
         let inputs: Vec<Vec<u8>> = (0..n)
             .map(|r| {

@@ -4,10 +4,11 @@
 use crate::error::CliError;
 use crate::source::Program;
 use crate::{sizes, topo_arg};
-use braid_ir::{Collective, Mode};
+use braid_ir::Mode;
 use braid_plan::Plan;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::geometry::count_for_bytes;
 use braid_runtime::selfcheck::{buffer_elems, run_checked, Checked};
 use std::path::PathBuf;
 
@@ -127,16 +128,6 @@ struct RunResult {
     wrong: usize,
 }
 
-/// NCCL's `count` for a buffer of `size` bytes (the larger of in and out).
-fn count_for(c: Collective, n: u32, size: u64, elem: usize) -> usize {
-    let elems = (size / elem as u64) as usize;
-    if c.has_k() {
-        elems / n as usize
-    } else {
-        elems
-    }
-}
-
 /// Opens one GPU per rank for `--backend cuda`, or says why not (exit 3): no driver,
 /// or a GPU count that differs from the topology's ranks (rank `r` runs on GPU `r`).
 pub(crate) fn open_gpus(n: u32) -> Result<braid_cuda::Gpus, CliError> {
@@ -226,7 +217,7 @@ fn run_once(
     seed: u64,
     gpus: Option<&braid_cuda::Gpus>,
 ) -> Result<RunResult, CliError> {
-    let count = count_for(plan.collective, plan.n_ranks, args.size, args.dtype.size());
+    let count = count_for_bytes(plan.collective, plan.n_ranks, args.size, args.dtype.size());
     let checked = match gpus {
         Some(g) => run_cuda(g, plan, args, count, mode, seed)?,
         None => run_checked(
