@@ -1,36 +1,15 @@
 //! `braid compile` end to end: where the plan goes, exit codes (cli.md), and that nothing
 //! is written when compilation fails.
 
+mod common;
+
 use braid_plan::Plan;
+use common::root;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
 
 /// Runs `braid ARGS` in the workspace root.
-fn braid(args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_braid"))
-        .args(args)
-        .current_dir(root())
-        .env_remove("BRAID_DEBUG")
-        .output()
-        .expect("braid runs");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+fn braid(args: &[&str]) -> common::Output {
+    common::braid(args, &[])
 }
 
 /// A fresh scratch directory for one test.
