@@ -20,6 +20,27 @@ pub const PRIMITIVES: &str = include_str!("../../../kernels_templates/braid_prim
 /// How long a kernel waits on one condition before it gives up, in nanoseconds.
 pub const TIMEOUT_NS: u64 = 5_000_000_000;
 
+/// How the connections of a call carry data: fixed per source, so each choice is its
+/// own compiled module and cache entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Wire {
+    /// LL (flags inside every 16-byte line) instead of Simple (a counter per slice).
+    pub ll: bool,
+    /// FIFOs live in pinned host memory (no peer-to-peer): loads bypass the caches.
+    pub host_fifo: bool,
+}
+
+impl Wire {
+    /// Data bytes one FIFO slot carries: LL lines hold 8 data bytes in 16.
+    pub fn piece_bytes(self) -> usize {
+        if self.ll {
+            crate::SLICE_BYTES / 2
+        } else {
+            crate::SLICE_BYTES
+        }
+    }
+}
+
 /// A generated source and the kernel name of each rank.
 #[derive(Clone, Debug)]
 pub struct Source {
@@ -82,8 +103,8 @@ fn slice_args(s: Option<Slice>) -> (i32, u32) {
     }
 }
 
-/// The full source for `plan` with element type `dtype` and reduction `op`.
-pub fn generate(plan: &Plan, dtype: DType, op: RedOp) -> Source {
+/// The full source for `plan` with element type `dtype`, reduction `op`, over `wire`.
+pub fn generate(plan: &Plan, dtype: DType, op: RedOp, wire: Wire) -> Source {
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -95,6 +116,9 @@ pub fn generate(plan: &Plan, dtype: DType, op: RedOp) -> Source {
         op.name()
     );
     let _ = writeln!(t, "#define BRAID_SLICE_BYTES {}ull", crate::SLICE_BYTES);
+    let _ = writeln!(t, "#define BRAID_PIECE_BYTES {}ull", wire.piece_bytes());
+    let _ = writeln!(t, "#define BRAID_LL {}", u8::from(wire.ll));
+    let _ = writeln!(t, "#define BRAID_HOST_FIFO {}", u8::from(wire.host_fifo));
     let _ = writeln!(t, "#define BRAID_TIMEOUT_NS {TIMEOUT_NS}ull");
     t.push_str(PRIMITIVES);
     let _ = writeln!(t, "\ntypedef {} T;", c_type(dtype));
@@ -124,7 +148,7 @@ fn block_function(t: &mut String, plan: &Plan, rank: u32, block: &Block) {
             let their = blocks[d.block as usize].steps.len();
             let _ = writeln!(
                 t,
-                "  if (!braid::wait_dep(c, {}u, c.tile * {their}u + {}u)) return false;",
+                "  if (!braid::wait_dep(c, {}u, {their}u, {}u)) return false;",
                 d.block,
                 d.step + 1
             );
@@ -138,7 +162,7 @@ fn block_function(t: &mut String, plan: &Plan, rank: u32, block: &Block) {
                 step.count()
             );
         }
-        let _ = writeln!(t, "  braid::step_done(c, c.tile * {n}u + {}u);", i + 1);
+        let _ = writeln!(t, "  braid::step_done(c, {n}u, {}u);", i + 1);
     }
     t.push_str("  return true;\n}\n");
 }
@@ -177,8 +201,9 @@ fn kernel(t: &mut String, plan: &Plan, rank: u32) -> String {
     if tiled {
         let _ = writeln!(
             t,
-            "  const unsigned long long tile = BRAID_SLICE_BYTES / sizeof(T);"
+            "  const unsigned long long tile = BRAID_PIECE_BYTES / sizeof(T);"
         );
+        let _ = writeln!(t, "  c.tiles = (b - a + tile - 1) / tile;");
         let _ = writeln!(t, "  for (unsigned t = 0; a + t * tile < b; t++) {{");
         let _ = writeln!(
             t,
@@ -196,6 +221,7 @@ fn kernel(t: &mut String, plan: &Plan, rank: u32) -> String {
     let _ = writeln!(t, "    }}");
     let _ = writeln!(t, "    if (!ok) return;");
     let _ = writeln!(t, "  }}");
+    let _ = writeln!(t, "  braid::finish(c);");
     t.push_str("}\n");
     name
 }
@@ -267,7 +293,7 @@ mod tests {
         for (st, call) in cases {
             let mut plan = fixture();
             plan.ranks[0].blocks[0].steps = vec![st];
-            let src = generate(&plan, DType::F32, RedOp::Sum).text;
+            let src = generate(&plan, DType::F32, RedOp::Sum, Wire::default()).text;
             let f = src.split("bool rank0_block0(").nth(1).unwrap();
             let f = &f[..f.find("\n}\n").unwrap()];
             assert_eq!(f.matches("braid::step<").count(), 1, "{f}");
@@ -275,7 +301,7 @@ mod tests {
                 f.contains(&format!("braid::step<T, OP, {call}")),
                 "{call} not in:\n{f}"
             );
-            assert!(f.contains("braid::step_done(c, c.tile * 1u + 1u);"), "{f}");
+            assert!(f.contains("braid::step_done(c, 1u, 1u);"), "{f}");
         }
     }
 
@@ -285,20 +311,17 @@ mod tests {
         let mut nop = step(StepKind::Nop, None, None);
         nop.deps = vec![Dep { block: 1, step: 0 }];
         plan.ranks[0].blocks[0].steps = vec![nop];
-        let src = generate(&plan, DType::F32, RedOp::Sum).text;
+        let src = generate(&plan, DType::F32, RedOp::Sum, Wire::default()).text;
         let f = src.split("bool rank0_block0(").nth(1).unwrap();
         let f = &f[..f.find("\n}\n").unwrap()];
         assert!(!f.contains("braid::step<"), "{f}");
-        assert!(
-            f.contains("braid::wait_dep(c, 1u, c.tile * 1u + 1u)"),
-            "{f}"
-        );
+        assert!(f.contains("braid::wait_dep(c, 1u, 1u, 1u)"), "{f}");
     }
 
     #[test]
     fn one_kernel_per_rank_with_type_and_op() {
         let plan = fixture();
-        let s = generate(&plan, DType::Bf16, RedOp::Avg);
+        let s = generate(&plan, DType::Bf16, RedOp::Avg, Wire::default());
         assert_eq!(s.kernels, ["braid_rank0", "braid_rank1"]);
         assert!(s.text.contains("typedef braid::bf16_t T;"));
         assert!(s.text.contains("constexpr int OP = braid::SUM;"));
@@ -317,15 +340,39 @@ mod tests {
     fn tiled_plans_loop_over_tiles() {
         let mut plan = fixture();
         plan.execution = Execution::Tiled;
-        let s = generate(&plan, DType::F32, RedOp::Max).text;
+        let s = generate(&plan, DType::F32, RedOp::Max, Wire::default()).text;
         assert!(s.contains("for (unsigned t = 0; a + t * tile < b; t++)"));
+        assert!(s.contains("c.tiles = (b - a + tile - 1) / tile;"));
         assert!(s.contains("constexpr int OP = braid::MAX;"));
+    }
+
+    #[test]
+    fn the_wire_is_fixed_in_the_source() {
+        let simple = generate(&fixture(), DType::F32, RedOp::Sum, Wire::default()).text;
+        assert!(simple.contains("#define BRAID_LL 0\n"));
+        assert!(simple.contains(&format!(
+            "#define BRAID_PIECE_BYTES {}ull",
+            crate::SLICE_BYTES
+        )));
+        let ll = Wire {
+            ll: true,
+            host_fifo: true,
+        };
+        let t = generate(&fixture(), DType::F32, RedOp::Sum, ll).text;
+        assert!(t.contains("#define BRAID_LL 1\n"));
+        assert!(t.contains("#define BRAID_HOST_FIFO 1\n"));
+        assert!(t.contains(&format!(
+            "#define BRAID_PIECE_BYTES {}ull",
+            crate::SLICE_BYTES / 2
+        )));
+        // Every kernel records its call for the next one.
+        assert_eq!(t.matches("braid::finish(c);").count(), 2);
     }
 
     #[test]
     fn every_dtype_has_a_c_type() {
         for d in DType::ALL {
-            let s = generate(&fixture(), d, RedOp::Prod).text;
+            let s = generate(&fixture(), d, RedOp::Prod, Wire::default()).text;
             assert!(s.contains(&format!("typedef {} T;", c_type(d))));
         }
     }

@@ -1,8 +1,11 @@
-//! Device memory that peers can touch, and peer access between contexts.
+//! Memory that peers can touch: device memory (`cuMemAlloc`), pinned host memory for
+//! host-staged connections, and device memory of another process opened through a CUDA
+//! IPC handle; peer access between contexts.
 //!
-//! Allocations use `cuMemAlloc` (`result::malloc_sync`), not cudarc's stream allocator:
-//! pool memory is not mapped for peers by `cuCtxEnablePeerAccess`, and a peer kernel
-//! touching it faults. Everything is freed explicitly on drop.
+//! Device allocations use `cuMemAlloc` (`result::malloc_sync`), not cudarc's stream
+//! allocator: pool memory is not mapped for peers by `cuCtxEnablePeerAccess` (a peer
+//! kernel touching it faults), and IPC handles need it too. Everything is freed (or
+//! closed) explicitly on drop.
 
 use crate::error::Result;
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
@@ -56,6 +59,24 @@ impl DeviceAlloc {
         Ok(())
     }
 
+    /// The allocation's size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A handle another process can open with [`IpcImport::open`] (`cuIpcGetMemHandle`).
+    pub fn ipc_handle(&self) -> Result<[u8; IPC_HANDLE_LEN]> {
+        self.ctx.bind_to_thread()?;
+        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: out-parameter; `ptr` is the base of a `cuMemAlloc` allocation.
+        unsafe { sys::cuIpcGetMemHandle(&mut h, self.ptr) }.result()?;
+        Ok(h.reserved.map(|b| b as u8))
+    }
+
     /// Copies `data` to the start of the allocation.
     pub fn upload(&self, data: &[u8]) -> Result<()> {
         assert!(data.len() <= self.len, "upload larger than the allocation");
@@ -82,6 +103,113 @@ impl Drop for DeviceAlloc {
             // SAFETY: allocated by `new`, freed once; kernels using it have finished
             // (the executor synchronises every stream before dropping allocations).
             let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Bytes of a CUDA IPC memory handle.
+pub const IPC_HANDLE_LEN: usize = 64;
+
+/// Device memory of another process, opened from its IPC handle into `ctx`
+/// (`cuIpcOpenMemHandle_v2`, peer access enabled lazily by the driver); closed on drop.
+pub struct IpcImport {
+    ctx: Arc<CudaContext>,
+    ptr: sys::CUdeviceptr,
+}
+
+impl IpcImport {
+    pub fn open(ctx: &Arc<CudaContext>, handle: &[u8; IPC_HANDLE_LEN]) -> Result<IpcImport> {
+        ctx.bind_to_thread()?;
+        let h = sys::CUipcMemHandle_st {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let mut ptr = 0;
+        // SAFETY: out-parameter; the handle came from the exporting process, which keeps
+        // the allocation alive until every importer closed it (the callers' teardown
+        // barrier).
+        unsafe {
+            sys::cuIpcOpenMemHandle_v2(
+                &mut ptr,
+                h,
+                sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+            )
+        }
+        .result()?;
+        Ok(IpcImport {
+            ctx: ctx.clone(),
+            ptr,
+        })
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+impl Drop for IpcImport {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: opened by `open`, closed once, after the kernels using it finished.
+            let _ = unsafe { sys::cuIpcCloseMemHandle(self.ptr) };
+        }
+    }
+}
+
+/// Pinned host memory every context of this process can address (`cuMemHostAlloc` with
+/// `PORTABLE | DEVICEMAP`): the FIFOs of host-staged connections. Zeroed; freed on drop.
+pub struct HostAlloc {
+    ctx: Arc<CudaContext>,
+    host: *mut std::ffi::c_void,
+    dev: sys::CUdeviceptr,
+    len: usize,
+}
+
+// SAFETY: the pointer is owned by this value and only handed to the driver and kernels.
+unsafe impl Send for HostAlloc {}
+unsafe impl Sync for HostAlloc {}
+
+impl HostAlloc {
+    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<HostAlloc> {
+        ctx.bind_to_thread()?;
+        let len = len.max(1);
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: a fresh pinned allocation of `len` bytes, owned by the returned value.
+        let host = unsafe { result::malloc_host(len, flags)? };
+        let mut a = HostAlloc {
+            ctx: ctx.clone(),
+            host,
+            dev: 0,
+            len,
+        };
+        // SAFETY: `len` bytes at `host` belong to this allocation.
+        unsafe { std::ptr::write_bytes(host as *mut u8, 0, len) };
+        // SAFETY: out-parameter; `host` is mapped (DEVICEMAP).
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut a.dev, host, 0) }.result()?;
+        Ok(a)
+    }
+
+    /// The address kernels use (the same on every GPU: PORTABLE, unified addressing).
+    pub fn ptr(&self) -> u64 {
+        self.dev
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.len
+    }
+
+    /// Sets the first `n` bytes to `byte` (no kernel may be running on it).
+    pub fn fill(&self, byte: u8, n: usize) {
+        assert!(n <= self.len, "fill larger than the allocation");
+        // SAFETY: within the allocation (asserted).
+        unsafe { std::ptr::write_bytes(self.host as *mut u8, byte, n) };
+    }
+}
+
+impl Drop for HostAlloc {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by `new`, freed once, after the kernels using it finished.
+            let _ = unsafe { result::free_host(self.host) };
         }
     }
 }

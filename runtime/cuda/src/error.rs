@@ -22,6 +22,9 @@ pub enum CudaError {
     /// NCCL (the yardstick `braid perf --vs-nccl` runs) could not be loaded or failed.
     #[error("NCCL: {0}")]
     Nccl(String),
+    /// The group's bootstrap failed (a peer process died, mismatched calls, timeout).
+    #[error("bootstrap: {0}")]
+    Bootstrap(#[from] braid_runtime::RuntimeError),
     /// A kernel stopped early: a rank waited too long for a peer, a FIFO or a block.
     #[error("rank {rank} failed on the GPU: {what}")]
     Kernel { rank: u32, what: String },

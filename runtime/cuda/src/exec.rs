@@ -1,16 +1,20 @@
 //! Running a plan on the local GPUs: one process, rank `r` on GPU `r`, every rank's
-//! kernel on its own stream so that all ranks run at once.
+//! kernel on its own stream so that all ranks run at once. Connections use peer-to-peer
+//! access where every pair has it, else (or with `BRAID_P2P_DISABLE=1`) FIFOs in pinned
+//! host memory.
 //!
 //! Order of a call: validate (verifier, mode, bounds against this call's buffers, thread
 //! blocks that fit at once) -> generate and compile (or take from the caches) -> allocate
 //! and upload -> launch every rank -> synchronise -> read status words -> download. Nothing
 //! is allocated or launched for a plan that fails validation.
 
-use crate::codegen;
+use crate::codegen::{self, Wire};
 use crate::compile;
-use crate::device::{disable_peer, enable_peer, DeviceAlloc};
+use crate::device::{disable_peer, enable_peer};
 use crate::error::{CudaError, Result};
 use crate::layout::CallShape;
+use crate::protocol;
+use crate::rank_mem::{Fifo, RankMem};
 use crate::table;
 use crate::validate;
 use braid_ir::Mode;
@@ -18,9 +22,7 @@ use braid_plan::Plan;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::reduce::finish_avg;
 use braid_runtime::selfcheck::buffer_elems;
-use cudarc::driver::{
-    sys, CudaContext, CudaEvent, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,9 +47,52 @@ pub fn device_count() -> usize {
 /// other of multiprocessors: calls run one at a time per process.
 static RUN_LOCK: Mutex<()> = Mutex::new(());
 
-/// The local GPUs a process drives, peers enabled both ways between every pair.
+/// Whether `BRAID_P2P_DISABLE` asks for host-staged connections (like `NCCL_P2P_DISABLE`).
+pub fn p2p_disabled_by_env() -> bool {
+    std::env::var("BRAID_P2P_DISABLE").is_ok_and(|v| !matches!(v.trim(), "" | "0"))
+}
+
+/// The compute capability, driver version and smallest multiprocessor count of `ctxs`
+/// (all must be the same architecture).
+pub(crate) fn describe(ctxs: &[Arc<CudaContext>]) -> Result<(String, i32, u32)> {
+    let (major, minor) = ctxs[0].compute_capability()?;
+    let mut multiprocessors = u32::MAX;
+    for c in ctxs {
+        if c.compute_capability()? != (major, minor) {
+            return Err(CudaError::Invalid(
+                "GPUs of different architectures are not supported yet".into(),
+            ));
+        }
+        let sms = c.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        multiprocessors = multiprocessors.min(sms as u32);
+    }
+    let mut driver_version = 0;
+    // SAFETY: out-parameter.
+    unsafe { sys::cuDriverGetVersion(&mut driver_version) }.result()?;
+    Ok((
+        format!("sm_{major}{minor}"),
+        driver_version,
+        multiprocessors,
+    ))
+}
+
+/// Whether GPU `a` can access GPU `b`'s memory directly.
+pub(crate) fn can_access_peer(a: &CudaContext, b: &CudaContext) -> Result<bool> {
+    let mut can = 0;
+    // SAFETY: out-parameter; both devices exist.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()) }.result()?;
+    Ok(can != 0)
+}
+
+/// The local GPUs a process drives, peers enabled both ways between every pair (or
+/// host-staged connections where that is impossible or disabled).
 pub struct Gpus {
     ctxs: Vec<Arc<CudaContext>>,
+    /// Whether connections go peer to peer (else through pinned host memory).
+    p2p: bool,
+    /// The protocol every call uses (`None`: the plan's, `auto` by size); from
+    /// `BRAID_PROTO` at open.
+    protocol: Option<braid_ir::Protocol>,
     streams: Vec<Arc<CudaStream>>,
     multiprocessors: u32,
     arch: String,
@@ -69,8 +114,14 @@ pub struct Outcome {
 
 impl Gpus {
     /// Opens the first `n` GPUs (all the same architecture) and enables peer access
-    /// between every pair.
+    /// between every pair, unless `BRAID_P2P_DISABLE` is set or some pair cannot: then
+    /// every connection is host-staged.
     pub fn open(n: u32) -> Result<Gpus> {
+        Self::open_with(n, p2p_disabled_by_env())
+    }
+
+    /// [`Gpus::open`] with host-staged connections forced (`p2p_disable`) or not.
+    pub fn open_with(n: u32, p2p_disable: bool) -> Result<Gpus> {
         if !driver_present() {
             return Err(CudaError::NoDriver);
         }
@@ -83,50 +134,54 @@ impl Gpus {
         let ctxs = (0..n as usize)
             .map(CudaContext::new)
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        let (major, minor) = ctxs[0].compute_capability()?;
-        let mut multiprocessors = u32::MAX;
-        for c in &ctxs {
-            if c.compute_capability()? != (major, minor) {
-                return Err(CudaError::Invalid(
-                    "GPUs of different architectures are not supported yet".into(),
-                ));
-            }
-            let sms =
-                c.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-            multiprocessors = multiprocessors.min(sms as u32);
-        }
+        let (arch, driver_version, multiprocessors) = describe(&ctxs)?;
+        let mut p2p = !p2p_disable;
         for (i, a) in ctxs.iter().enumerate() {
             for (j, b) in ctxs.iter().enumerate() {
-                if i != j {
-                    let mut can = 0;
-                    // SAFETY: out-parameter; both devices exist.
-                    unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()) }
-                        .result()?;
-                    if can == 0 {
-                        return Err(CudaError::Invalid(format!(
-                            "GPU {i} cannot access GPU {j} peer-to-peer (host-staged \
-                             connections are not implemented yet)"
-                        )));
-                    }
-                    enable_peer(a, b)?;
+                if p2p && i != j && !can_access_peer(a, b)? {
+                    tracing::warn!(
+                        "GPU {i} cannot access GPU {j} peer to peer: connections are host-staged"
+                    );
+                    p2p = false;
                 }
             }
+        }
+        if p2p {
+            for (i, a) in ctxs.iter().enumerate() {
+                for (j, b) in ctxs.iter().enumerate() {
+                    if i != j {
+                        enable_peer(a, b)?;
+                    }
+                }
+            }
+        } else {
+            tracing::info!("{n} GPUs, connections staged through pinned host memory");
         }
         let streams = ctxs
             .iter()
             .map(|c| c.new_stream())
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        let mut driver_version = 0;
-        // SAFETY: out-parameter.
-        unsafe { sys::cuDriverGetVersion(&mut driver_version) }.result()?;
         Ok(Gpus {
             ctxs,
+            p2p,
+            protocol: protocol::from_env()?,
             streams,
             multiprocessors,
-            arch: format!("sm_{major}{minor}"),
+            arch,
             driver_version,
             modules: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether connections go peer to peer (`false`: host-staged).
+    pub fn p2p(&self) -> bool {
+        self.p2p
+    }
+
+    /// Forces a protocol for every later call (`None`: the plan's, `auto` by size),
+    /// overriding `BRAID_PROTO`.
+    pub fn set_protocol(&mut self, protocol: Option<braid_ir::Protocol>) {
+        self.protocol = protocol;
     }
 
     pub fn len(&self) -> usize {
@@ -137,14 +192,26 @@ impl Gpus {
         self.ctxs.is_empty()
     }
 
+    /// The smallest multiprocessor count of the open GPUs.
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors
+    }
+
     /// The target architecture, e.g. `sm_90`.
     pub fn arch(&self) -> &str {
         &self.arch
     }
 
-    /// The kernels of `plan` for `dtype`/`op`, one per rank, compiling if needed.
-    fn kernels(&self, plan: &Plan, dtype: DType, op: RedOp) -> Result<(Vec<CudaFunction>, bool)> {
-        let source = codegen::generate(plan, dtype, op);
+    /// The kernels of `plan` for `dtype`/`op` over `wire`, one per rank, compiling if
+    /// needed.
+    fn kernels(
+        &self,
+        plan: &Plan,
+        dtype: DType,
+        op: RedOp,
+        wire: Wire,
+    ) -> Result<(Vec<CudaFunction>, bool)> {
+        let source = codegen::generate(plan, dtype, op, wire);
         let key = crate::cache::key(&source.text, &self.arch, self.driver_version, (0, 0));
         if let Some(f) = self.modules.lock().unwrap().get(&key) {
             return Ok((f.clone(), true));
@@ -241,55 +308,34 @@ impl Gpus {
         }
         validate::check_bounds(&shape)?;
         validate::check_residency(plan, self.multiprocessors)?;
+        let wire = protocol::choose(&shape, self.protocol, !self.p2p);
         let lock = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let (funcs, cached) = self.kernels(plan, dtype, op)?;
+        let (funcs, cached) = self.kernels(plan, dtype, op, wire)?;
         let conns = table::connections(plan);
-        let fifo_len = table::FIFO_HEADER + plan.slots as usize * crate::SLICE_BYTES;
         let fifos = conns
             .iter()
-            .map(|c| DeviceAlloc::new(&self.ctxs[c.receiver as usize], fifo_len, 0))
+            .map(|c| {
+                let ctx = &self.ctxs[c.receiver as usize];
+                if self.p2p {
+                    Fifo::device(ctx, plan.slots)
+                } else {
+                    Fifo::host(ctx, plan.slots)
+                }
+            })
             .collect::<Result<Vec<_>>>()?;
         let fifo_ptrs: Vec<u64> = fifos.iter().map(|f| f.ptr()).collect();
-        let mut mems = Vec::with_capacity(n as usize);
-        for (r, input) in inputs.iter().enumerate().take(n as usize) {
-            let ctx = &self.ctxs[r];
-            let layout = shape.rank_layout(r as u32);
-            let data = DeviceAlloc::new(ctx, layout.data_len, 0xAA)?;
-            data.upload(&shape.stage_in(r as u32, input))?;
-            let scratch = DeviceAlloc::new(ctx, layout.len[2], 0)?;
-            let ends = table::ends(plan, &conns, r as u32);
-            let grid = ends.len() as u32;
-            let progress = DeviceAlloc::new(ctx, 4 * ends.len(), 0)?;
-            let status = DeviceAlloc::new(ctx, 4, 0)?;
-            let at = |present: bool, off: usize| if present { data.ptr() + off as u64 } else { 0 };
-            let bufs = [
-                at(layout.len[0] > 0, layout.in_at),
-                at(layout.len[1] > 0, layout.out_at),
-                if layout.len[2] > 0 { scratch.ptr() } else { 0 },
-            ];
-            let t = table::build(bufs, progress.ptr(), status.ptr(), &ends, &fifo_ptrs);
-            let bytes: Vec<u8> = t.iter().flat_map(|v| v.to_ne_bytes()).collect();
-            let tab = DeviceAlloc::new(ctx, bytes.len(), 0)?;
-            tab.upload(&bytes)?;
-            mems.push(RankMem {
-                data,
-                _scratch: scratch,
-                progress,
-                progress_len: 4 * ends.len(),
-                status,
-                table: tab,
-                grid,
-            });
-        }
-        let done = (0..n as usize)
-            .map(|r| self.ctxs[r].new_event(None))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mems = inputs
+            .iter()
+            .enumerate()
+            .take(n as usize)
+            .map(|(r, input)| RankMem::new(&self.ctxs[r], &shape, r as u32, input, &fifo_ptrs))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Resident {
             gpus: self,
-            done,
             shape,
             dtype,
             op,
+            wire,
             funcs,
             cached,
             mems,
@@ -299,33 +345,20 @@ impl Gpus {
     }
 }
 
-/// One rank's device memory for a resident call.
-struct RankMem {
-    data: DeviceAlloc,
-    _scratch: DeviceAlloc,
-    progress: DeviceAlloc,
-    progress_len: usize,
-    status: DeviceAlloc,
-    table: DeviceAlloc,
-    grid: u32,
-}
-
 /// A call whose buffers stay on the GPUs between launches (from [`Gpus::prepare`]).
 /// Everything is freed when it is dropped.
 pub struct Resident<'a> {
     gpus: &'a Gpus,
-    /// Per rank: recorded on its stream at the end of the last enqueued call (after the
-    /// counter reset); the next call's streams wait for every peer's.
-    done: Vec<CudaEvent>,
     shape: CallShape<'a>,
     dtype: DType,
     op: RedOp,
+    wire: Wire,
     funcs: Vec<CudaFunction>,
     /// Whether the kernels were already compiled (memory or disk cache).
     pub cached: bool,
     mems: Vec<RankMem>,
     /// Declared after `mems`: FIFOs go last, as in a single call.
-    fifos: Vec<DeviceAlloc>,
+    fifos: Vec<Fifo>,
     _lock: MutexGuard<'static, ()>,
 }
 
@@ -337,26 +370,24 @@ impl Resident<'_> {
         i.max(o) * self.shape.elem
     }
 
+    /// The wire protocol this call runs with.
+    pub fn wire(&self) -> Wire {
+        self.wire
+    }
+
     /// Enqueues the call once more on `streams` (`streams[r]`: a stream of GPU `r`, one
-    /// per rank) and returns at once: nothing here synchronises the host, so the call can
-    /// be captured in a CUDA graph. Per rank, in stream order:
+    /// per rank) and returns at once: one kernel launch per rank, nothing else, so the
+    /// call can be captured in a CUDA graph and nothing synchronises the host.
     ///
-    /// 1. wait (`cuStreamWaitEvent`) until every peer finished the previous enqueued call
-    ///    of this `Resident` (skipped while any stream is capturing: graph launches of
-    ///    the same call must then be ordered by the caller, e.g. synchronise between them);
-    /// 2. zero the status word (`cuMemsetD8Async`);
-    /// 3. the rank's kernel;
-    /// 4. zero what only grows within a call (`cuMemsetD8Async`): the progress counters and
-    ///    the `head` then `tail` words of every FIFO in this rank's memory; then record
-    ///    the rank's done event (not while capturing).
-    ///
-    /// Counters are zeroed *after* the kernel, not before: a peer may start its next call
-    /// before this rank starts its own, and must find the FIFOs it sends into already
-    /// reset. Buffers start zeroed. The kernels of every rank spin on each other, so all
-    /// ranks' streams must make progress concurrently (never enqueue ranks on one stream).
-    /// Out of place, inputs are untouched, so every call computes the same result. Call
-    /// [`Resident::status`] after synchronising the streams to learn whether a kernel
-    /// timed out.
+    /// Nothing is reset between calls: every connection's counters and each block's
+    /// progress only grow, and each grid block carries what it needs into the next call
+    /// in its state record (see `kernels_templates/braid_prims.cuh`). So a rank may start
+    /// call `k + 1` while a peer still finishes call `k`; the FIFOs order them. The
+    /// kernels of every rank spin on each other, so all ranks' streams must make progress
+    /// concurrently (never enqueue two ranks on one stream, and launch every GPU's graph
+    /// before synchronising any). Out of place, inputs are untouched, so every call
+    /// computes the same result. Call [`Resident::status`] after synchronising the streams
+    /// to learn whether a kernel timed out.
     pub fn enqueue(&self, streams: &[Arc<CudaStream>]) -> Result<()> {
         let n = self.mems.len();
         if streams.len() != n {
@@ -365,90 +396,62 @@ impl Resident<'_> {
                 streams.len()
             )));
         }
-        let mut capturing = false;
         for (r, s) in streams.iter().enumerate() {
             if s.context().cu_device() != self.gpus.ctxs[r].cu_device() {
                 return Err(CudaError::Invalid(format!(
                     "stream {r} does not belong to GPU {r}"
                 )));
             }
-            capturing |=
-                s.capture_status()? != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         }
         let chunk_elems = self.shape.geometry().chunk_elems as u64;
-        let conns = table::connections(self.shape.plan);
         for (r, m) in self.mems.iter().enumerate() {
-            let s = &streams[r];
-            if !capturing {
-                for (p, ev) in self.done.iter().enumerate() {
-                    if p != r {
-                        s.wait(ev)?;
-                    }
-                }
-            }
-            m.status.fill_async(0, 0, 4, s)?;
-            let table_ptr = m.table.ptr();
-            let cfg = LaunchConfig {
-                grid_dim: (m.grid, 1, 1),
-                block_dim: (crate::THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut b = s.launch_builder(&self.funcs[r]);
-            b.arg(&table_ptr).arg(&chunk_elems);
-            // SAFETY: the kernel's arguments match its signature (table pointer, element
-            // count); every address in the table is a live allocation sized by `layout`,
-            // and `validate::check_bounds` proved every step stays inside them.
-            unsafe { b.launch(cfg) }?;
-        }
-        // After every rank's kernel is enqueued (and its waits issued), so that no wait
-        // above sees this call's record.
-        for (r, m) in self.mems.iter().enumerate() {
-            let s = &streams[r];
-            m.progress.fill_async(0, 0, m.progress_len, s)?;
-            for (c, f) in conns.iter().zip(&self.fifos) {
-                if c.receiver as usize == r {
-                    f.fill_async(0, 0, 8, s)?; // head
-                    f.fill_async(0, table::TAIL_AT, 8, s)?; // tail
-                }
-            }
-            if !capturing {
-                self.done[r].record(s)?;
-            }
+            m.launch(&self.funcs[r], chunk_elems, &streams[r])?;
         }
         Ok(())
     }
 
-    /// Whether the last call's kernels finished normally: reads every rank's status word.
-    /// Call it after synchronising the streams the call was enqueued on.
-    pub fn status(&self) -> Result<()> {
-        for (r, m) in self.mems.iter().enumerate() {
-            let s = m.status.download(4)?;
-            let code = u32::from_ne_bytes(s[..4].try_into().unwrap());
-            if code != 0 {
-                let what = match code >> 24 {
-                    1 => "waiting for data from its receive peer",
-                    2 => "waiting for FIFO space at its send peer",
-                    _ => "waiting for another block's step",
-                };
-                return Err(CudaError::Kernel {
-                    rank: r as u32,
-                    what: format!(
-                        "block {} timed out {what} ({} s)",
-                        code & 0xff_ffff,
-                        codegen::TIMEOUT_NS / 1_000_000_000
-                    ),
-                });
-            }
+    /// Enqueues only rank `rank`'s kernel on `stream` (a stream of GPU `rank`), for
+    /// callers that drive each GPU from its own thread. Every rank must be enqueued once
+    /// per call, or the enqueued ones wait for their peers until they time out.
+    pub fn enqueue_rank(&self, rank: usize, stream: &CudaStream) -> Result<()> {
+        let m = self.mems.get(rank).ok_or_else(|| {
+            CudaError::Invalid(format!(
+                "rank {rank} is not one of {} ranks",
+                self.mems.len()
+            ))
+        })?;
+        if stream.context().cu_device() != self.gpus.ctxs[rank].cu_device() {
+            return Err(CudaError::Invalid(format!(
+                "the stream does not belong to GPU {rank}"
+            )));
         }
-        Ok(())
+        let chunk_elems = self.shape.geometry().chunk_elems as u64;
+        m.launch(&self.funcs[rank], chunk_elems, stream)
+    }
+
+    /// Whether the last calls' kernels finished normally: reads every rank's status word
+    /// (sticky: once a kernel timed out, every later call reports it until
+    /// [`Resident::reset`], which [`Resident::launch`] does itself). Call it after
+    /// synchronising the streams.
+    pub fn status(&self) -> Result<()> {
+        self.mems.iter().try_for_each(RankMem::status)
+    }
+
+    /// Zeroes every counter, state record, status word and FIFO (blocking): after a
+    /// failed call, so that the next one starts from nothing.
+    pub fn reset(&self) -> Result<()> {
+        for c in &self.gpus.ctxs[..self.mems.len()] {
+            c.synchronize()?;
+        }
+        self.fifos.iter().try_for_each(Fifo::clear)?;
+        self.mems.iter().try_for_each(RankMem::reset)
     }
 
     /// Runs the call once more on the resident buffers and returns the time from the
     /// first launch to the end of the last rank's kernel (host clock around
-    /// [`Resident::enqueue`] on the `Gpus`' own streams and synchronise, as NCCL is timed;
-    /// the span includes the few-byte async counter resets after each kernel). After a
-    /// kernel timed out, every counter is zeroed again (blocking) so that the next call
-    /// starts clean.
+    /// [`Resident::enqueue`] on the `Gpus`' own streams and synchronise, as NCCL is
+    /// timed). After a kernel timed out, everything is reset (blocking) so that the next
+    /// call starts clean.
     pub fn launch(&self) -> Result<Duration> {
         let streams = &self.gpus.streams[..self.mems.len()];
         let start = Instant::now();
@@ -463,12 +466,7 @@ impl Resident<'_> {
             return Err(e);
         }
         if let Err(e) = self.status() {
-            for f in &self.fifos {
-                f.fill(0, table::FIFO_HEADER)?;
-            }
-            for m in &self.mems {
-                m.progress.fill(0, m.progress_len)?;
-            }
+            self.reset()?;
             return Err(e);
         }
         Ok(elapsed)
@@ -479,10 +477,8 @@ impl Resident<'_> {
     pub fn outputs(&self) -> Result<Vec<Option<Vec<u8>>>> {
         let plan = self.shape.plan;
         let mut outputs = Vec::with_capacity(self.mems.len());
-        for (r, m) in self.mems.iter().enumerate() {
-            let layout = self.shape.rank_layout(r as u32);
-            let data = m.data.download(layout.data_len)?;
-            outputs.push(self.shape.unstage_out(r as u32, &data));
+        for m in &self.mems {
+            outputs.push(m.output(&self.shape)?);
         }
         if self.op == RedOp::Avg && plan.collective.reduces() {
             for out in outputs.iter_mut().flatten() {
@@ -507,10 +503,12 @@ impl Drop for Gpus {
         for s in &self.streams {
             let _ = s.synchronize();
         }
-        for (i, a) in self.ctxs.iter().enumerate() {
-            for (j, b) in self.ctxs.iter().enumerate() {
-                if i != j {
-                    disable_peer(a, b);
+        if self.p2p {
+            for (i, a) in self.ctxs.iter().enumerate() {
+                for (j, b) in self.ctxs.iter().enumerate() {
+                    if i != j {
+                        disable_peer(a, b);
+                    }
                 }
             }
         }

@@ -20,7 +20,12 @@ pub mod error;
 pub mod exec;
 pub mod layout;
 pub mod nccl;
+pub mod process;
+pub mod protocol;
+pub mod rank_mem;
+pub mod shared_host;
 pub mod table;
+pub mod tune;
 pub mod validate;
 
 pub use error::{CudaError, Result};

@@ -5,9 +5,10 @@
 //! | index | contents |
 //! |---|---|
 //! | 0, 1, 2 | device addresses of `in`, `out`, `scratch` (0 where absent) |
-//! | 3 | progress counters: `u32` per (replica, block) |
+//! | 3 | progress counters: `u64` per (replica, block), steps completed over all calls |
 //! | 4 | status word: `u32`, nonzero once the rank failed |
-//! | 5 + 6g .. | grid block `g = replica * blocks + block`: send slots, send head, send tail, receive slots, receive head, receive tail |
+//! | 5 | state records: [`STATE`] `u64` per grid block (sent, received, calls, unused) |
+//! | 6 + 6g .. | grid block `g = replica * blocks + block`: send slots, send head, send tail, receive slots, receive head, receive tail |
 //!
 //! Connections are identified as on the host backend: `(sender, receiver, channel)` with
 //! `channel = replica * channels_per_replica + block.channel`. Each connection's FIFO is
@@ -16,7 +17,9 @@
 
 use braid_plan::Plan;
 
-pub const HEADER: usize = 5;
+pub const HEADER: usize = 6;
+/// `u64` words of one grid block's state record.
+pub const STATE: usize = 4;
 pub const ENTRY: usize = 6;
 /// Bytes before the first slot of a FIFO allocation.
 pub const FIFO_HEADER: usize = 256;
@@ -97,11 +100,20 @@ pub fn ends(plan: &Plan, conns: &[Conn], rank: u32) -> Vec<Ends> {
 
 /// Builds a rank's table from its buffer addresses and the base address of each
 /// connection's FIFO allocation.
-pub fn build(bufs: [u64; 3], progress: u64, status: u64, ends: &[Ends], fifos: &[u64]) -> Vec<u64> {
+/// `fifos[i]` is 0 for a connection this rank neither sends nor receives on.
+pub fn build(
+    bufs: [u64; 3],
+    progress: u64,
+    status: u64,
+    state: u64,
+    ends: &[Ends],
+    fifos: &[u64],
+) -> Vec<u64> {
     let mut t = Vec::with_capacity(HEADER + ENTRY * ends.len());
     t.extend_from_slice(&bufs);
     t.push(progress);
     t.push(status);
+    t.push(state);
     let fifo = |i: Option<usize>| match i {
         Some(i) => {
             let base = fifos[i];
@@ -169,9 +181,9 @@ mod tests {
             send: Some(1),
             recv: None,
         }];
-        let t = build([1, 2, 3], 4, 5, &ends, &[1000, 2000]);
+        let t = build([1, 2, 3], 4, 5, 6, &ends, &[1000, 2000]);
         assert_eq!(t.len(), HEADER + ENTRY);
-        assert_eq!(&t[..5], &[1, 2, 3, 4, 5]);
-        assert_eq!(&t[5..], &[2256, 2000, 2128, 0, 0, 0]);
+        assert_eq!(&t[..6], &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(&t[6..], &[2256, 2000, 2128, 0, 0, 0]);
     }
 }

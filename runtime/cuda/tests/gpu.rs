@@ -1,11 +1,15 @@
-//! The CUDA backend on real GPUs: every shipped algorithm for two ranks, computed on two
-//! GPUs and compared element for element with the reference. Without a CUDA driver every
-//! test prints why it skips and passes, so CI stays green on machines without GPUs.
+//! The CUDA backend on real GPUs, one process driving both: every shipped algorithm for
+//! two ranks, computed on two GPUs and compared element for element with the reference,
+//! which the host backend must also match bit for bit on the same inputs (checked for
+//! every case up to 1 MiB), over both wire protocols, peer to peer and host-staged, from
+//! zero elements to 1 GiB. Without a CUDA driver every test prints why it skips and
+//! passes, so CI stays green on machines without GPUs. (`gpu_procs.rs`: one process per
+//! GPU.)
 //!
 //! `BRAID_CUDA_QUICK=1` runs a reduced matrix (one size per plan).
 
 use braid_cuda::{driver_present, CudaError, Gpus};
-use braid_ir::{Collective, Mode};
+use braid_ir::{Collective, Mode, Protocol};
 use braid_library::Library;
 use braid_plan::{Execution, Plan};
 use braid_runtime::dtype::{DType, RedOp};
@@ -20,12 +24,17 @@ static GPU: Mutex<()> = Mutex::new(());
 
 /// Opens two GPUs, or says why the test skips.
 fn gpus(test: &str) -> Option<Gpus> {
+    gpus_with(test, false)
+}
+
+/// Opens two GPUs, connections host-staged when `staged`, or says why the test skips.
+fn gpus_with(test: &str, staged: bool) -> Option<Gpus> {
     // Checked before any other cudarc call: without a driver those panic.
     if !driver_present() {
         eprintln!("skipping {test}: no CUDA driver on this machine");
         return None;
     }
-    match Gpus::open(2) {
+    match Gpus::open_with(2, staged) {
         Ok(g) => Some(g),
         Err(CudaError::Invalid(why)) => {
             eprintln!("skipping {test}: {why}");
@@ -39,6 +48,10 @@ fn plans(c: Collective, root: Option<u32>) -> Vec<Arc<Plan>> {
     Library::new(Topology::from_arg("nvswitch:2").unwrap()).plans(c, root)
 }
 
+/// Cases up to this many bytes also run on the host backend, which must match the same
+/// reference: so both backends agree bit for bit.
+const HOST_TOO: usize = 1 << 20;
+
 /// Runs one call and compares it with the reference; `Err` describes a failure.
 fn check(
     g: &Gpus,
@@ -49,6 +62,15 @@ fn check(
     mode: Mode,
 ) -> Result<f64, String> {
     let n = plan.n_ranks;
+    if count == 0 {
+        let out = g
+            .run(plan, dtype, op, 0, mode, &vec![Vec::new(); n as usize])
+            .map_err(|e| format!("error: {e}"))?;
+        return match out.outputs.iter().flatten().find(|o| !o.is_empty()) {
+            Some(o) => Err(format!("{} bytes for a zero count", o.len())),
+            None => Ok(0.0),
+        };
+    }
     let (in_elems, _) = buffer_elems(plan.collective, n, count);
     let inputs: Vec<Vec<u8>> = (0..n)
         .map(|r| {
@@ -70,6 +92,16 @@ fn check(
             }
             (None, None) => {}
             _ => return Err(format!("rank {r}: output presence differs from reference")),
+        }
+    }
+    let (i, o) = buffer_elems(plan.collective, n, count);
+    if i.max(o) * dtype.size() <= HOST_TOO {
+        let host = run_checked(plan, dtype, op, count, mode, 7, Duration::from_secs(60))
+            .map_err(|e| format!("host backend: {e}"))?;
+        if let Some((r, bad, i, want, got)) = host.wrong.first() {
+            return Err(format!(
+                "host backend: rank {r}: {bad} wrong, first element {i}: expected {want}, got {got}"
+            ));
         }
     }
     Ok(out.kernel_time.as_secs_f64())
@@ -98,27 +130,36 @@ fn host_deadlocks(plan: &Plan, d: DType, o: RedOp, count: usize, mode: Mode) -> 
     )
 }
 
-/// The calls every streaming plan gets: f32 sum at every size, each other (dtype, op) at
-/// an odd and an even size, and 64 MiB in the larger buffer.
+/// The calls every streaming plan gets, each with a protocol (`None`: auto by size):
+/// f32 sum at every size (auto, and Simple forced on the small ones, whose auto is LL;
+/// LL forced on one that takes several LL slices), each other (dtype, op) at an odd size
+/// of each protocol's range, 64 MiB in the larger buffer, and 1 GiB when `huge`.
 fn matrix(
     counts: &[usize],
     others: &[(DType, RedOp)],
     quick: bool,
+    huge: bool,
     c: Collective,
-) -> Vec<(DType, RedOp, usize)> {
-    let mut cases: Vec<(DType, RedOp, usize)> = counts
-        .iter()
-        .map(|&k| (DType::F32, RedOp::Sum, k))
-        .collect();
+) -> Vec<(DType, RedOp, usize, Option<Protocol>)> {
+    let f32sum = |k, p| (DType::F32, RedOp::Sum, k, p);
+    let mut cases: Vec<_> = counts.iter().map(|&k| f32sum(k, None)).collect();
+    if !quick {
+        cases.push(f32sum(7, Some(Protocol::Simple)));
+        cases.push(f32sum(1000, Some(Protocol::Simple)));
+        cases.push(f32sum(65_537, Some(Protocol::Ll)));
+    }
     for &(d, o) in others {
-        cases.push((d, o, 999));
+        cases.push((d, o, 999, None));
         if !quick {
-            cases.push((d, o, 4096));
+            cases.push((d, o, 100_003, None));
         }
     }
+    let (i, o) = buffer_elems(c, 2, 1);
     if !quick {
-        let (i, o) = buffer_elems(c, 2, 1);
-        cases.push((DType::F32, RedOp::Sum, (16 << 20) / i.max(o)));
+        cases.push(f32sum((16 << 20) / i.max(o), None));
+    }
+    if huge {
+        cases.push(f32sum((256 << 20) / i.max(o), None));
     }
     cases
 }
@@ -151,8 +192,9 @@ fn every_algorithm_matches_the_reference_on_two_gpus() {
     let counts: &[usize] = if quick {
         &[1001]
     } else {
-        &[1, 7, 1000, 65_537, 1 << 20]
+        &[0, 1, 7, 1000, 65_537, 1 << 20]
     };
+    let mut g = g;
     // (dtype, op) beyond f32 sum, on every plan at one odd and one even size.
     let others = [
         (DType::F16, RedOp::Sum),
@@ -170,26 +212,32 @@ fn every_algorithm_matches_the_reference_on_two_gpus() {
     let start = Instant::now();
     for c in Collective::ALL {
         for root in roots(c) {
-            for plan in plans(c, root).into_iter().flat_map(|p| variants(&p)) {
+            let shipped = plans(c, root);
+            for (p, plan) in shipped.iter().flat_map(|p| variants(p)).enumerate() {
                 for mode in modes(&plan) {
                     let tiled = plan.execution == Execution::Tiled;
                     let cases = if tiled {
                         // The tiled replay of a streaming plan: a few cases suffice.
                         vec![
-                            (DType::F32, RedOp::Sum, 65_537),
-                            (DType::F32, RedOp::Sum, 3 << 20),
-                            (DType::Bf16, RedOp::Sum, 999),
-                            (DType::I32, RedOp::Prod, 100_003),
+                            (DType::F32, RedOp::Sum, 65_537, None),
+                            (DType::F32, RedOp::Sum, 65_537, Some(Protocol::Ll)),
+                            (DType::F32, RedOp::Sum, 3 << 20, None),
+                            (DType::Bf16, RedOp::Sum, 999, None),
+                            (DType::I32, RedOp::Prod, 100_003, None),
                         ]
                     } else {
-                        matrix(counts, &others, quick, c)
+                        // 1 GiB once per collective and root: the first plan, out of place.
+                        let huge = !quick && p == 0 && mode == Mode::OutOfPlace;
+                        matrix(counts, &others, quick, huge, c)
                     };
-                    for (d, o, k) in cases {
+                    for (d, o, k, proto) in cases {
                         let exec = if tiled { " (tiled)" } else { "" };
+                        let forced = proto.map(|p| format!(" {}", p.name())).unwrap_or_default();
                         let what = format!(
-                            "{}{exec} {c} root={root:?} {mode:?} {d} {o} count={k}",
+                            "{}{exec} {c} root={root:?} {mode:?} {d} {o} count={k}{forced}",
                             plan.name
                         );
+                        g.set_protocol(proto);
                         match check(&g, &plan, d, o, k, mode) {
                             Ok(t) => {
                                 pass += 1;
@@ -197,7 +245,7 @@ fn every_algorithm_matches_the_reference_on_two_gpus() {
                                     println!("ok   {what}  kernel {:.3} ms", t * 1e3);
                                 }
                             }
-                            Err(e) if host_deadlocks(&plan, d, o, k, mode) => {
+                            Err(e) if k <= 1 << 22 && host_deadlocks(&plan, d, o, k, mode) => {
                                 println!("HOST {what}: the host backend times out too: {e}");
                                 host.push(what);
                             }
@@ -384,23 +432,103 @@ fn an_enqueued_allreduce_replays_from_a_cuda_graph() {
                         .expect("a captured graph")
                 })
                 .collect();
-            for launch in 0..3 {
-                // Both graphs before any synchronisation: the kernels wait for each other.
-                for gr in &graphs {
-                    gr.launch().unwrap();
+            for round in 0..3 {
+                // Ten replays back to back, every GPU's graph before any synchronisation
+                // (the kernels wait for each other), nothing reset in between.
+                for _ in 0..10 {
+                    for gr in &graphs {
+                        gr.launch().unwrap();
+                    }
                 }
                 for s in &streams {
                     s.synchronize().unwrap();
                 }
                 call.status().unwrap();
                 if let Err(e) = compare(&expected, &call.outputs().unwrap()) {
-                    panic!("{} count {count} graph launch {launch}: {e}", plan.name);
+                    panic!("{} count {count} graph round {round}: {e}", plan.name);
                 }
             }
             println!(
-                "{}: count {count}: 3 graph launches match the reference",
-                plan.name
+                "{}: count {count} ({:?}): 30 graph replays match the reference",
+                plan.name,
+                call.wire()
             );
         }
     }
+}
+
+#[test]
+fn host_staged_connections_match_the_reference() {
+    let _l = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let test = "host_staged_connections_match_the_reference";
+    let Some(mut g) = gpus_with(test, true) else {
+        return;
+    };
+    assert!(!g.p2p());
+    let mut fail = Vec::new();
+    let mut pass = 0;
+    for c in Collective::ALL {
+        for root in roots(c) {
+            for plan in plans(c, root) {
+                for mode in modes(&plan) {
+                    for (k, proto) in [(999, None), (999, Some(Protocol::Simple)), (1 << 20, None)]
+                    {
+                        g.set_protocol(proto);
+                        let what = format!(
+                            "host-staged {} {c} root={root:?} {mode:?} count={k} {proto:?}",
+                            plan.name
+                        );
+                        match check(&g, &plan, DType::F32, RedOp::Sum, k, mode) {
+                            Ok(_) => pass += 1,
+                            Err(e) => {
+                                println!("FAIL {what}: {e}");
+                                fail.push(what);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("host-staged: {pass} passed, {} failed", fail.len());
+    assert!(fail.is_empty(), "{fail:#?}");
+}
+
+#[test]
+fn a_plan_that_deadlocks_becomes_an_error_and_the_next_call_works() {
+    let _l = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let test = "a_plan_that_deadlocks_becomes_an_error_and_the_next_call_works";
+    let Some(g) = gpus(test) else {
+        return;
+    };
+    // A peer that never runs its part: rank 0 waits for data that never comes.
+    let plan = plans(Collective::Allreduce, None)[0].clone();
+    let (inputs, expected) = sum_case(&plan, 4096);
+    let call = g
+        .prepare(
+            &plan,
+            DType::F32,
+            RedOp::Sum,
+            4096,
+            Mode::OutOfPlace,
+            &inputs,
+        )
+        .unwrap();
+    // Only rank 0 launches: it must time out, not hang.
+    let streams = caller_streams(&g);
+    let t0 = Instant::now();
+    call.enqueue_rank(0, &streams[0]).unwrap();
+    streams[0].synchronize().unwrap();
+    let err = call
+        .status()
+        .expect_err("a rank without its peer must fail");
+    println!(
+        "lonely rank: {err} after {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(matches!(err, CudaError::Kernel { rank: 0, .. }), "{err}");
+    // After the reset, a normal call is right again.
+    call.reset().unwrap();
+    call.launch().unwrap();
+    compare(&expected, &call.outputs().unwrap()).unwrap();
 }

@@ -53,7 +53,8 @@ pub struct PerfArgs {
     pub vs_nccl: bool,
     /// Replicate the plan on this many channel sets, each on its share of every chunk
     /// (overrides the plan's `channels`; like NCCL_MIN_NCHANNELS). More replicas use more
-    /// thread blocks (SMs) per GPU for large messages.
+    /// thread blocks (SMs) per GPU for large messages. Without it, the CUDA backend picks
+    /// a count per size for plans that ask for one replica.
     #[arg(long)]
     pub channels: Option<u32>,
     /// Print JSON lines instead of the table.
@@ -303,7 +304,11 @@ fn sweep_cuda(
         let plan: Arc<Plan> = registry
             .select(collective, n, root, Mode::OutOfPlace, size as usize)
             .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
-        let plan = replicated(plan, args.channels)?;
+        // Without --channels, a plan that does not ask for replicas gets as many as the
+        // size warrants (braid_cuda::tune).
+        let auto = (args.channels.is_none() && plan.channels == 1)
+            .then(|| braid_cuda::tune::replicas(&plan, size as usize, gpus.multiprocessors()));
+        let plan = replicated(plan, args.channels.or(auto))?;
         let (in_elems, _) = buffer_elems(collective, n, count);
         let inputs: Vec<Vec<u8>> = (0..n)
             .map(|r| {
@@ -327,6 +332,7 @@ fn sweep_cuda(
             total += resident.launch().map_err(rt)?.as_secs_f64();
         }
         let bytes = resident.bytes();
+        let proto = if resident.wire().ll { "ll" } else { "simple" };
         drop(resident);
         let nccl_secs = match nccl {
             Some(nc) => Some(
@@ -341,7 +347,8 @@ fn sweep_cuda(
             count,
             secs: total / f64::from(iters),
             wrong,
-            plan: plan.name.clone(),
+            // What ran: plan, replicas, protocol.
+            plan: format!("{} x{} {proto}", plan.name, plan.channels),
             nccl_secs,
         });
         size = step;
