@@ -31,6 +31,10 @@
 // live in host memory (host-staged connections, BRAID_HOST_FIFO = 1), loads bypass the
 // caches entirely (ld.global.cv).
 
+#ifndef BRAID_UNROLL
+#define BRAID_UNROLL 4
+#endif
+
 namespace braid {
 
 typedef unsigned long long u64;
@@ -160,7 +164,30 @@ __device__ void move(T* d1, T* d2, const T* a, const T* b, u64 n) {
     const uint4* vb = reinterpret_cast<const uint4*>(b);
     uint4* v1 = reinterpret_cast<uint4*>(d1);
     uint4* v2 = reinterpret_cast<uint4*>(d2);
-    for (u64 i = threadIdx.x; i < m; i += blockDim.x) {
+    // BRAID_UNROLL vectors per thread in flight before the first store: a thread that
+    // waited for each load before the next would leave the SM latency-bound (a few
+    // GB/s), far below what one SM can push over NVLink.
+    const u64 bd = blockDim.x;
+    u64 i = threadIdx.x;
+    for (; i + (BRAID_UNROLL - 1) * bd < m; i += BRAID_UNROLL * bd) {
+      uint4 x[BRAID_UNROLL];
+#pragma unroll
+      for (int k = 0; k < BRAID_UNROLL; k++) x[k] = BRAID_LD(va + i + k * bd);
+      if (b != nullptr) {
+        uint4 y[BRAID_UNROLL];
+#pragma unroll
+        for (int k = 0; k < BRAID_UNROLL; k++) y[k] = BRAID_LD(vb + i + k * bd);
+#pragma unroll
+        for (int k = 0; k < BRAID_UNROLL; k++) x[k] = apply_pack<T, OP>(x[k], y[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < BRAID_UNROLL; k++) v1[i + k * bd] = x[k];
+      if (d2 != nullptr) {
+#pragma unroll
+        for (int k = 0; k < BRAID_UNROLL; k++) v2[i + k * bd] = x[k];
+      }
+    }
+    for (; i < m; i += bd) {
       uint4 x = BRAID_LD(va + i);
       if (b != nullptr) x = apply_pack<T, OP>(x, BRAID_LD(vb + i));
       v1[i] = x;
@@ -267,11 +294,15 @@ __device__ __forceinline__ void recv_done(Ctx& c) {
   c.received++;
   if (threadIdx.x == 0) *c.recv_tail = c.received;
 }
+// The barrier orders every thread's slot writes before thread 0's system-scope fence
+// (fences are cumulative in the PTX memory model), which orders them before `head`.
 __device__ __forceinline__ void send_done(Ctx& c) {
-  __threadfence_system();
   __syncthreads();
   c.sent++;
-  if (threadIdx.x == 0) *c.send_head = c.sent;
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    *c.send_head = c.sent;
+  }
 }
 
 // ---- LL: 8 data bytes and two copies of the slice's flag per 16-byte line ----

@@ -41,6 +41,16 @@ impl Wire {
     }
 }
 
+/// 16-byte vectors each thread keeps in flight in bulk copies: `BRAID_UNROLL` (1 to 16)
+/// for tuning, else 8.
+pub fn unroll() -> u32 {
+    std::env::var("BRAID_UNROLL")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|u| (1..=16).contains(u))
+        .unwrap_or(8)
+}
+
 /// A generated source and the kernel name of each rank.
 #[derive(Clone, Debug)]
 pub struct Source {
@@ -118,6 +128,7 @@ pub fn generate(plan: &Plan, dtype: DType, op: RedOp, wire: Wire) -> Source {
     let _ = writeln!(t, "#define BRAID_SLICE_BYTES {}ull", crate::SLICE_BYTES);
     let _ = writeln!(t, "#define BRAID_PIECE_BYTES {}ull", wire.piece_bytes());
     let _ = writeln!(t, "#define BRAID_LL {}", u8::from(wire.ll));
+    let _ = writeln!(t, "#define BRAID_UNROLL {}", unroll());
     let _ = writeln!(t, "#define BRAID_HOST_FIFO {}", u8::from(wire.host_fifo));
     let _ = writeln!(t, "#define BRAID_TIMEOUT_NS {TIMEOUT_NS}ull");
     t.push_str(PRIMITIVES);

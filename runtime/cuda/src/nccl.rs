@@ -89,7 +89,8 @@ impl<'a> Nccl<'a> {
     }
 
     /// Runs NCCL's `collective` once per iteration on buffers sized for `count` (NCCL's
-    /// count, as braid's calls use it), out of place, after one untimed warm-up, and
+    /// count, as braid's calls use it), out of place, after `warmup` untimed calls (at
+    /// least one), and
     /// returns the mean time of one call: host clock around issuing every rank's call
     /// and synchronising every stream, as braid's [`crate::Resident::launch`] is timed.
     #[allow(clippy::too_many_arguments)]
@@ -100,6 +101,7 @@ impl<'a> Nccl<'a> {
         dtype: DType,
         op: RedOp,
         count: usize,
+        warmup: u32,
         iters: u32,
     ) -> Result<Duration> {
         let n = self.comms.len();
@@ -164,7 +166,9 @@ impl<'a> Nccl<'a> {
             }
             Ok(start.elapsed())
         };
-        once()?;
+        for _ in 0..warmup.max(1) {
+            once()?;
+        }
         let mut total = Duration::ZERO;
         for _ in 0..iters.max(1) {
             total += once()?;

@@ -13,7 +13,7 @@ use crate::layout::CallShape;
 use braid_ir::Protocol;
 
 /// `auto` picks LL when each replica's share of a chunk is at most this many bytes.
-pub const LL_MAX_BYTES: usize = 64 << 10;
+pub const LL_MAX_BYTES: usize = 32 << 10;
 
 /// The protocol requested through `BRAID_PROTO`, if any.
 pub fn from_env() -> Result<Option<Protocol>> {

@@ -37,6 +37,10 @@ pub struct PerfArgs {
     /// Timed iterations per size (after one checked warm-up).
     #[arg(short = 'n', long = "iters", default_value_t = 5)]
     pub iters: u32,
+    /// Untimed calls per size before timing (besides the checked one), for braid and
+    /// NCCL alike (CUDA backend).
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
+    pub warmup: u32,
     #[arg(long, value_enum, default_value = "host")]
     pub backend: crate::cmd_run::Backend,
     /// Topology (ranks); the host backend defaults to an 8-GPU NVSwitch node.
@@ -327,6 +331,9 @@ fn sweep_cuda(
             .iter()
             .map(|w| w.1)
             .sum();
+        for _ in 0..args.warmup {
+            resident.launch().map_err(rt)?;
+        }
         let mut total = 0.0;
         for _ in 0..iters {
             total += resident.launch().map_err(rt)?.as_secs_f64();
@@ -336,9 +343,17 @@ fn sweep_cuda(
         drop(resident);
         let nccl_secs = match nccl {
             Some(nc) => Some(
-                nc.time(collective, root, args.dtype, args.op, count, iters)
-                    .map_err(rt)?
-                    .as_secs_f64(),
+                nc.time(
+                    collective,
+                    root,
+                    args.dtype,
+                    args.op,
+                    count,
+                    args.warmup,
+                    iters,
+                )
+                .map_err(rt)?
+                .as_secs_f64(),
             ),
             None => None,
         };
