@@ -194,3 +194,41 @@ fn a_process_without_the_secret_is_refused() {
     assert_eq!(rank0.code, 0, "{}{}", rank0.stdout, rank0.stderr);
     assert_eq!(rank1.code, 0, "{}{}", rank1.stdout, rank1.stderr);
 }
+
+/// `--backend cuda`: one GPU per process. Without a driver both ranks say so and exit 3
+/// (runtime error) before joining; with two GPUs both compute the right result.
+#[test]
+fn cuda_ranks_run_on_their_gpus_or_say_why_not() {
+    let port = free_port();
+    let s = secret(5);
+    let args = [
+        "allreduce",
+        "--topo",
+        "nvswitch:2",
+        "--size",
+        "1M",
+        "--backend",
+        "cuda",
+        "--iters",
+        "2",
+    ];
+    let ranks: Vec<Done> = (0..2)
+        .map(|r| spawn_rank(r, 2, port, &s, &args))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(wait)
+        .collect();
+    for (r, d) in ranks.iter().enumerate() {
+        match d.code {
+            0 => assert!(
+                d.stdout.contains(&format!("ok rank {r}/2 (GPU {r}"))
+                    && d.stdout.contains("iteration 1: correct"),
+                "{}",
+                d.stdout
+            ),
+            3 => assert!(d.stderr.contains("no CUDA driver"), "{}", d.stderr),
+            c => panic!("rank {r} exited {c}: {}{}", d.stdout, d.stderr),
+        }
+    }
+    assert_eq!(ranks[0].code, ranks[1].code, "ranks disagree");
+}
