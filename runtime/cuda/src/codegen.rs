@@ -13,12 +13,10 @@
 use braid_plan::{Block, Execution, Plan, Slice, Step, StepKind};
 use braid_runtime::dtype::{DType, RedOp};
 use std::fmt::Write;
+use std::time::Duration;
 
 /// The device primitives, pasted in front of every generated source.
 pub const PRIMITIVES: &str = include_str!("../../../kernels_templates/braid_prims.cuh");
-
-/// How long a kernel waits on one condition before it gives up, in nanoseconds.
-pub const TIMEOUT_NS: u64 = 5_000_000_000;
 
 /// How the connections of a call carry data: fixed per source, so each choice is its
 /// own compiled module and cache entry.
@@ -113,8 +111,9 @@ fn slice_args(s: Option<Slice>) -> (i32, u32) {
     }
 }
 
-/// The full source for `plan` with element type `dtype`, reduction `op`, over `wire`.
-pub fn generate(plan: &Plan, dtype: DType, op: RedOp, wire: Wire) -> Source {
+/// The full source for `plan` with element type `dtype`, reduction `op`, over `wire`;
+/// a kernel gives up (an error, not a hang) after waiting `timeout` for one condition.
+pub fn generate(plan: &Plan, dtype: DType, op: RedOp, wire: Wire, timeout: Duration) -> Source {
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -130,7 +129,11 @@ pub fn generate(plan: &Plan, dtype: DType, op: RedOp, wire: Wire) -> Source {
     let _ = writeln!(t, "#define BRAID_LL {}", u8::from(wire.ll));
     let _ = writeln!(t, "#define BRAID_UNROLL {}", unroll());
     let _ = writeln!(t, "#define BRAID_HOST_FIFO {}", u8::from(wire.host_fifo));
-    let _ = writeln!(t, "#define BRAID_TIMEOUT_NS {TIMEOUT_NS}ull");
+    let _ = writeln!(
+        t,
+        "#define BRAID_TIMEOUT_NS {}ull",
+        u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX).max(1)
+    );
     t.push_str(PRIMITIVES);
     let _ = writeln!(t, "\ntypedef {} T;", c_type(dtype));
     let _ = writeln!(t, "constexpr int OP = {};", c_op(op));
@@ -243,6 +246,8 @@ mod tests {
     use braid_ir::Buf;
     use braid_plan::Dep;
 
+    const T: Duration = Duration::from_secs(300);
+
     fn fixture() -> Plan {
         Plan::from_json(include_str!(
             "../../../tests/plans/good/exchange_allgather_2.json"
@@ -304,7 +309,7 @@ mod tests {
         for (st, call) in cases {
             let mut plan = fixture();
             plan.ranks[0].blocks[0].steps = vec![st];
-            let src = generate(&plan, DType::F32, RedOp::Sum, Wire::default()).text;
+            let src = generate(&plan, DType::F32, RedOp::Sum, Wire::default(), T).text;
             let f = src.split("bool rank0_block0(").nth(1).unwrap();
             let f = &f[..f.find("\n}\n").unwrap()];
             assert_eq!(f.matches("braid::step<").count(), 1, "{f}");
@@ -322,7 +327,7 @@ mod tests {
         let mut nop = step(StepKind::Nop, None, None);
         nop.deps = vec![Dep { block: 1, step: 0 }];
         plan.ranks[0].blocks[0].steps = vec![nop];
-        let src = generate(&plan, DType::F32, RedOp::Sum, Wire::default()).text;
+        let src = generate(&plan, DType::F32, RedOp::Sum, Wire::default(), T).text;
         let f = src.split("bool rank0_block0(").nth(1).unwrap();
         let f = &f[..f.find("\n}\n").unwrap()];
         assert!(!f.contains("braid::step<"), "{f}");
@@ -332,7 +337,7 @@ mod tests {
     #[test]
     fn one_kernel_per_rank_with_type_and_op() {
         let plan = fixture();
-        let s = generate(&plan, DType::Bf16, RedOp::Avg, Wire::default());
+        let s = generate(&plan, DType::Bf16, RedOp::Avg, Wire::default(), T);
         assert_eq!(s.kernels, ["braid_rank0", "braid_rank1"]);
         assert!(s.text.contains("typedef braid::bf16_t T;"));
         assert!(s.text.contains("constexpr int OP = braid::SUM;"));
@@ -351,7 +356,7 @@ mod tests {
     fn tiled_plans_loop_over_tiles() {
         let mut plan = fixture();
         plan.execution = Execution::Tiled;
-        let s = generate(&plan, DType::F32, RedOp::Max, Wire::default()).text;
+        let s = generate(&plan, DType::F32, RedOp::Max, Wire::default(), T).text;
         assert!(s.contains("for (unsigned t = 0; a + t * tile < b; t++)"));
         assert!(s.contains("c.tiles = (b - a + tile - 1) / tile;"));
         assert!(s.contains("constexpr int OP = braid::MAX;"));
@@ -359,7 +364,7 @@ mod tests {
 
     #[test]
     fn the_wire_is_fixed_in_the_source() {
-        let simple = generate(&fixture(), DType::F32, RedOp::Sum, Wire::default()).text;
+        let simple = generate(&fixture(), DType::F32, RedOp::Sum, Wire::default(), T).text;
         assert!(simple.contains("#define BRAID_LL 0\n"));
         assert!(simple.contains(&format!(
             "#define BRAID_PIECE_BYTES {}ull",
@@ -369,9 +374,18 @@ mod tests {
             ll: true,
             host_fifo: true,
         };
-        let t = generate(&fixture(), DType::F32, RedOp::Sum, ll).text;
+        let t = generate(&fixture(), DType::F32, RedOp::Sum, ll, T).text;
         assert!(t.contains("#define BRAID_LL 1\n"));
         assert!(t.contains("#define BRAID_HOST_FIFO 1\n"));
+        assert!(t.contains("#define BRAID_TIMEOUT_NS 300000000000ull\n"));
+        let quick = generate(
+            &fixture(),
+            DType::F32,
+            RedOp::Sum,
+            ll,
+            Duration::from_millis(5),
+        );
+        assert!(quick.text.contains("#define BRAID_TIMEOUT_NS 5000000ull\n"));
         assert!(t.contains(&format!(
             "#define BRAID_PIECE_BYTES {}ull",
             crate::SLICE_BYTES / 2
@@ -383,7 +397,7 @@ mod tests {
     #[test]
     fn every_dtype_has_a_c_type() {
         for d in DType::ALL {
-            let s = generate(&fixture(), d, RedOp::Prod, Wire::default()).text;
+            let s = generate(&fixture(), d, RedOp::Prod, Wire::default(), T).text;
             assert!(s.contains(&format!("typedef {} T;", c_type(d))));
         }
     }

@@ -93,6 +93,9 @@ pub struct Gpus {
     /// The protocol every call uses (`None`: the plan's, `auto` by size); from
     /// `BRAID_PROTO` at open.
     protocol: Option<braid_ir::Protocol>,
+    /// How long a kernel waits for one peer, FIFO or block before it fails the call;
+    /// from `BRAID_TIMEOUT` at open (as the host backend).
+    timeout: Duration,
     streams: Vec<Arc<CudaStream>>,
     multiprocessors: u32,
     arch: String,
@@ -165,6 +168,7 @@ impl Gpus {
             ctxs,
             p2p,
             protocol: protocol::from_env()?,
+            timeout: braid_runtime::comm::timeout_from_env(),
             streams,
             multiprocessors,
             arch,
@@ -182,6 +186,13 @@ impl Gpus {
     /// overriding `BRAID_PROTO`.
     pub fn set_protocol(&mut self, protocol: Option<braid_ir::Protocol>) {
         self.protocol = protocol;
+    }
+
+    /// How long a kernel of a later call may wait for a peer before the call fails,
+    /// overriding `BRAID_TIMEOUT` (part of the generated source: a new value compiles
+    /// anew).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
     }
 
     pub fn len(&self) -> usize {
@@ -211,7 +222,7 @@ impl Gpus {
         op: RedOp,
         wire: Wire,
     ) -> Result<(Vec<CudaFunction>, bool)> {
-        let source = codegen::generate(plan, dtype, op, wire);
+        let source = codegen::generate(plan, dtype, op, wire, self.timeout);
         let key = crate::cache::key(&source.text, &self.arch, self.driver_version, (0, 0));
         if let Some(f) = self.modules.lock().unwrap().get(&key) {
             return Ok((f.clone(), true));
@@ -328,7 +339,16 @@ impl Gpus {
             .iter()
             .enumerate()
             .take(n as usize)
-            .map(|(r, input)| RankMem::new(&self.ctxs[r], &shape, r as u32, input, &fifo_ptrs))
+            .map(|(r, input)| {
+                RankMem::new(
+                    &self.ctxs[r],
+                    &shape,
+                    r as u32,
+                    input,
+                    &fifo_ptrs,
+                    self.timeout,
+                )
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Resident {
             gpus: self,

@@ -45,6 +45,9 @@ pub struct RankGpu {
     /// The protocol every call uses (`None`: the plan's, `auto` by size); from
     /// `BRAID_PROTO` at open.
     protocol: Option<braid_ir::Protocol>,
+    /// How long a kernel waits for one peer, FIFO or block before it fails the call;
+    /// from `BRAID_TIMEOUT` at open (as the host backend).
+    timeout: Duration,
     arch: String,
     driver_version: i32,
     modules: Mutex<HashMap<String, CudaFunction>>,
@@ -152,6 +155,7 @@ impl RankGpu {
             boot,
             p2p,
             protocol: protocol::from_env()?,
+            timeout: braid_runtime::comm::timeout_from_env(),
             multiprocessors,
             arch,
             driver_version,
@@ -176,6 +180,13 @@ impl RankGpu {
     /// overriding `BRAID_PROTO`.
     pub fn set_protocol(&mut self, protocol: Option<braid_ir::Protocol>) {
         self.protocol = protocol;
+    }
+
+    /// How long a kernel of a later call may wait for a peer before the call fails,
+    /// overriding `BRAID_TIMEOUT` (part of the generated source: a new value compiles
+    /// anew).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
     }
 
     pub fn multiprocessors(&self) -> u32 {
@@ -271,7 +282,7 @@ impl RankGpu {
         validate::check_bounds(&shape)?;
         validate::check_residency(plan, self.multiprocessors)?;
         let wire = protocol::choose(&shape, self.protocol, !self.p2p);
-        let source = codegen::generate(plan, dtype, op, wire);
+        let source = codegen::generate(plan, dtype, op, wire, self.timeout);
         // Every rank must run the same call: compare digests before allocating.
         let digest = crate::cache::key(
             &format!("{}\n{count} {mode:?}", source.text),
@@ -354,7 +365,7 @@ impl RankGpu {
                 h.unlink();
             }
         }
-        let mem = RankMem::new(&self.ctx, &shape, me, input, &ptrs)?;
+        let mem = RankMem::new(&self.ctx, &shape, me, input, &ptrs, self.timeout)?;
         Ok(RankResident {
             gpu: self,
             shape,

@@ -2,7 +2,6 @@
 //! Shared by the single-process executor ([`crate::exec`]) and one-rank-per-process
 //! ([`crate::process`]): both allocate, launch, reset and read back a rank the same way.
 
-use crate::codegen;
 use crate::device::{DeviceAlloc, HostAlloc};
 use crate::error::{CudaError, Result};
 use crate::layout::CallShape;
@@ -71,6 +70,8 @@ pub struct RankMem {
     table_ptr: u64,
     grid: u32,
     rank: u32,
+    /// What the kernel was compiled to wait at most, for the error message.
+    timeout: std::time::Duration,
 }
 
 impl RankMem {
@@ -83,6 +84,7 @@ impl RankMem {
         rank: u32,
         input: &[u8],
         fifos: &[u64],
+        timeout: std::time::Duration,
     ) -> Result<RankMem> {
         let plan = shape.plan;
         let conns = table::connections(plan);
@@ -122,6 +124,7 @@ impl RankMem {
             _table: tab,
             grid,
             rank,
+            timeout,
         })
     }
 
@@ -158,9 +161,9 @@ impl RankMem {
         Err(CudaError::Kernel {
             rank: self.rank,
             what: format!(
-                "block {} timed out {what} ({} s)",
+                "block {} timed out {what} ({:?}, BRAID_TIMEOUT)",
                 code & 0xff_ffff,
-                codegen::TIMEOUT_NS / 1_000_000_000
+                self.timeout
             ),
         })
     }

@@ -19,6 +19,9 @@ use braid_topo::Topology;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How long a test kernel waits for a peer before failing.
+const KERNEL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// GPU tests share the GPUs: one at a time.
 static GPU: Mutex<()> = Mutex::new(());
 
@@ -35,7 +38,12 @@ fn gpus_with(test: &str, staged: bool) -> Option<Gpus> {
         return None;
     }
     match Gpus::open_with(2, staged) {
-        Ok(g) => Some(g),
+        Ok(mut g) => {
+            // Plans that deadlock (and the lonely-rank test) fail fast, not after
+            // BRAID_TIMEOUT's default.
+            g.set_timeout(KERNEL_TIMEOUT);
+            Some(g)
+        }
         Err(CudaError::Invalid(why)) => {
             eprintln!("skipping {test}: {why}");
             None

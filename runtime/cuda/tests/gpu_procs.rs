@@ -220,7 +220,8 @@ fn child() -> ExitCode {
     };
 
     // 1. Peer to peer through CUDA IPC: every shipped algorithm, every root and mode.
-    let gpu = RankGpu::open(me as usize, boot.clone(), false).expect("open the GPU");
+    let mut gpu = RankGpu::open(me as usize, boot.clone(), false).expect("open the GPU");
+    gpu.set_timeout(Duration::from_secs(10));
     let counts: &[usize] = if quick {
         &[999]
     } else {
@@ -280,7 +281,8 @@ fn child() -> ExitCode {
     drop(gpu);
 
     // 2. Host-staged: FIFOs in host memory shared between the two processes.
-    let staged = RankGpu::open(me as usize, boot.clone(), true).expect("open the GPU");
+    let mut staged = RankGpu::open(me as usize, boot.clone(), true).expect("open the GPU");
+    staged.set_timeout(Duration::from_secs(10));
     assert!(!staged.p2p());
     for c in Collective::ALL {
         for root in roots(c) {
@@ -308,7 +310,8 @@ fn child() -> ExitCode {
 
     // 3. A peer that dies: rank 1 prepares, then exits without launching; rank 0's
     // launch must end in an error.
-    let gpu = RankGpu::open(me as usize, boot.clone(), false).expect("open the GPU");
+    let mut gpu = RankGpu::open(me as usize, boot.clone(), false).expect("open the GPU");
+    gpu.set_timeout(Duration::from_secs(5));
     let plan = &plans(Collective::Allreduce, None)[0];
     let ins = inputs(plan, DType::F32, RedOp::Sum, 1 << 16);
     let resident = gpu
