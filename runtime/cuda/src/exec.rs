@@ -295,7 +295,6 @@ impl Gpus {
         inputs: &[Vec<u8>],
     ) -> Result<Resident<'a>> {
         let n = plan.n_ranks;
-        validate::check_plan(plan, mode)?;
         let shape = CallShape {
             plan,
             elem: dtype.size(),
@@ -314,11 +313,7 @@ impl Gpus {
                 self.len()
             )));
         }
-        if count == 0 {
-            return Err(CudaError::Invalid("a resident call needs count > 0".into()));
-        }
-        validate::check_bounds(&shape)?;
-        validate::check_residency(plan, self.multiprocessors)?;
+        validate::check_call(&shape, self.multiprocessors)?;
         let wire = protocol::choose(&shape, self.protocol, !self.p2p);
         let lock = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let (funcs, cached) = self.kernels(plan, dtype, op, wire)?;

@@ -262,16 +262,12 @@ impl RankGpu {
                 self.n_ranks()
             )));
         }
-        validate::check_plan(plan, mode)?;
         let shape = CallShape {
             plan,
             elem: dtype.size(),
             count,
             mode,
         };
-        if count == 0 {
-            return Err(CudaError::Invalid("a resident call needs count > 0".into()));
-        }
         if input.len() != shape.input_bytes() {
             return Err(CudaError::Invalid(format!(
                 "expected an input of {} bytes, got {}",
@@ -279,8 +275,7 @@ impl RankGpu {
                 input.len()
             )));
         }
-        validate::check_bounds(&shape)?;
-        validate::check_residency(plan, self.multiprocessors)?;
+        validate::check_call(&shape, self.multiprocessors)?;
         let wire = protocol::choose(&shape, self.protocol, !self.p2p);
         let source = codegen::generate(plan, dtype, op, wire, self.timeout);
         // Every rank must run the same call: compare digests before allocating.

@@ -8,6 +8,18 @@ use crate::layout::CallShape;
 use braid_ir::Mode;
 use braid_plan::{Plan, Slice};
 
+/// Everything checked before a resident call allocates anything, on every path (one
+/// process or one per GPU): the plan verifies for the call's mode, the count is positive,
+/// every step lies inside this call's buffers, and every thread block fits at once.
+pub fn check_call(shape: &CallShape, multiprocessors: u32) -> Result<()> {
+    check_plan(shape.plan, shape.mode)?;
+    if shape.count == 0 {
+        return Err(CudaError::Invalid("a resident call needs count > 0".into()));
+    }
+    check_bounds(shape)?;
+    check_residency(shape.plan, multiprocessors)
+}
+
 /// `braid_plan::verify`, and the call mode is one the plan was verified for.
 pub fn check_plan(plan: &Plan, mode: Mode) -> Result<()> {
     if let Err(diags) = braid_plan::verify(plan) {
@@ -146,5 +158,26 @@ mod tests {
     fn too_many_blocks_for_the_gpu_are_refused() {
         let p = fixture();
         assert!(check_residency(&p, 1).is_err());
+    }
+
+    #[test]
+    fn a_call_is_refused_for_any_one_reason() {
+        let p = fixture();
+        check_call(&shape(&p), 132).unwrap();
+        let zero = CallShape {
+            count: 0,
+            ..shape(&p)
+        };
+        assert!(check_call(&zero, 132)
+            .unwrap_err()
+            .to_string()
+            .contains("count > 0"));
+        assert!(check_call(&shape(&p), 1).is_err());
+        let mut bad = fixture();
+        bad.ranks[1].blocks[1].steps[0].dst.as_mut().unwrap().offset = 2;
+        assert!(matches!(
+            check_call(&shape(&bad), 132),
+            Err(CudaError::Unverified { .. })
+        ));
     }
 }
