@@ -16,7 +16,7 @@ use crate::codegen::{self, Wire};
 use crate::compile;
 use crate::device::{IpcImport, IPC_HANDLE_LEN};
 use crate::error::{CudaError, Result};
-use crate::exec::{can_access_peer, describe, driver_present};
+use crate::exec::{describe, driver_present};
 use crate::layout::CallShape;
 use crate::protocol;
 use crate::rank_mem::{Fifo, RankMem};
@@ -66,7 +66,9 @@ fn pci_bus_id(ctx: &CudaContext) -> Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Whether this process's GPU can reach the GPU with PCI bus id `bus` directly.
+/// Whether this process's GPU can reach the GPU with PCI bus id `bus` directly. Asks the
+/// driver about the two devices; no context is created on the peer's GPU (every rank
+/// process would otherwise hold one on every GPU).
 fn reaches(ctx: &CudaContext, bus: &str) -> Result<bool> {
     if pci_bus_id(ctx)? == bus {
         return Ok(true);
@@ -81,21 +83,10 @@ fn reaches(ctx: &CudaContext, bus: &str) -> Result<bool> {
         // Not visible to this process (CUDA_VISIBLE_DEVICES): nothing says it is reachable.
         return Ok(false);
     }
-    let peer = CudaContext::new(ordinal_of(dev)?)?;
-    can_access_peer(ctx, &peer)
-}
-
-fn ordinal_of(dev: sys::CUdevice) -> Result<usize> {
-    let n = CudaContext::device_count()?;
-    for i in 0..n {
-        let mut d = 0;
-        // SAFETY: out-parameter; `i` is a valid ordinal.
-        unsafe { sys::cuDeviceGet(&mut d, i) }.result()?;
-        if d == dev {
-            return Ok(i as usize);
-        }
-    }
-    Err(CudaError::Invalid("device not found by ordinal".into()))
+    let mut can = 0;
+    // SAFETY: out-parameter; both devices exist.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), dev) }.result()?;
+    Ok(can != 0)
 }
 
 fn all_true(votes: &[Vec<u8>]) -> bool {
