@@ -540,3 +540,40 @@ fn a_plan_that_deadlocks_becomes_an_error_and_the_next_call_works() {
     call.launch().unwrap();
     compare(&expected, &call.outputs().unwrap()).unwrap();
 }
+
+/// Every dtype with every op (all 50 pairs; the big matrix pairs them 10 times), on the
+/// first plan of each collective, out of place, at an LL size and a Simple size.
+#[test]
+fn every_dtype_with_every_op_on_each_collective() {
+    let _l = GPU.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(g) = gpus("every_dtype_with_every_op_on_each_collective") else {
+        return;
+    };
+    let mut fail = Vec::new();
+    let mut pass = 0;
+    for c in Collective::ALL {
+        let root = c.is_rooted().then_some(1);
+        let plan = plans(c, root)[0].clone();
+        let ops: &[RedOp] = if c.reduces() {
+            &RedOp::ALL
+        } else {
+            &[RedOp::Sum]
+        };
+        for d in DType::ALL {
+            for &o in ops {
+                for k in [999, 100_003] {
+                    let what = format!("{} {c} {d} {o} count={k}", plan.name);
+                    match check(&g, &plan, d, o, k, Mode::OutOfPlace) {
+                        Ok(_) => pass += 1,
+                        Err(e) => {
+                            println!("FAIL {what}: {e}");
+                            fail.push(what);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!("dtype x op: {pass} passed, {} failed", fail.len());
+    assert!(fail.is_empty(), "{fail:#?}");
+}
