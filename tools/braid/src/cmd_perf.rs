@@ -219,6 +219,10 @@ struct CudaRow {
     secs: f64,
     wrong: usize,
     plan: String,
+    /// Replicas (channel sets) the plan ran with.
+    replicas: u32,
+    /// Wire protocol: `simple` or `ll`.
+    protocol: &'static str,
     /// NCCL's mean time for the same call, with `--vs-nccl`.
     nccl_secs: Option<f64>,
 }
@@ -362,8 +366,9 @@ fn sweep_cuda(
             count,
             secs: total / f64::from(iters),
             wrong,
-            // What ran: plan, replicas, protocol.
-            plan: format!("{} x{} {proto}", plan.name, plan.channels),
+            plan: plan.name.clone(),
+            replicas: plan.channels,
+            protocol: proto,
             nccl_secs,
         });
         size = step;
@@ -422,8 +427,8 @@ fn format_cuda(
                 )
             });
             out.push_str(&format!(
-                "{{\"backend\": \"cuda\", \"size\": {}, \"count\": {}, \"type\": \"{}\", \"redop\": \"{}\", \"root\": {root_col}, \"time_us\": {:.2}, \"algbw\": {algbw:.4}, \"busbw\": {busbw:.4}, \"wrong\": {}{extra}, \"plan\": \"{}\"}}\n",
-                r.bytes, r.count, args.dtype.name(), args.op.name(), r.secs * 1e6, r.wrong, r.plan
+                "{{\"backend\": \"cuda\", \"size\": {}, \"count\": {}, \"type\": \"{}\", \"redop\": \"{}\", \"root\": {root_col}, \"time_us\": {:.2}, \"algbw\": {algbw:.4}, \"busbw\": {busbw:.4}, \"wrong\": {}{extra}, \"plan\": \"{}\", \"replicas\": {}, \"protocol\": \"{}\"}}\n",
+                r.bytes, r.count, args.dtype.name(), args.op.name(), r.secs * 1e6, r.wrong, r.plan, r.replicas, r.protocol
             ));
         } else {
             out.push_str(&format!(
@@ -441,7 +446,8 @@ fn format_cuda(
             if let Some((t, bw, ratio)) = nccl {
                 out.push_str(&format!(" {:>10.1} {bw:>9.3} {ratio:>6.2}", t * 1e6));
             }
-            out.push_str(&format!("  {}\n", r.plan));
+            // What ran: plan, replicas, protocol.
+            out.push_str(&format!("  {} x{} {}\n", r.plan, r.replicas, r.protocol));
         }
     }
     out
@@ -479,6 +485,8 @@ mod tests {
             secs: 20e-6,
             wrong: 0,
             plan: "ring_allreduce".into(),
+            replicas: 16,
+            protocol: "simple",
             nccl_secs: Some(30e-6),
         }];
         let a = args(&["--vs-nccl"]);
@@ -489,6 +497,7 @@ mod tests {
             t.contains("30.0") && t.contains("34.953") && t.contains("1.50"),
             "{t}"
         );
+        assert!(t.contains("ring_allreduce x16 simple"), "{t}");
         let j = format_cuda(
             &args(&["--vs-nccl", "--json"]),
             Collective::Allreduce,
@@ -499,6 +508,10 @@ mod tests {
         );
         assert!(
             j.contains("\"ratio\": 1.500") && j.contains("\"wrong\": 0"),
+            "{j}"
+        );
+        assert!(
+            j.contains("\"plan\": \"ring_allreduce\", \"replicas\": 16, \"protocol\": \"simple\""),
             "{j}"
         );
     }
