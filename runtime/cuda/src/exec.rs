@@ -49,7 +49,12 @@ static RUN_LOCK: Mutex<()> = Mutex::new(());
 
 /// Whether `BRAID_P2P_DISABLE` asks for host-staged connections (like `NCCL_P2P_DISABLE`).
 pub fn p2p_disabled_by_env() -> bool {
-    std::env::var("BRAID_P2P_DISABLE").is_ok_and(|v| !matches!(v.trim(), "" | "0"))
+    p2p_disabled(std::env::var("BRAID_P2P_DISABLE").ok().as_deref())
+}
+
+/// Whether a value of `BRAID_P2P_DISABLE` disables peer to peer: set, not empty, not `0`.
+fn p2p_disabled(value: Option<&str>) -> bool {
+    value.is_some_and(|v| !matches!(v.trim(), "" | "0"))
 }
 
 /// The compute capability, driver version and smallest multiprocessor count of `ctxs`
@@ -527,5 +532,19 @@ impl Drop for Gpus {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::p2p_disabled;
+
+    #[test]
+    fn p2p_disable_takes_any_value_but_empty_and_zero() {
+        assert!(!p2p_disabled(None));
+        assert!(!p2p_disabled(Some("")));
+        assert!(!p2p_disabled(Some(" 0 ")));
+        assert!(p2p_disabled(Some("1")));
+        assert!(p2p_disabled(Some("yes")));
     }
 }
