@@ -161,6 +161,26 @@ fn reduce_all(dtype: DType, op: RedOp, inputs: &[Vec<u8>]) -> Vec<u8> {
     acc
 }
 
+/// Every rank's send buffer for a call of `collective` with NCCL count `count`, filled
+/// by [`fill_input`] with `seed`.
+pub fn inputs(
+    collective: Collective,
+    dtype: DType,
+    op: RedOp,
+    n_ranks: u32,
+    count: usize,
+    seed: u64,
+) -> Vec<Vec<u8>> {
+    let (in_elems, _) = crate::geometry::buffer_elems(collective, n_ranks, count);
+    (0..n_ranks)
+        .map(|r| {
+            let mut b = vec![0u8; in_elems * dtype.size()];
+            fill_input(dtype, op, r, n_ranks, seed, &mut b);
+            b
+        })
+        .collect()
+}
+
 /// Every rank's expected output under NCCL's semantics, from every rank's input bytes
 /// (`inputs[r]` is rank `r`'s send buffer; all the same length). Counts follow NCCL:
 ///
@@ -293,4 +313,25 @@ pub fn first_mismatch(
         let (e, a) = (element(expected, i, size), element(actual, i, size));
         (e != a).then(|| (i, show(e), show(a)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_are_each_ranks_fill_sized_for_the_send_buffer() {
+        // Allgather with count 5 on 3 ranks: each sends 5 elements.
+        let v = inputs(Collective::Allgather, DType::I32, RedOp::Sum, 3, 5, 9);
+        assert_eq!(v.len(), 3);
+        for (r, b) in v.iter().enumerate() {
+            assert_eq!(b.len(), 5 * 4);
+            let mut want = vec![0u8; 20];
+            fill_input(DType::I32, RedOp::Sum, r as u32, 3, 9, &mut want);
+            assert_eq!(b, &want);
+        }
+        // Reduce-scatter sends N x count.
+        let v = inputs(Collective::ReduceScatter, DType::F16, RedOp::Max, 2, 3, 1);
+        assert!(v.iter().all(|b| b.len() == 2 * 3 * 2));
+    }
 }

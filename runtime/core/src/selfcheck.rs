@@ -4,7 +4,7 @@
 use crate::comm::{Buffers, Communicator};
 use crate::dtype::{DType, RedOp};
 use crate::error::{Result, RuntimeError};
-use crate::reference::{fill_input, first_mismatch, reference};
+use crate::reference::{first_mismatch, reference};
 use crate::registry::{Origin, Registry};
 use braid_ir::{Collective, Mode};
 use braid_plan::Plan;
@@ -38,13 +38,7 @@ pub fn run_checked(
     let c = plan.collective;
     let e = dtype.size();
     let (in_elems, out_elems) = buffer_elems(c, n, count);
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * e];
-            fill_input(dtype, op, r, n, seed, &mut b);
-            b
-        })
-        .collect();
+    let inputs = crate::reference::inputs(c, dtype, op, n, count, seed);
     let expected = if count == 0 {
         vec![Some(Vec::new()); n as usize]
     } else {

@@ -8,13 +8,12 @@
 //! and upload -> launch every rank -> synchronise -> read status words -> download. Nothing
 //! is allocated or launched for a plan that fails validation.
 
-use crate::codegen::{self, Wire};
-use crate::compile;
+use crate::codegen::Wire;
 use crate::device::{disable_peer, enable_peer};
 use crate::error::{CudaError, Result};
 use crate::layout::CallShape;
-use crate::protocol;
 use crate::rank_mem::{Fifo, RankMem};
+use crate::settings::Settings;
 use crate::table;
 use crate::validate;
 use braid_ir::Mode;
@@ -24,7 +23,6 @@ use braid_runtime::reduce::finish_avg;
 use braid_runtime::selfcheck::buffer_elems;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::Ptx;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -57,32 +55,8 @@ fn p2p_disabled(value: Option<&str>) -> bool {
     value.is_some_and(|v| !matches!(v.trim(), "" | "0"))
 }
 
-/// The compute capability, driver version and smallest multiprocessor count of `ctxs`
-/// (all must be the same architecture).
-pub(crate) fn describe(ctxs: &[Arc<CudaContext>]) -> Result<(String, i32, u32)> {
-    let (major, minor) = ctxs[0].compute_capability()?;
-    let mut multiprocessors = u32::MAX;
-    for c in ctxs {
-        if c.compute_capability()? != (major, minor) {
-            return Err(CudaError::Invalid(
-                "GPUs of different architectures are not supported yet".into(),
-            ));
-        }
-        let sms = c.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-        multiprocessors = multiprocessors.min(sms as u32);
-    }
-    let mut driver_version = 0;
-    // SAFETY: out-parameter.
-    unsafe { sys::cuDriverGetVersion(&mut driver_version) }.result()?;
-    Ok((
-        format!("sm_{major}{minor}"),
-        driver_version,
-        multiprocessors,
-    ))
-}
-
 /// Whether GPU `a` can access GPU `b`'s memory directly.
-pub(crate) fn can_access_peer(a: &CudaContext, b: &CudaContext) -> Result<bool> {
+fn can_access_peer(a: &CudaContext, b: &CudaContext) -> Result<bool> {
     let mut can = 0;
     // SAFETY: out-parameter; both devices exist.
     unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()) }.result()?;
@@ -93,20 +67,8 @@ pub(crate) fn can_access_peer(a: &CudaContext, b: &CudaContext) -> Result<bool> 
 /// host-staged connections where that is impossible or disabled).
 pub struct Gpus {
     ctxs: Vec<Arc<CudaContext>>,
-    /// Whether connections go peer to peer (else through pinned host memory).
-    p2p: bool,
-    /// The protocol every call uses (`None`: the plan's, `auto` by size); from
-    /// `BRAID_PROTO` at open.
-    protocol: Option<braid_ir::Protocol>,
-    /// How long a kernel waits for one peer, FIFO or block before it fails the call;
-    /// from `BRAID_TIMEOUT` at open (as the host backend).
-    timeout: Duration,
     streams: Vec<Arc<CudaStream>>,
-    multiprocessors: u32,
-    arch: String,
-    driver_version: i32,
-    /// Loaded kernels per source hash: one function per GPU (rank).
-    modules: Mutex<HashMap<String, Vec<CudaFunction>>>,
+    settings: Settings,
 }
 
 /// What one call produced.
@@ -142,7 +104,6 @@ impl Gpus {
         let ctxs = (0..n as usize)
             .map(CudaContext::new)
             .collect::<std::result::Result<Vec<_>, _>>()?;
-        let (arch, driver_version, multiprocessors) = describe(&ctxs)?;
         let mut p2p = !p2p_disable;
         for (i, a) in ctxs.iter().enumerate() {
             for (j, b) in ctxs.iter().enumerate() {
@@ -170,34 +131,28 @@ impl Gpus {
             .map(|c| c.new_stream())
             .collect::<std::result::Result<Vec<_>, _>>()?;
         Ok(Gpus {
+            settings: Settings::new(&ctxs, p2p)?,
             ctxs,
-            p2p,
-            protocol: protocol::from_env()?,
-            timeout: braid_runtime::comm::timeout_from_env(),
             streams,
-            multiprocessors,
-            arch,
-            driver_version,
-            modules: Mutex::new(HashMap::new()),
         })
     }
 
     /// Whether connections go peer to peer (`false`: host-staged).
     pub fn p2p(&self) -> bool {
-        self.p2p
+        self.settings.p2p
     }
 
     /// Forces a protocol for every later call (`None`: the plan's, `auto` by size),
     /// overriding `BRAID_PROTO`.
     pub fn set_protocol(&mut self, protocol: Option<braid_ir::Protocol>) {
-        self.protocol = protocol;
+        self.settings.protocol = protocol;
     }
 
     /// How long a kernel of a later call may wait for a peer before the call fails,
     /// overriding `BRAID_TIMEOUT` (part of the generated source: a new value compiles
     /// anew).
     pub fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
+        self.settings.timeout = timeout;
     }
 
     pub fn len(&self) -> usize {
@@ -210,36 +165,12 @@ impl Gpus {
 
     /// The smallest multiprocessor count of the open GPUs.
     pub fn multiprocessors(&self) -> u32 {
-        self.multiprocessors
+        self.settings.multiprocessors
     }
 
     /// The target architecture, e.g. `sm_90`.
     pub fn arch(&self) -> &str {
-        &self.arch
-    }
-
-    /// The kernels of `plan` for `dtype`/`op` over `wire`, one per rank, compiling if
-    /// needed.
-    fn kernels(
-        &self,
-        plan: &Plan,
-        dtype: DType,
-        op: RedOp,
-        wire: Wire,
-    ) -> Result<(Vec<CudaFunction>, bool)> {
-        let source = codegen::generate(plan, dtype, op, wire, self.timeout);
-        let key = crate::cache::key(&source.text, &self.arch, self.driver_version, (0, 0));
-        if let Some(f) = self.modules.lock().unwrap().get(&key) {
-            return Ok((f.clone(), true));
-        }
-        let (ptx, from_disk) = compile::compile(&source.text, &self.arch, self.driver_version)?;
-        let mut funcs = Vec::new();
-        for (r, name) in source.kernels.iter().enumerate() {
-            let module = self.ctxs[r].load_module(Ptx::from_src(ptx.clone()))?;
-            funcs.push(module.load_function(name)?);
-        }
-        self.modules.lock().unwrap().insert(key, funcs.clone());
-        Ok((funcs, from_disk))
+        &self.settings.arch
     }
 
     /// The stream each rank's kernel runs on (rank `r` on GPU `r`); NCCL's comparison
@@ -318,16 +249,22 @@ impl Gpus {
                 self.len()
             )));
         }
-        validate::check_call(&shape, self.multiprocessors)?;
-        let wire = protocol::choose(&shape, self.protocol, !self.p2p);
+        let (wire, source) = self.settings.source(&shape, dtype, op)?;
         let lock = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let (funcs, cached) = self.kernels(plan, dtype, op, wire)?;
+        let (funcs, cached) = self.settings.kernels(&source, |ptx| {
+            let mut funcs = Vec::new();
+            for (ctx, name) in self.ctxs.iter().zip(&source.kernels) {
+                let module = ctx.load_module(Ptx::from_src(ptx))?;
+                funcs.push(module.load_function(name)?);
+            }
+            Ok(funcs)
+        })?;
         let conns = table::connections(plan);
         let fifos = conns
             .iter()
             .map(|c| {
                 let ctx = &self.ctxs[c.receiver as usize];
-                if self.p2p {
+                if self.settings.p2p {
                     Fifo::device(ctx, plan.slots)
                 } else {
                     Fifo::host(ctx, plan.slots)
@@ -345,8 +282,9 @@ impl Gpus {
                     &shape,
                     r as u32,
                     input,
+                    &conns,
                     &fifo_ptrs,
-                    self.timeout,
+                    self.settings.timeout,
                 )
             })
             .collect::<Result<Vec<_>>>()?;
@@ -416,16 +354,13 @@ impl Resident<'_> {
                 streams.len()
             )));
         }
+        // Every stream is checked before any rank launches: a half-launched call would
+        // leave the launched ranks waiting for their peers.
         for (r, s) in streams.iter().enumerate() {
-            if s.context().cu_device() != self.gpus.ctxs[r].cu_device() {
-                return Err(CudaError::Invalid(format!(
-                    "stream {r} does not belong to GPU {r}"
-                )));
-            }
+            self.check_stream(r, s)?;
         }
-        let chunk_elems = self.shape.geometry().chunk_elems as u64;
-        for (r, m) in self.mems.iter().enumerate() {
-            m.launch(&self.funcs[r], chunk_elems, &streams[r])?;
+        for (r, s) in streams.iter().enumerate() {
+            self.launch_rank(r, s)?;
         }
         Ok(())
     }
@@ -434,19 +369,28 @@ impl Resident<'_> {
     /// callers that drive each GPU from its own thread. Every rank must be enqueued once
     /// per call, or the enqueued ones wait for their peers until they time out.
     pub fn enqueue_rank(&self, rank: usize, stream: &CudaStream) -> Result<()> {
-        let m = self.mems.get(rank).ok_or_else(|| {
-            CudaError::Invalid(format!(
+        if rank >= self.mems.len() {
+            return Err(CudaError::Invalid(format!(
                 "rank {rank} is not one of {} ranks",
                 self.mems.len()
-            ))
-        })?;
-        if stream.context().cu_device() != self.gpus.ctxs[rank].cu_device() {
-            return Err(CudaError::Invalid(format!(
-                "the stream does not belong to GPU {rank}"
             )));
         }
+        self.check_stream(rank, stream)?;
+        self.launch_rank(rank, stream)
+    }
+
+    fn check_stream(&self, rank: usize, stream: &CudaStream) -> Result<()> {
+        if stream.context().cu_device() != self.gpus.ctxs[rank].cu_device() {
+            return Err(CudaError::Invalid(format!(
+                "stream {rank} does not belong to GPU {rank}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn launch_rank(&self, rank: usize, stream: &CudaStream) -> Result<()> {
         let chunk_elems = self.shape.geometry().chunk_elems as u64;
-        m.launch(&self.funcs[rank], chunk_elems, stream)
+        self.mems[rank].launch(&self.funcs[rank], chunk_elems, stream)
     }
 
     /// Whether the last calls' kernels finished normally: reads every rank's status word
@@ -523,7 +467,7 @@ impl Drop for Gpus {
         for s in &self.streams {
             let _ = s.synchronize();
         }
-        if self.p2p {
+        if self.settings.p2p {
             for (i, a) in self.ctxs.iter().enumerate() {
                 for (j, b) in self.ctxs.iter().enumerate() {
                     if i != j {

@@ -23,6 +23,7 @@ pub mod nccl;
 pub mod process;
 pub mod protocol;
 pub mod rank_mem;
+mod settings;
 pub mod shared_host;
 pub mod table;
 pub mod tune;

@@ -12,14 +12,13 @@
 //! dies mid-call leaves its peers' kernels waiting: they give up after the kernel
 //! timeout and report it as an error.
 
-use crate::codegen::{self, Wire};
-use crate::compile;
-use crate::device::{IpcImport, IPC_HANDLE_LEN};
+use crate::codegen::Wire;
+use crate::device::{DeviceAlloc, IpcImport, IPC_HANDLE_LEN};
 use crate::error::{CudaError, Result};
-use crate::exec::{describe, driver_present};
+use crate::exec::driver_present;
 use crate::layout::CallShape;
-use crate::protocol;
 use crate::rank_mem::{Fifo, RankMem};
+use crate::settings::Settings;
 use crate::shared_host::SharedHost;
 use crate::table;
 use crate::validate;
@@ -30,7 +29,6 @@ use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::reduce::finish_avg;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::Ptx;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,17 +38,7 @@ pub struct RankGpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     boot: Arc<Bootstrap>,
-    p2p: bool,
-    multiprocessors: u32,
-    /// The protocol every call uses (`None`: the plan's, `auto` by size); from
-    /// `BRAID_PROTO` at open.
-    protocol: Option<braid_ir::Protocol>,
-    /// How long a kernel waits for one peer, FIFO or block before it fails the call;
-    /// from `BRAID_TIMEOUT` at open (as the host backend).
-    timeout: Duration,
-    arch: String,
-    driver_version: i32,
-    modules: Mutex<HashMap<String, CudaFunction>>,
+    settings: Settings,
 }
 
 fn pci_bus_id(ctx: &CudaContext) -> Result<String> {
@@ -110,7 +98,8 @@ impl RankGpu {
             )));
         }
         let ctx = CudaContext::new(device)?;
-        let (arch, driver_version, multiprocessors) = describe(std::slice::from_ref(&ctx))?;
+        let mut settings = Settings::new(std::slice::from_ref(&ctx), false)?;
+        let arch = settings.arch.clone();
         let me = format!("{arch} {}", pci_bus_id(&ctx)?);
         let all = boot.allgather(me.as_bytes())?;
         let mut ok = !p2p_disable;
@@ -131,8 +120,8 @@ impl RankGpu {
                 ok = false;
             }
         }
-        let p2p = all_true(&boot.allgather(&[u8::from(ok)])?);
-        if !p2p {
+        settings.p2p = all_true(&boot.allgather(&[u8::from(ok)])?);
+        if !settings.p2p {
             tracing::info!(
                 "rank {}: connections staged through shared host memory",
                 boot.rank()
@@ -144,13 +133,7 @@ impl RankGpu {
             ctx,
             stream,
             boot,
-            p2p,
-            protocol: protocol::from_env()?,
-            timeout: braid_runtime::comm::timeout_from_env(),
-            multiprocessors,
-            arch,
-            driver_version,
-            modules: Mutex::new(HashMap::new()),
+            settings,
         })
     }
 
@@ -164,24 +147,24 @@ impl RankGpu {
 
     /// Whether connections go peer to peer (`false`: host-staged).
     pub fn p2p(&self) -> bool {
-        self.p2p
+        self.settings.p2p
     }
 
     /// Forces a protocol for every later call (`None`: the plan's, `auto` by size),
     /// overriding `BRAID_PROTO`.
     pub fn set_protocol(&mut self, protocol: Option<braid_ir::Protocol>) {
-        self.protocol = protocol;
+        self.settings.protocol = protocol;
     }
 
     /// How long a kernel of a later call may wait for a peer before the call fails,
     /// overriding `BRAID_TIMEOUT` (part of the generated source: a new value compiles
     /// anew).
     pub fn set_timeout(&mut self, timeout: Duration) {
-        self.timeout = timeout;
+        self.settings.timeout = timeout;
     }
 
     pub fn multiprocessors(&self) -> u32 {
-        self.multiprocessors
+        self.settings.multiprocessors
     }
 
     /// The stream [`RankResident::launch`] uses.
@@ -191,18 +174,6 @@ impl RankGpu {
 
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
-    }
-
-    fn kernel(&self, source: &codegen::Source) -> Result<(CudaFunction, bool)> {
-        let key = crate::cache::key(&source.text, &self.arch, self.driver_version, (0, 0));
-        if let Some(f) = self.modules.lock().unwrap().get(&key) {
-            return Ok((f.clone(), true));
-        }
-        let (ptx, from_disk) = compile::compile(&source.text, &self.arch, self.driver_version)?;
-        let module = self.ctx.load_module(Ptx::from_src(ptx))?;
-        let f = module.load_function(&source.kernels[self.rank() as usize])?;
-        self.modules.lock().unwrap().insert(key, f.clone());
-        Ok((f, from_disk))
     }
 
     /// One call of `plan` on this rank, start to finish: [`RankGpu::prepare`], one
@@ -266,13 +237,11 @@ impl RankGpu {
                 input.len()
             )));
         }
-        validate::check_call(&shape, self.multiprocessors)?;
-        let wire = protocol::choose(&shape, self.protocol, !self.p2p);
-        let source = codegen::generate(plan, dtype, op, wire, self.timeout);
+        let (wire, source) = self.settings.source(&shape, dtype, op)?;
         // Every rank must run the same call: compare digests before allocating.
         let digest = crate::cache::key(
             &format!("{}\n{count} {mode:?}", source.text),
-            &self.arch,
+            &self.settings.arch,
             0,
             (0, 0),
         );
@@ -283,27 +252,29 @@ impl RankGpu {
                  mode or protocol differ)"
             )));
         }
-        let (func, cached) = self.kernel(&source)?;
+        let name = &source.kernels[me as usize];
+        let (mut funcs, cached) = self.settings.kernels(&source, |ptx| {
+            let module = self.ctx.load_module(Ptx::from_src(ptx))?;
+            Ok(vec![module.load_function(name)?])
+        })?;
+        let func = funcs.pop().expect("one function per process");
 
         // This rank's receive FIFOs, described for their senders.
         let conns = table::connections(plan);
         let mut fifos: Vec<(usize, Fifo)> = Vec::new();
         let mut offer = Vec::new();
-        for (i, c) in conns.iter().enumerate().filter(|(_, c)| c.receiver == me) {
-            let fifo = if self.p2p {
-                let f = Fifo::device(&self.ctx, plan.slots)?;
-                if let Fifo::Device(d) = &f {
-                    offer.push(Offer::Ipc(i as u32, d.ipc_handle()?));
-                }
-                f
+        for (i, _) in conns.iter().enumerate().filter(|(_, c)| c.receiver == me) {
+            let len = crate::rank_mem::fifo_len(plan.slots);
+            let fifo = if self.settings.p2p {
+                let d = DeviceAlloc::new(&self.ctx, len, 0)?;
+                offer.push(Offer::Ipc(i as u32, d.ipc_handle()?));
+                Fifo::Device(d)
             } else {
-                let len = crate::rank_mem::fifo_len(plan.slots);
                 let h = SharedHost::create(&self.ctx, len)?;
                 let path = h.path().expect("created here").to_path_buf();
                 offer.push(Offer::Shm(i as u32, path));
                 Fifo::Shared(h)
             };
-            debug_assert_eq!(c.receiver, me);
             fifos.push((i, fifo));
         }
         let offers = self.boot.allgather(&encode(&offer))?;
@@ -351,7 +322,15 @@ impl RankGpu {
                 h.unlink();
             }
         }
-        let mem = RankMem::new(&self.ctx, &shape, me, input, &ptrs, self.timeout)?;
+        let mem = RankMem::new(
+            &self.ctx,
+            &shape,
+            me,
+            input,
+            &conns,
+            &ptrs,
+            self.settings.timeout,
+        )?;
         Ok(RankResident {
             gpu: self,
             shape,

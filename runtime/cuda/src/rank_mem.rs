@@ -6,7 +6,7 @@ use crate::device::{DeviceAlloc, HostAlloc};
 use crate::error::{CudaError, Result};
 use crate::layout::CallShape;
 use crate::shared_host::SharedHost;
-use crate::table::{self, Ends};
+use crate::table::{self, Conn, Ends};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
@@ -76,23 +76,23 @@ pub struct RankMem {
 
 impl RankMem {
     /// Allocates rank `rank`'s memory on `ctx`, uploads its staged input and its table.
-    /// `fifos[i]` is the base address of connection `i`'s FIFO as this rank sees it (0
-    /// where the rank does not use it).
+    /// `fifos[i]` is the base address of connection `conns[i]`'s FIFO as this rank sees it
+    /// (0 where the rank does not use it).
     pub fn new(
         ctx: &Arc<CudaContext>,
         shape: &CallShape,
         rank: u32,
         input: &[u8],
+        conns: &[Conn],
         fifos: &[u64],
         timeout: std::time::Duration,
     ) -> Result<RankMem> {
         let plan = shape.plan;
-        let conns = table::connections(plan);
         let layout = shape.rank_layout(rank);
         let data = DeviceAlloc::new(ctx, layout.data_len, 0xAA)?;
         data.upload(&shape.stage_in(rank, input))?;
         let scratch = DeviceAlloc::new(ctx, layout.len[2], 0)?;
-        let ends: Vec<Ends> = table::ends(plan, &conns, rank);
+        let ends: Vec<Ends> = table::ends(plan, conns, rank);
         let grid = ends.len() as u32;
         let progress = DeviceAlloc::new(ctx, 8 * ends.len(), 0)?;
         let status = DeviceAlloc::new(ctx, 4, 0)?;

@@ -8,14 +8,15 @@
 //!
 //! `BRAID_CUDA_QUICK=1` runs a reduced matrix (one size per plan).
 
+mod common;
+
 use braid_cuda::{driver_present, CudaError, Gpus};
 use braid_ir::{Collective, Mode, Protocol};
-use braid_library::Library;
 use braid_plan::{Execution, Plan};
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::reference::{fill_input, first_mismatch, reference};
+use braid_runtime::reference::{first_mismatch, inputs, reference};
 use braid_runtime::selfcheck::{buffer_elems, run_checked};
-use braid_topo::Topology;
+use common::{modes, plans, roots, Tally};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,10 +53,6 @@ fn gpus_with(test: &str, staged: bool) -> Option<Gpus> {
     }
 }
 
-fn plans(c: Collective, root: Option<u32>) -> Vec<Arc<Plan>> {
-    Library::new(Topology::from_arg("nvswitch:2").unwrap()).plans(c, root)
-}
-
 /// Cases up to this many bytes also run on the host backend, which must match the same
 /// reference: so both backends agree bit for bit.
 const HOST_TOO: usize = 1 << 20;
@@ -79,14 +76,7 @@ fn check(
             None => Ok(0.0),
         };
     }
-    let (in_elems, _) = buffer_elems(plan.collective, n, count);
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * dtype.size()];
-            fill_input(dtype, op, r, n, 7, &mut b);
-            b
-        })
-        .collect();
+    let inputs = inputs(plan.collective, dtype, op, n, count, 7);
     let expected = reference(plan.collective, dtype, op, plan.root, &inputs);
     let out = g
         .run(plan, dtype, op, count, mode, &inputs)
@@ -170,24 +160,6 @@ fn matrix(
         cases.push(f32sum((256 << 20) / i.max(o), None));
     }
     cases
-}
-
-fn modes(plan: &Plan) -> Vec<Mode> {
-    let mut m = Vec::new();
-    if plan.modes.out_of_place {
-        m.push(Mode::OutOfPlace);
-    }
-    if plan.modes.in_place {
-        m.push(Mode::InPlace);
-    }
-    m
-}
-
-fn roots(c: Collective) -> Vec<Option<u32>> {
-    match c {
-        Collective::Broadcast | Collective::Reduce => vec![Some(0), Some(1)],
-        _ => vec![None],
-    }
 }
 
 #[test]
@@ -310,15 +282,14 @@ fn a_plan_pointing_outside_its_buffers_is_refused_before_launch() {
 
 /// Rank inputs for an f32 sum of `count` elements and what each rank must end with.
 fn sum_case(plan: &Plan, count: usize) -> (Vec<Vec<u8>>, Vec<Option<Vec<u8>>>) {
-    let n = plan.n_ranks;
-    let (in_elems, _) = buffer_elems(plan.collective, n, count);
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * 4];
-            fill_input(DType::F32, RedOp::Sum, r, n, 11, &mut b);
-            b
-        })
-        .collect();
+    let inputs = inputs(
+        plan.collective,
+        DType::F32,
+        RedOp::Sum,
+        plan.n_ranks,
+        count,
+        11,
+    );
     let expected = reference(plan.collective, DType::F32, RedOp::Sum, plan.root, &inputs);
     (inputs, expected)
 }
@@ -473,8 +444,7 @@ fn host_staged_connections_match_the_reference() {
         return;
     };
     assert!(!g.p2p());
-    let mut fail = Vec::new();
-    let mut pass = 0;
+    let mut t = Tally::default();
     for c in Collective::ALL {
         for root in roots(c) {
             for plan in plans(c, root) {
@@ -486,20 +456,17 @@ fn host_staged_connections_match_the_reference() {
                             "host-staged {} {c} root={root:?} {mode:?} count={k} {proto:?}",
                             plan.name
                         );
-                        match check(&g, &plan, DType::F32, RedOp::Sum, k, mode) {
-                            Ok(_) => pass += 1,
-                            Err(e) => {
-                                println!("FAIL {what}: {e}");
-                                fail.push(what);
-                            }
-                        }
+                        t.record(
+                            what,
+                            check(&g, &plan, DType::F32, RedOp::Sum, k, mode),
+                            false,
+                        );
                     }
                 }
             }
         }
     }
-    println!("host-staged: {pass} passed, {} failed", fail.len());
-    assert!(fail.is_empty(), "{fail:#?}");
+    t.assert_all_passed("host-staged");
 }
 
 #[test]
@@ -549,8 +516,7 @@ fn every_dtype_with_every_op_on_each_collective() {
     let Some(g) = gpus("every_dtype_with_every_op_on_each_collective") else {
         return;
     };
-    let mut fail = Vec::new();
-    let mut pass = 0;
+    let mut t = Tally::default();
     for c in Collective::ALL {
         let root = c.is_rooted().then_some(1);
         let plan = plans(c, root)[0].clone();
@@ -563,17 +529,10 @@ fn every_dtype_with_every_op_on_each_collective() {
             for &o in ops {
                 for k in [999, 100_003] {
                     let what = format!("{} {c} {d} {o} count={k}", plan.name);
-                    match check(&g, &plan, d, o, k, Mode::OutOfPlace) {
-                        Ok(_) => pass += 1,
-                        Err(e) => {
-                            println!("FAIL {what}: {e}");
-                            fail.push(what);
-                        }
-                    }
+                    t.record(what, check(&g, &plan, d, o, k, Mode::OutOfPlace), false);
                 }
             }
         }
     }
-    println!("dtype x op: {pass} passed, {} failed", fail.len());
-    assert!(fail.is_empty(), "{fail:#?}");
+    t.assert_all_passed("dtype x op");
 }

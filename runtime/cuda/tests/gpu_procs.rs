@@ -9,17 +9,18 @@
 //! Without a CUDA driver, or with fewer than two GPUs, it prints why it skips and passes.
 //! `BRAID_CUDA_QUICK=1` runs a reduced matrix.
 
+mod common;
+
 use braid_cuda::process::RankGpu;
 use braid_cuda::{driver_present, CudaError};
 use braid_ir::{Collective, Mode};
-use braid_library::Library;
 use braid_plan::{Execution, Plan};
 use braid_runtime::bootstrap::Bootstrap;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::launcher::LaunchEnv;
-use braid_runtime::reference::{fill_input, first_mismatch, reference};
+use braid_runtime::reference::{self, first_mismatch, reference};
 use braid_runtime::selfcheck::buffer_elems;
-use braid_topo::Topology;
+use common::{modes, plans, roots, Tally};
 use std::io::Read;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -120,32 +121,9 @@ fn parent() -> ExitCode {
     }
 }
 
-fn plans(c: Collective, root: Option<u32>) -> Vec<Arc<Plan>> {
-    Library::new(Topology::from_arg("nvswitch:2").unwrap()).plans(c, root)
-}
-
-fn roots(c: Collective) -> Vec<Option<u32>> {
-    if c.is_rooted() {
-        vec![Some(0), Some(1)]
-    } else {
-        vec![None]
-    }
-}
-
-fn modes(plan: &Plan) -> Vec<Mode> {
-    plan.modes.iter().collect()
-}
-
 /// Every rank's input (each process computes all of them to know the expected result).
 fn inputs(plan: &Plan, d: DType, o: RedOp, count: usize) -> Vec<Vec<u8>> {
-    let (in_elems, _) = buffer_elems(plan.collective, plan.n_ranks, count);
-    (0..plan.n_ranks)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * d.size()];
-            fill_input(d, o, r, plan.n_ranks, 11, &mut b);
-            b
-        })
-        .collect()
+    reference::inputs(plan.collective, d, o, plan.n_ranks, count, 11)
 }
 
 /// One call on this rank, compared with the reference.
@@ -185,28 +163,6 @@ fn count_for(c: Collective, bytes: usize) -> usize {
     bytes / 4 / i.max(o)
 }
 
-struct Tally {
-    pass: usize,
-    fail: Vec<String>,
-}
-
-impl Tally {
-    fn record(&mut self, what: String, r: Result<(), String>, loud: bool) {
-        match r {
-            Ok(()) => {
-                self.pass += 1;
-                if loud {
-                    println!("ok   {what}");
-                }
-            }
-            Err(e) => {
-                println!("FAIL {what}: {e}");
-                self.fail.push(what);
-            }
-        }
-    }
-}
-
 fn child() -> ExitCode {
     let env = LaunchEnv::from_env().expect("launcher variables");
     let boot =
@@ -214,10 +170,7 @@ fn child() -> ExitCode {
     let me = boot.rank();
     let quick = std::env::var("BRAID_CUDA_QUICK").is_ok();
     let start = Instant::now();
-    let mut t = Tally {
-        pass: 0,
-        fail: Vec::new(),
-    };
+    let mut t = Tally::default();
 
     // 1. Peer to peer through CUDA IPC: every shipped algorithm, every root and mode.
     let mut gpu = RankGpu::open(me as usize, boot.clone(), false).expect("open the GPU");

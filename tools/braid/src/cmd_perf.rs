@@ -296,8 +296,7 @@ fn sweep_cuda(
     nccl: Option<&braid_cuda::nccl::Nccl>,
     rows: &mut Vec<CudaRow>,
 ) -> Result<(), CliError> {
-    use braid_runtime::reference::{fill_input, reference};
-    use braid_runtime::selfcheck::buffer_elems;
+    use braid_runtime::reference::{inputs, reference};
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
     let iters = args.iters.max(1);
     let e = args.dtype.size();
@@ -317,14 +316,7 @@ fn sweep_cuda(
         let auto = (args.channels.is_none() && plan.channels == 1)
             .then(|| braid_cuda::tune::replicas(&plan, size as usize, gpus.multiprocessors()));
         let plan = replicated(plan, args.channels.or(auto))?;
-        let (in_elems, _) = buffer_elems(collective, n, count);
-        let inputs: Vec<Vec<u8>> = (0..n)
-            .map(|r| {
-                let mut b = vec![0u8; in_elems * e];
-                fill_input(args.dtype, args.op, r, n, 1, &mut b);
-                b
-            })
-            .collect();
+        let inputs = inputs(collective, args.dtype, args.op, n, count, 1);
         let expected = reference(collective, args.dtype, args.op, plan.root, &inputs);
         let resident = gpus
             .prepare(&plan, args.dtype, args.op, count, Mode::OutOfPlace, &inputs)

@@ -13,7 +13,7 @@ use braid_ir::Collective;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::geometry::{buffer_elems, count_for_bytes};
-use braid_runtime::reference::{fill_input, first_mismatch, reference};
+use braid_runtime::reference::{first_mismatch, inputs, reference};
 use braid_runtime::registry::Registry;
 use braid_runtime::{Buffers, Communicator};
 use std::sync::Arc;
@@ -75,13 +75,7 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
     let count = count_for_bytes(collective, n, args.size, e);
     let (in_elems, out_elems) = buffer_elems(collective, n, count);
     for iter in 0..args.iters.max(1) {
-        let inputs: Vec<Vec<u8>> = (0..n)
-            .map(|r| {
-                let mut b = vec![0u8; in_elems * e];
-                fill_input(args.dtype, args.op, r, n, iter as u64, &mut b);
-                b
-            })
-            .collect();
+        let inputs = inputs(collective, args.dtype, args.op, n, count, iter as u64);
         let mut recv = vec![0u8; out_elems * e];
         let start = Instant::now();
         comm.call(
@@ -112,18 +106,6 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
         println!("ok rank {rank}/{n}: {collective} {} {}, {} bytes, iteration {iter}: correct; {ms:.3} ms", args.dtype.name(), args.op.name(), in_elems.max(out_elems) * e);
     }
     Ok(String::new())
-}
-
-/// Inputs of every rank (each process computes them all, to know the expected result).
-fn all_inputs(args: &RankArgs, n: u32, in_elems: usize, seed: u64) -> Vec<Vec<u8>> {
-    let e = args.dtype.size();
-    (0..n)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * e];
-            fill_input(args.dtype, args.op, r, n, seed, &mut b);
-            b
-        })
-        .collect()
 }
 
 /// `--backend cuda`: bootstrap from the launcher, open this rank's GPU, prepare the
@@ -167,7 +149,8 @@ fn run_cuda(
     if plan.channels == 1 {
         plan.channels = braid_cuda::tune::replicas(&plan, bytes, gpu.multiprocessors());
     }
-    let inputs = all_inputs(args, n, in_elems, 0);
+    // Every rank's input: each process computes them all, to know the expected result.
+    let inputs = inputs(collective, args.dtype, args.op, n, count, 0);
     let resident = gpu
         .prepare(
             &plan,

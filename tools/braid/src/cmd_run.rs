@@ -188,17 +188,11 @@ fn run_cuda(
     mode: Mode,
     seed: u64,
 ) -> Result<Checked, CliError> {
-    use braid_runtime::reference::{fill_input, reference};
+    use braid_runtime::reference::{inputs, reference};
     let n = plan.n_ranks;
     let (in_elems, out_elems) = buffer_elems(plan.collective, n, count);
     let e = args.dtype.size();
-    let inputs: Vec<Vec<u8>> = (0..n)
-        .map(|r| {
-            let mut b = vec![0u8; in_elems * e];
-            fill_input(args.dtype, args.op, r, n, seed, &mut b);
-            b
-        })
-        .collect();
+    let inputs = inputs(plan.collective, args.dtype, args.op, n, count, seed);
     let expected = if count == 0 {
         vec![Some(Vec::new()); n as usize]
     } else {
