@@ -7,7 +7,7 @@ use braid_lang::{ast, SourceFile};
 use braid_lower::{flow_mode, lower, LowerOptions, SourcePos};
 use braid_passes::dataflow::Dataflow;
 use braid_passes::{failed_conditions, instantiate, verify};
-use braid_plan::Plan;
+use braid_plan::Verified;
 use braid_topo::Topology;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 include!(concat!(env!("OUT_DIR"), "/sources.rs"));
 
 /// Compiled plans per (collective, root).
-type PlanCache = HashMap<(Collective, Option<u32>), Vec<Arc<Plan>>>;
+type PlanCache = HashMap<(Collective, Option<u32>), Vec<Arc<Verified>>>;
 
 /// The library for one topology.
 pub struct Library {
@@ -67,7 +67,7 @@ impl Library {
 
     /// Verified plans of every shipped algorithm for `collective` that applies to this
     /// topology (and root); compiled once, then cached.
-    pub fn plans(&self, collective: Collective, root: Option<u32>) -> Vec<Arc<Plan>> {
+    pub fn plans(&self, collective: Collective, root: Option<u32>) -> Vec<Arc<Verified>> {
         if let Some(p) = self.cache.lock().unwrap().get(&(collective, root)) {
             return p.clone();
         }
@@ -107,7 +107,7 @@ pub fn locator(source: &SourceFile) -> impl Fn(braid_ir::Span) -> Option<SourceP
     }
 }
 
-/// Compiles one algorithm into a verified plan; `Ok(None)` when its `where` conditions do
+/// Compiles one algorithm into a plan and proves it with the plan verifier; `Ok(None)` when its `where` conditions do
 /// not hold for the shape.
 pub fn compile(
     source: &SourceFile,
@@ -115,7 +115,7 @@ pub fn compile(
     shape: &Shape,
     root: Option<u32>,
     topo: &Topology,
-) -> Result<Option<Plan>, String> {
+) -> Result<Option<Verified>, String> {
     let render = |d: Vec<braid_lang::Diagnostic>| braid_lang::render(&d, source);
     let failed = failed_conditions(alg, shape, root).map_err(render)?;
     if !failed.is_empty() {
@@ -130,6 +130,6 @@ pub fn compile(
         ..LowerOptions::default()
     };
     let plan = lower(&prog, &flow, topo, &opts).map_err(|e| e.to_string())?;
-    braid_plan::verify(&plan).map_err(|d| braid_plan::render_diagnostics(&d))?;
+    let plan = Verified::new(plan).map_err(|d| braid_plan::render_diagnostics(&d))?;
     Ok(Some(plan))
 }

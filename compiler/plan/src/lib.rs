@@ -15,6 +15,7 @@ pub mod dot;
 pub mod explain;
 pub mod json;
 pub mod plan;
+pub mod verified;
 pub mod verify;
 mod wiring;
 
@@ -26,4 +27,5 @@ pub use plan::{
     Block, ByteRange, Connection, Dep, Execution, Origin, Plan, RankPlan, Slice, Step, StepId,
     StepKind, Topology, Transport, DEFAULT_SLOTS, FORMAT_VERSION, PATH_CLASSES,
 };
+pub use verified::Verified;
 pub use verify::{verify, VerifyReport};

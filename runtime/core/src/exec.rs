@@ -1,15 +1,17 @@
 //! The host backend's executor: runs one rank's part of a plan on CPU threads, one
 //! thread per block and replica, exactly as the plan says: steps in block order,
-//! cross-block dependencies, messages cut into slices through bounded links.
+//! cross-block dependencies, messages cut into slices through bounded links. Chunks are
+//! found in the caller's buffers with [`Geometry`], the same way the GPU kernels find
+//! them: a short chunk's padding travels as zeros and is never written back.
 
+use crate::device_comm::CallArgs;
 use crate::dtype::{DType, RedOp};
 use crate::error::{Result, RuntimeError};
 use crate::fabric::{Fabric, POLL};
-use crate::geometry::Geometry;
-use crate::reduce::{reduce_into, reduce_pair};
+use crate::reduce::{finish_avg, reduce_into, reduce_pair};
 use crate::transport::Link;
 use braid_ir::Buf;
-use braid_plan::{Block, Execution, Plan, Slice, StepKind};
+use braid_plan::{Block, Execution, Slice, StepKind, Verified};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -17,8 +19,8 @@ use std::time::{Duration, Instant};
 /// Bytes per slice on a link: the unit of flow control (a GPU's slot).
 pub const SLICE_BYTES: usize = 256 * 1024;
 
-/// The base addresses of one rank's three buffers, as the executor sees them (staging
-/// buffers when the call needs padding). Aliasing of in-place calls is real aliasing.
+/// The base addresses and lengths in bytes of one rank's three buffers: the caller's
+/// `in` and `out` (aliased exactly as NCCL aliases them in place) and the scratch memory.
 #[derive(Clone, Copy, Debug)]
 pub struct Mem {
     pub base: [*mut u8; 3],
@@ -40,10 +42,10 @@ fn buf_index(b: Buf) -> usize {
     }
 }
 
-/// What one call asks of this rank.
+/// What one call asks of this rank. Only a [`Verified`] plan runs.
 pub struct Job<'a> {
-    pub plan: &'a Plan,
-    pub geometry: Geometry,
+    pub plan: &'a Verified,
+    pub args: CallArgs,
     pub dtype: DType,
     pub op: RedOp,
     pub mem: Mem,
@@ -84,8 +86,9 @@ impl Progress {
     }
 }
 
-/// Runs this rank's blocks of `job.plan` to completion. On any error every other
-/// rank is aborted through `fabric` and the first error is returned.
+/// Runs this rank's blocks of `job.plan` to completion, then finishes `avg` on its
+/// output. On any error every other rank is aborted through `fabric` and the first error
+/// is returned.
 pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
     let rank = fabric.rank();
     let plan = job.plan;
@@ -99,7 +102,7 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
     let first_error: Mutex<Option<RuntimeError>> = Mutex::new(None);
     for pass in passes(job) {
         std::thread::scope(|scope| {
-            for &(k, range) in &pass {
+            for &(k, range, window) in &pass {
                 let progress = Arc::new(Progress {
                     done: blocks.iter().map(|_| AtomicU32::new(0)).collect(),
                     lock: Mutex::new(()),
@@ -110,7 +113,8 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
                     let first_error = &first_error;
                     scope.spawn(move || {
                         let channel = k as u32 * channels_per_replica + block.channel;
-                        let r = run_block(job, fabric, block, range, channel, &progress);
+                        let at = At { range, window };
+                        let r = run_block(job, fabric, block, at, channel, &progress);
                         if let Err(e) = r {
                             fabric.abort(&format!("rank {rank} failed: {e}"));
                             let mut slot = first_error.lock().unwrap();
@@ -133,73 +137,116 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
             break;
         }
     }
-    match first_error.into_inner().unwrap() {
-        Some(e) => Err(e),
-        None => Ok(()),
+    if let Some(e) = first_error.into_inner().unwrap() {
+        return Err(e);
     }
+    if job.args.avg_ranks > 0 && job.mem.len[1] > 0 {
+        // SAFETY: the output region of this call, which no block touches any more.
+        let out = unsafe { bytes(job.mem.base[1], job.mem.len[1]) };
+        finish_avg(job.dtype, out, job.args.avg_ranks);
+    }
+    Ok(())
+}
+
+/// Where one pass runs a block: the element range of every chunk, and the round's window
+/// `[w0, w1)` it lies in (scratch chunk `c` holds the window at `c * round_elems`).
+#[derive(Clone, Copy, Debug)]
+struct At {
+    range: (usize, usize),
+    window: (usize, usize),
 }
 
 /// The passes over the data: each pass runs every block once per (replica, element range
-/// of every chunk) it lists, concurrently. A streaming plan is one pass with every replica;
-/// a tiled plan (MSCCL's model) replays the plan once per tile, each chunk's tile small
-/// enough to fill one slice, so that a message of `count` chunks is `count` slices.
-fn passes(job: &Job) -> Vec<Vec<(usize, (usize, usize))>> {
-    let g = &job.geometry;
-    let replicas: Vec<(usize, (usize, usize))> =
-        (0..g.replicas).map(|k| (k, g.replica_range(k))).collect();
-    match job.plan.execution {
-        Execution::Streaming => vec![replicas],
-        Execution::Tiled => {
-            let tile = (SLICE_BYTES / g.elem).max(1);
-            let longest = replicas.iter().map(|(_, (a, b))| b - a).max().unwrap_or(0);
-            (0..longest.div_ceil(tile))
-                .map(|t| {
-                    replicas
-                        .iter()
-                        .filter_map(|&(k, (a, b))| {
-                            let lo = a + t * tile;
-                            (lo < b).then_some((k, (lo, (lo + tile).min(b))))
-                        })
-                        .collect()
-                })
-                .collect()
+/// of every chunk) it lists, concurrently. Per round: a streaming plan is one pass with
+/// every replica; a tiled plan (MSCCL's model) replays the plan once per tile, each
+/// chunk's tile small enough to fill one slice, so that a message of `count` chunks is
+/// `count` slices.
+type Pass = Vec<(usize, (usize, usize), (usize, usize))>;
+
+fn passes(job: &Job) -> Vec<Pass> {
+    let g = &job.args.geometry;
+    let mut out = Vec::new();
+    for r in 0..g.rounds() {
+        let window = g.round_range(r);
+        let replicas: Vec<(usize, (usize, usize))> = (0..g.replicas)
+            .map(|k| (k, g.replica_range(window, k)))
+            .collect();
+        match job.plan.execution {
+            Execution::Streaming => {
+                out.push(replicas.iter().map(|&(k, rg)| (k, rg, window)).collect());
+            }
+            Execution::Tiled => {
+                let tile = (SLICE_BYTES / g.elem).max(1);
+                let longest = replicas.iter().map(|(_, (a, b))| b - a).max().unwrap_or(0);
+                for t in 0..longest.div_ceil(tile) {
+                    out.push(
+                        replicas
+                            .iter()
+                            .filter_map(|&(k, (a, b))| {
+                                let lo = a + t * tile;
+                                (lo < b).then_some((k, (lo, (lo + tile).min(b)), window))
+                            })
+                            .collect(),
+                    );
+                }
+            }
         }
     }
+    out
 }
 
-/// The byte regions of a slice for the element range `[a, b)` of each of its chunks: one
-/// region per chunk, all the same length.
-fn regions(job: &Job, s: &Slice, (a, b): (usize, usize)) -> Result<Vec<(*mut u8, usize)>> {
-    let g = &job.geometry;
+/// A run of bytes of one chunk for one step: `len` bytes from `ptr`, of which the first
+/// `valid` exist in the buffer (the rest is padding).
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    ptr: *mut u8,
+    len: usize,
+    valid: usize,
+}
+
+/// The byte regions of a slice for the element range `at.range` of each of its chunks:
+/// one region per chunk, all the same length.
+fn regions(job: &Job, s: &Slice, at: At) -> Result<Vec<Piece>> {
+    let g = &job.args.geometry;
+    let e = g.elem;
     let b_idx = buf_index(s.buf);
+    let (a, b) = at.range;
     let mut out = Vec::with_capacity(s.count as usize);
     for i in s.offset..s.offset + s.count {
-        let start = (g.chunk_offset(i) + a) * g.elem;
-        let len = (b - a) * g.elem;
+        let (start, valid) = if s.buf == Buf::Scratch {
+            (i as usize * g.round_elems + (a - at.window.0), b - a)
+        } else {
+            let span = g.span(i);
+            (span.start + a, span.valid.saturating_sub(a).min(b - a))
+        };
+        let (start, len, valid) = (start * e, (b - a) * e, valid * e);
         // Checked here as well as by the verifier: an executor never trusts offsets.
-        if start + len > job.mem.len[b_idx] {
+        let end = if s.buf == Buf::Scratch { start + len } else { start + valid };
+        if valid > 0 && end > job.mem.len[b_idx] {
             return Err(RuntimeError::Invalid(format!(
-                "{} chunk {i} ends at byte {} but the buffer has {} bytes",
-                s.buf,
-                start + len,
-                job.mem.len[b_idx]
+                "{} chunk {i} ends at byte {end} but the buffer has {} bytes",
+                s.buf, job.mem.len[b_idx]
             )));
         }
-        // SAFETY: in bounds, checked just above.
-        out.push((unsafe { job.mem.base[b_idx].add(start) }, len));
+        // In bounds where valid (checked just above); never dereferenced past that.
+        let ptr = job.mem.base[b_idx].wrapping_add(start);
+        out.push(Piece { ptr, len, valid });
     }
     Ok(out)
 }
 
 /// Pieces of at most SLICE_BYTES of every region, in order: how messages are sliced.
-fn pieces(regions: &[(*mut u8, usize)]) -> Vec<(*mut u8, usize)> {
+fn pieces(regions: &[Piece]) -> Vec<Piece> {
     let mut v = Vec::new();
-    for &(p, len) in regions {
+    for r in regions {
         let mut off = 0;
-        while off < len {
-            let n = SLICE_BYTES.min(len - off);
-            // SAFETY: within the region.
-            v.push((unsafe { p.add(off) }, n));
+        while off < r.len {
+            let n = SLICE_BYTES.min(r.len - off);
+            v.push(Piece {
+                ptr: r.ptr.wrapping_add(off),
+                len: n,
+                valid: r.valid.saturating_sub(off).min(n),
+            });
             off += n;
         }
     }
@@ -214,11 +261,22 @@ unsafe fn bytes<'a>(p: *mut u8, n: usize) -> &'a mut [u8] {
     std::slice::from_raw_parts_mut(p, n)
 }
 
+/// A piece's existing bytes followed by zeros for its padding, in `tmp`.
+///
+/// # Safety
+/// As [`bytes`] for the piece's valid part.
+unsafe fn padded<'t>(p: &Piece, tmp: &'t mut [u8]) -> &'t mut [u8] {
+    let t = &mut tmp[..p.len];
+    t[..p.valid].copy_from_slice(bytes(p.ptr, p.valid));
+    t[p.valid..].fill(0);
+    t
+}
+
 fn run_block(
     job: &Job,
     fabric: &dyn Fabric,
     block: &Block,
-    range: (usize, usize),
+    at: At,
     channel: u32,
     progress: &Progress,
 ) -> Result<()> {
@@ -232,6 +290,7 @@ fn run_block(
         None => None,
     };
     let mut tmp = vec![0u8; SLICE_BYTES];
+    let mut tmp2 = vec![0u8; SLICE_BYTES];
     for step in &block.steps {
         for d in &step.deps {
             progress.wait(d.block, d.step, fabric, job.timeout)?;
@@ -242,12 +301,12 @@ fn run_block(
         let deadline = || Instant::now() + job.timeout;
         let src = step
             .src
-            .map(|s| regions(job, &s, range))
+            .map(|s| regions(job, &s, at))
             .transpose()?
             .map(|r| pieces(&r));
         let dst = step
             .dst
-            .map(|s| regions(job, &s, range))
+            .map(|s| regions(job, &s, at))
             .transpose()?
             .map(|r| pieces(&r));
         let (dt, op) = (job.dtype, job.op);
@@ -261,71 +320,147 @@ fn run_block(
                 RuntimeError::Invalid("step receives in a block without a receive peer".into())
             })
         };
+        let whole = |p: &Option<Vec<Piece>>| {
+            p.as_ref()
+                .is_none_or(|v| v.iter().all(|x| x.valid == x.len))
+        };
+        if !(whole(&src) && whole(&dst)) {
+            // Some chunk is short: go through temporaries, padding read as zeros and
+            // never written back.
+            // SAFETY: as below.
+            unsafe { padded_step(step.kind, &src, &dst, &link_s, &link_r, deadline, (dt, op), &mut tmp, &mut tmp2)? };
+            progress.advance(block.id);
+            continue;
+        }
         // SAFETY (all `bytes` calls below): regions are bounds-checked and the plan is
         // race-free, so no other thread accesses these bytes during this step.
         unsafe {
             match step.kind {
                 StepKind::Send => {
-                    for &(p, n) in src.as_ref().unwrap() {
-                        link_s()?.send(bytes(p, n), deadline())?;
+                    for p in src.as_ref().unwrap() {
+                        link_s()?.send(bytes(p.ptr, p.len), deadline())?;
                     }
                 }
                 StepKind::Recv => {
-                    for &(p, n) in dst.as_ref().unwrap() {
-                        link_r()?.recv(bytes(p, n), deadline())?;
+                    for p in dst.as_ref().unwrap() {
+                        link_r()?.recv(bytes(p.ptr, p.len), deadline())?;
                     }
                 }
                 StepKind::RecvCopySend => {
-                    for &(p, n) in dst.as_ref().unwrap() {
-                        link_r()?.recv(bytes(p, n), deadline())?;
-                        link_s()?.send(bytes(p, n), deadline())?;
+                    for p in dst.as_ref().unwrap() {
+                        link_r()?.recv(bytes(p.ptr, p.len), deadline())?;
+                        link_s()?.send(bytes(p.ptr, p.len), deadline())?;
                     }
                 }
                 StepKind::RecvReduceSend => {
-                    for &(p, n) in src.as_ref().unwrap() {
-                        let t = &mut tmp[..n];
+                    for p in src.as_ref().unwrap() {
+                        let t = &mut tmp[..p.len];
                         link_r()?.recv(t, deadline())?;
-                        reduce_into(dt, op, t, bytes(p, n));
+                        reduce_into(dt, op, t, bytes(p.ptr, p.len));
                         link_s()?.send(t, deadline())?;
                     }
                 }
                 StepKind::RecvReduceCopy | StepKind::RecvReduceCopySend => {
                     let forward = step.kind == StepKind::RecvReduceCopySend;
-                    for (&(s, n), &(d, _)) in
-                        src.as_ref().unwrap().iter().zip(dst.as_ref().unwrap())
-                    {
+                    for (s, d) in src.as_ref().unwrap().iter().zip(dst.as_ref().unwrap()) {
+                        let n = s.len;
                         let t = &mut tmp[..n];
                         link_r()?.recv(t, deadline())?;
-                        if s == d {
-                            reduce_into(dt, op, bytes(d, n), t);
+                        if s.ptr == d.ptr {
+                            reduce_into(dt, op, bytes(d.ptr, n), t);
                         } else {
-                            reduce_pair(dt, op, bytes(d, n), bytes(s, n), t);
+                            reduce_pair(dt, op, bytes(d.ptr, n), bytes(s.ptr, n), t);
                         }
                         if forward {
-                            link_s()?.send(bytes(d, n), deadline())?;
+                            link_s()?.send(bytes(d.ptr, n), deadline())?;
                         }
                     }
                 }
                 StepKind::Copy => {
-                    for (&(s, n), &(d, _)) in
-                        src.as_ref().unwrap().iter().zip(dst.as_ref().unwrap())
-                    {
-                        if s != d {
-                            std::ptr::copy(s, d, n);
+                    for (s, d) in src.as_ref().unwrap().iter().zip(dst.as_ref().unwrap()) {
+                        if s.ptr != d.ptr {
+                            std::ptr::copy(s.ptr, d.ptr, s.len);
                         }
                     }
                 }
                 StepKind::Reduce => {
-                    for (&(s, n), &(d, _)) in
-                        src.as_ref().unwrap().iter().zip(dst.as_ref().unwrap())
-                    {
-                        reduce_into(dt, op, bytes(d, n), bytes(s, n));
+                    for (s, d) in src.as_ref().unwrap().iter().zip(dst.as_ref().unwrap()) {
+                        reduce_into(dt, op, bytes(d.ptr, d.len), bytes(s.ptr, s.len));
                     }
                 }
                 StepKind::Nop => {}
             }
         }
         progress.advance(block.id);
+    }
+    Ok(())
+}
+
+/// One step where some chunk is short. Per piece: the value `x` is what arrives (for
+/// receiving kinds), combined with the local operand padded with zeros; the existing
+/// part of `x` is written to the destination, and all of `x` is sent.
+///
+/// # Safety
+/// The pieces' valid parts lie in the call's buffers (bounds-checked) and the plan is
+/// race-free.
+#[allow(clippy::too_many_arguments)]
+unsafe fn padded_step<'l>(
+    kind: StepKind,
+    src: &Option<Vec<Piece>>,
+    dst: &Option<Vec<Piece>>,
+    link_s: &dyn Fn() -> Result<&'l Arc<dyn Link>>,
+    link_r: &dyn Fn() -> Result<&'l Arc<dyn Link>>,
+    deadline: impl Fn() -> Instant,
+    (dt, op): (DType, RedOp),
+    tmp: &mut [u8],
+    tmp2: &mut [u8],
+) -> Result<()> {
+    let receives = matches!(
+        kind,
+        StepKind::Recv
+            | StepKind::RecvCopySend
+            | StepKind::RecvReduceSend
+            | StepKind::RecvReduceCopy
+            | StepKind::RecvReduceCopySend
+    );
+    let sends = matches!(
+        kind,
+        StepKind::Send | StepKind::RecvCopySend | StepKind::RecvReduceSend | StepKind::RecvReduceCopySend
+    );
+    if kind == StepKind::Nop {
+        return Ok(());
+    }
+    let count = src.as_ref().or(dst.as_ref()).map_or(0, |v| v.len());
+    for i in 0..count {
+        let s = src.as_ref().map(|v| v[i]);
+        let d = dst.as_ref().map(|v| v[i]);
+        let n = s.or(d).map_or(0, |p| p.len);
+        let x = &mut tmp[..n];
+        if receives {
+            link_r()?.recv(x, deadline())?;
+        }
+        match kind {
+            StepKind::Send | StepKind::Copy => {
+                x.copy_from_slice(padded(&s.unwrap(), tmp2));
+            }
+            StepKind::RecvReduceSend | StepKind::RecvReduceCopy | StepKind::RecvReduceCopySend => {
+                reduce_into(dt, op, x, padded(&s.unwrap(), tmp2));
+            }
+            StepKind::Reduce => {
+                let d0 = d.unwrap();
+                x.copy_from_slice(padded(&d0, tmp2));
+                reduce_into(dt, op, x, padded(&s.unwrap(), tmp2));
+            }
+            _ => {}
+        }
+        if let Some(d) = d {
+            if kind != StepKind::Send && kind != StepKind::RecvReduceSend {
+                bytes(d.ptr, d.valid).copy_from_slice(&x[..d.valid]);
+            }
+        }
+        if sends {
+            link_s()?.send(x, deadline())?;
+        }
     }
     Ok(())
 }

@@ -1,13 +1,28 @@
-//! Where each plan chunk lives in memory for one call (dsl.md section 5).
+//! Where each plan chunk lives in the caller's buffers for one call (dsl.md section 5),
+//! for every backend: the host executor and the GPU kernels compute exactly this.
 //!
-//! A call's larger buffer holds `E` elements in `segments` equal segments (N for the
-//! collectives with `K`, one otherwise), each cut into `per_segment` chunks (`K` or `C`).
-//! Every chunk is `chunk_elems = ceil(segment / per_segment)` elements; when the segment
-//! does not divide evenly the runtime stages the call through padded buffers, so inside
-//! the executor every chunk has the same length and chunks of one segment are contiguous.
-//! Each of the plan's `channels` replicas takes an equal share of every chunk.
+//! A call's buffer holds `segments` segments of `count` elements each (N segments for the
+//! buffers that carry `K`, one otherwise), laid out back to back as NCCL lays them out.
+//! Each segment is cut into `per_segment` chunks of `chunk_elems` elements: the exact
+//! quotient rounded up to a whole number of 16-byte vectors, so chunks start aligned
+//! whenever their segment does. A segment that does not divide evenly has a short last
+//! chunk, and possibly empty ones after it: their missing elements are *padding*. Padding
+//! is never read from nor written to the caller's memory: a message carries every chunk
+//! at its full length (both ends compute the same length), padding travels as zeros and
+//! is dropped on arrival. Since a verified plan only ever moves chunk `c`'s data into
+//! chunk positions that hold chunk `c` (the postcondition), padding only ever lands in
+//! padding, and uneven counts need no staging copy.
+//!
+//! `scratch` is the communicator's own memory, of fixed size: a plan with scratch chunks
+//! runs a large call in *rounds*, each over a window of `round_elems` elements of every
+//! chunk, with scratch chunk `c` holding that window at `c * round_elems`. Rounds run back
+//! to back like consecutive calls. Each of the plan's `replicas` takes an aligned share of
+//! every round's window.
 
 use braid_ir::Collective;
+
+/// Bytes of the vectors copies move: chunk sizes and replica shares are whole vectors.
+pub const VECTOR_BYTES: usize = 16;
 
 /// Element counts of a rank's `in` and `out` for NCCL's `count` argument.
 pub fn buffer_elems(c: Collective, n: u32, count: usize) -> (usize, usize) {
@@ -30,94 +45,212 @@ pub fn count_for_bytes(c: Collective, n: u32, bytes: u64, elem: usize) -> usize 
     }
 }
 
+/// Chunks per segment of a plan with `chunks` = C for `collective` on `n` ranks.
+pub fn per_segment(collective: Collective, n: u32, chunks: u32) -> usize {
+    if collective.has_k() {
+        (chunks / n.max(1)).max(1) as usize
+    } else {
+        chunks.max(1) as usize
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
     /// Bytes per element.
     pub elem: usize,
-    /// Elements of one segment as the user sees it (NCCL's count / sendcount / recvcount).
-    pub segment: usize,
+    /// Elements of one segment as the caller sees it (NCCL's count / sendcount /
+    /// recvcount).
+    pub count: usize,
     /// Chunks per segment.
     pub per_segment: usize,
-    /// Elements of every chunk (the last ones of a segment are padding when
-    /// `segment % per_segment != 0`).
+    /// Elements of every chunk, padding included: a whole number of vectors.
     pub chunk_elems: usize,
-    /// Replicas sharing every chunk.
+    /// Elements of every chunk one round covers (`chunk_elems` without scratch).
+    pub round_elems: usize,
+    /// Replicas sharing every round's window.
     pub replicas: usize,
 }
 
+/// Where a chunk lies in the caller's buffer: its first element and how many of its
+/// `chunk_elems` elements exist (the rest is padding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub valid: usize,
+}
+
 impl Geometry {
-    /// The geometry of a call with NCCL's `count` argument on a plan with `chunks` = C.
+    /// The geometry of a call with NCCL's `count` on a plan of `collective` with `chunks`
+    /// = C, `scratch_chunks`, run with `replicas` replicas, when the communicator's scratch
+    /// memory holds `scratch_bytes`.
     pub fn new(
         collective: Collective,
         n_ranks: u32,
         chunks: u32,
+        scratch_chunks: u32,
         count: usize,
         elem: usize,
         replicas: u32,
+        scratch_bytes: usize,
     ) -> Geometry {
-        let per_segment = if collective.has_k() {
-            (chunks / n_ranks.max(1)).max(1) as usize
+        let per_segment = per_segment(collective, n_ranks, chunks);
+        let unit = unit(elem);
+        let chunk_elems = count.div_ceil(per_segment).div_ceil(unit) * unit;
+        let round_elems = if scratch_chunks == 0 || chunk_elems == 0 {
+            chunk_elems
         } else {
-            chunks.max(1) as usize
+            let fit = scratch_bytes / (scratch_chunks as usize * elem);
+            (fit / unit * unit).clamp(unit, chunk_elems)
         };
         Geometry {
             elem,
-            segment: count,
+            count,
             per_segment,
-            chunk_elems: count.div_ceil(per_segment),
+            chunk_elems,
+            round_elems,
             replicas: replicas.max(1) as usize,
         }
     }
 
-    /// Whether chunks tile the user's segments exactly (no staging needed).
-    pub fn exact(&self) -> bool {
-        self.chunk_elems * self.per_segment == self.segment
+    /// Elements of one vector of this element size.
+    pub fn unit(&self) -> usize {
+        unit(self.elem)
     }
 
-    /// Elements of one segment inside the executor's buffers.
-    pub fn stride(&self) -> usize {
-        self.chunk_elems * self.per_segment
-    }
-
-    /// Element offset of chunk `i` in an executor buffer.
-    pub fn chunk_offset(&self, i: u32) -> usize {
+    /// Where chunk `i` of a caller's buffer lies (its segment, then its place in it).
+    pub fn span(&self, i: u32) -> Span {
         let i = i as usize;
-        (i / self.per_segment) * self.stride() + (i % self.per_segment) * self.chunk_elems
+        let (seg, pos) = (i / self.per_segment, i % self.per_segment);
+        let first = pos * self.chunk_elems;
+        Span {
+            start: seg * self.count + first,
+            valid: self.count.saturating_sub(first).min(self.chunk_elems),
+        }
     }
 
-    /// The element range `[a, b)` of a chunk that replica `k` handles.
-    pub fn replica_range(&self, k: usize) -> (usize, usize) {
-        let l = self.chunk_elems;
-        (k * l / self.replicas, (k + 1) * l / self.replicas)
+    /// Rounds of one call: `ceil(chunk_elems / round_elems)`.
+    pub fn rounds(&self) -> usize {
+        if self.round_elems == 0 {
+            0
+        } else {
+            self.chunk_elems.div_ceil(self.round_elems)
+        }
     }
+
+    /// The element range `[a, b)` of every chunk that round `r` covers.
+    pub fn round_range(&self, r: usize) -> (usize, usize) {
+        let a = r * self.round_elems;
+        (a, (a + self.round_elems).min(self.chunk_elems))
+    }
+
+    /// The part of `[lo, hi)` replica `k` handles: whole vectors, as even as possible.
+    pub fn replica_range(&self, (lo, hi): (usize, usize), k: usize) -> (usize, usize) {
+        share(lo, hi, k, self.replicas, self.unit())
+    }
+
+    /// Bytes of scratch one round of a plan with `scratch_chunks` chunks uses.
+    pub fn scratch_bytes(&self, scratch_chunks: u32) -> usize {
+        scratch_chunks as usize * self.round_elems * self.elem
+    }
+}
+
+/// Elements of a 16-byte vector (1 for elements larger than that).
+pub fn unit(elem: usize) -> usize {
+    (VECTOR_BYTES / elem.max(1)).max(1)
+}
+
+/// Part `k` of `parts` of `[lo, hi)`, cut at multiples of `unit` from `lo`.
+pub fn share(lo: usize, hi: usize, k: usize, parts: usize, unit: usize) -> (usize, usize) {
+    let len = hi - lo;
+    let units = len.div_ceil(unit);
+    let at = |j: usize| lo + (j * units / parts * unit).min(len);
+    (at(k), at(k + 1))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn geo(c: Collective, n: u32, chunks: u32, count: usize, elem: usize) -> Geometry {
+        Geometry::new(c, n, chunks, 0, count, elem, 1, 0)
+    }
+
     #[test]
     fn allgather_chunks_follow_segments() {
-        // 4 ranks, K = 2, sendcount 6: chunks of 3, segment r at 6 * r.
-        let g = Geometry::new(Collective::Allgather, 4, 8, 6, 4, 1);
-        assert!(g.exact());
-        assert_eq!(g.chunk_offset(0), 0);
-        assert_eq!(g.chunk_offset(1), 3);
-        assert_eq!(g.chunk_offset(5), 2 * 6 + 3);
+        // 4 ranks, K = 2, sendcount 8 f32: chunks of 4, segment r at 8 * r.
+        let g = geo(Collective::Allgather, 4, 8, 8, 4);
+        assert_eq!(g.chunk_elems, 4);
+        assert_eq!(g.span(0), Span { start: 0, valid: 4 });
+        assert_eq!(g.span(1), Span { start: 4, valid: 4 });
+        assert_eq!(g.span(5), Span { start: 2 * 8 + 4, valid: 4 });
     }
 
     #[test]
-    fn uneven_counts_pad_the_last_chunk() {
-        let g = Geometry::new(Collective::Allreduce, 4, 4, 10, 4, 1);
-        assert!(!g.exact());
-        assert_eq!(g.chunk_elems, 3);
-        assert_eq!(g.stride(), 12);
+    fn uneven_counts_leave_padding_at_the_end_of_each_segment() {
+        // allreduce, 4 chunks, 10 f32: chunks of 4 (a whole vector), 4 + 4 + 2 + 0 valid.
+        let g = geo(Collective::Allreduce, 4, 4, 10, 4);
+        assert_eq!(g.chunk_elems, 4);
+        let valid: Vec<usize> = (0..4).map(|i| g.span(i).valid).collect();
+        assert_eq!(valid, [4, 4, 2, 0]);
+        assert_eq!(g.span(2).start, 8);
+        // alltoall, 2 ranks, 1 chunk per segment, 3 u8 each: segments at 0 and 3.
+        let g = geo(Collective::Alltoall, 2, 2, 3, 1);
+        assert_eq!(g.chunk_elems, 16);
+        assert_eq!(g.span(1), Span { start: 3, valid: 3 });
     }
 
     #[test]
-    fn replicas_split_every_chunk() {
-        let g = Geometry::new(Collective::Allreduce, 2, 2, 10, 4, 3);
-        assert_eq!(g.replica_range(0), (0, 1));
-        assert_eq!(g.replica_range(2), (3, 5));
+    fn every_element_of_a_segment_is_in_exactly_one_chunk() {
+        for count in [0usize, 1, 7, 33, 1000, 4099] {
+            for per in [1u32, 3, 4, 8] {
+                for elem in [1usize, 2, 4, 8] {
+                    let g = geo(Collective::Allreduce, 8, per, count, elem);
+                    let total: usize = (0..per).map(|i| g.span(i).valid).sum();
+                    assert_eq!(total, count, "count {count} per {per} elem {elem}");
+                    for i in 0..per {
+                        let s = g.span(i);
+                        assert!(s.valid == 0 || s.start + s.valid <= count);
+                        assert_eq!(s.start % g.unit(), 0);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn replicas_take_whole_vectors_and_cover_the_range() {
+        let g = Geometry::new(Collective::Allreduce, 2, 2, 0, 1000, 4, 3, 0);
+        let parts: Vec<_> = (0..3).map(|k| g.replica_range((0, 500), k)).collect();
+        assert_eq!(parts[0].0, 0);
+        assert_eq!(parts[2].1, 500);
+        for w in parts.windows(2) {
+            assert_eq!(w[0].1, w[1].0);
+            assert_eq!(w[0].1 % 4, 0);
+        }
+        // More replicas than vectors: some get nothing.
+        let g = Geometry::new(Collective::Allreduce, 2, 2, 0, 8, 4, 8, 0);
+        let lens: Vec<_> = (0..8)
+            .map(|k| {
+                let (a, b) = g.replica_range((0, 4), k);
+                b - a
+            })
+            .collect();
+        assert_eq!(lens.iter().sum::<usize>(), 4);
+    }
+
+    #[test]
+    fn scratch_bounds_the_round_window() {
+        // 2 scratch chunks of f32 in 1 KiB: 128 elements per chunk per round.
+        let g = Geometry::new(Collective::Allreduce, 2, 2, 2, 1000, 4, 1, 1024);
+        assert_eq!(g.chunk_elems, 500);
+        assert_eq!(g.round_elems, 128);
+        assert_eq!(g.rounds(), 4);
+        assert_eq!(g.round_range(3), (384, 500));
+        assert!(g.scratch_bytes(2) <= 1024);
+        // Without scratch, one round.
+        let g = Geometry::new(Collective::Allreduce, 2, 2, 0, 1000, 4, 1, 1024);
+        assert_eq!((g.rounds(), g.round_elems), (1, 500));
+        // A zero count has no rounds.
+        assert_eq!(geo(Collective::Allreduce, 2, 2, 0, 4).rounds(), 0);
     }
 }

@@ -7,15 +7,19 @@
 //! from `BRAID_PLANS`), and each is verified before it runs.
 
 pub mod bootstrap;
+pub mod call;
 pub mod comm;
+pub mod device_comm;
 pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod fabric;
 pub mod geometry;
+pub mod host_engine;
 pub mod launcher;
 pub mod net_fabric;
 pub mod p2p;
+pub mod policy;
 pub mod reduce;
 pub mod reference;
 pub mod registry;

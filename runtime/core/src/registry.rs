@@ -1,22 +1,20 @@
-//! The plans a communicator can run, and the rule that picks one per call.
+//! The plans a communicator can run: every one verified once, when it is registered.
 //!
 //! Plans come from providers (the shipped library compiled for the communicator's
 //! topology, supplied by the application: the runtime never parses source), from files,
-//! and from `BRAID_PLANS` (a `:`-separated list of plan files, like MSCCL_XML_FILES).
-//! Every plan is verified before it is registered.
-//!
-//! Selection (until the cost model exists), in order:
-//! 1. only plans for this collective, rank count, root, call mode and (where the plan
-//!    states one, as MSCCL's minBytes / maxBytes) message size;
-//! 2. user plans (files, `BRAID_PLANS`) before shipped ones, in registration order;
-//! 3. among shipped plans, the preference list of [`preference`] for the message size.
-//!
-//! Every plan passed over is logged with its reason at `BRAID_DEBUG=INFO`.
+//! and from `BRAID_PLANS` (a `:`-separated list of plan files, like MSCCL_XML_FILES; an
+//! application with the compiler, such as the `braid` command, also loads `.braid` and
+//! MSCCL `.xml` files from it). Which plan serves a call is [`crate::policy`]'s choice;
+//! the registry says which plans can: those for the call's collective, rank count, root,
+//! call mode and (where the plan states one, as MSCCL's minBytes / maxBytes) message
+//! size. Every plan passed over is logged with its reason at `BRAID_DEBUG=INFO`.
 
 use crate::error::{Result, RuntimeError};
 use braid_ir::{Collective, Mode};
-use braid_plan::Plan;
+use braid_plan::{Plan, Verified};
 use std::sync::{Arc, Mutex};
+
+pub use crate::policy::{preference, SMALL_MESSAGE};
 
 /// Where a plan came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,41 +25,13 @@ pub enum Origin {
 
 /// Supplies plans on demand (for instance, compiles the shipped library for a root).
 pub trait PlanProvider: Send + Sync {
-    fn plans(&self, collective: Collective, root: Option<u32>) -> Vec<Arc<Plan>>;
+    fn plans(&self, collective: Collective, root: Option<u32>) -> Vec<Arc<Verified>>;
 }
 
 #[derive(Default)]
 pub struct Registry {
-    entries: Mutex<Vec<(Arc<Plan>, Origin)>>,
+    entries: Mutex<Vec<(Arc<Verified>, Origin)>>,
     providers: Vec<Box<dyn PlanProvider>>,
-}
-
-/// Messages up to this size prefer latency-bound algorithms.
-pub const SMALL_MESSAGE: usize = 256 * 1024;
-
-/// Shipped algorithms in order of preference for a collective and message size.
-pub fn preference(collective: Collective, bytes: usize) -> &'static [&'static str] {
-    let small = bytes <= SMALL_MESSAGE;
-    match (collective, small) {
-        (Collective::Allreduce, true) => &[
-            "one_shot_allreduce",
-            "tree_allreduce",
-            "two_shot_allreduce",
-            "ring_allreduce",
-        ],
-        (Collective::Allreduce, false) => &[
-            "ring_allreduce",
-            "bidirectional_ring_allreduce",
-            "double_binary_tree_allreduce",
-            "two_shot_allreduce",
-        ],
-        (Collective::Allgather, _) => &["ring_allgather"],
-        (Collective::ReduceScatter, _) => &["ring_reduce_scatter"],
-        (Collective::Broadcast, true) => &["binomial_broadcast", "chain_broadcast"],
-        (Collective::Broadcast, false) => &["chain_broadcast", "binomial_broadcast"],
-        (Collective::Reduce, _) => &["tree_reduce"],
-        (Collective::Alltoall, _) => &["direct_alltoall", "hierarchical_alltoall"],
-    }
 }
 
 impl Registry {
@@ -76,15 +46,20 @@ impl Registry {
 
     /// Verifies and registers a plan.
     pub fn add(&self, plan: Plan, origin: Origin) -> Result<()> {
-        if let Err(diags) = braid_plan::verify(&plan) {
-            return Err(RuntimeError::Invalid(format!(
-                "plan `{}` from {origin:?} fails verification:\n{}",
-                plan.name,
+        let name = plan.name.clone();
+        let verified = Verified::new(plan).map_err(|diags| {
+            RuntimeError::Invalid(format!(
+                "plan `{name}` from {origin:?} fails verification:\n{}",
                 braid_plan::render_diagnostics(&diags)
-            )));
-        }
-        self.entries.lock().unwrap().push((Arc::new(plan), origin));
+            ))
+        })?;
+        self.add_verified(Arc::new(verified), origin);
         Ok(())
+    }
+
+    /// Registers a plan proved elsewhere (it carries the proof in its type).
+    pub fn add_verified(&self, plan: Arc<Verified>, origin: Origin) {
+        self.entries.lock().unwrap().push((plan, origin));
     }
 
     /// Loads a plan file (JSON) and registers it as a user plan.
@@ -107,7 +82,8 @@ impl Registry {
         Ok(())
     }
 
-    /// Picks the plan for a call.
+    /// Picks the plan for a call: the first user plan that fits, else the first shipped
+    /// plan that fits in [`preference`] order, else any that fits.
     pub fn select(
         &self,
         collective: Collective,
@@ -115,8 +91,8 @@ impl Registry {
         root: Option<u32>,
         mode: Mode,
         bytes: usize,
-    ) -> Result<Arc<Plan>> {
-        let mut candidates: Vec<(Arc<Plan>, Origin)> = self.entries.lock().unwrap().clone();
+    ) -> Result<Arc<Verified>> {
+        let mut candidates: Vec<(Arc<Verified>, Origin)> = self.entries.lock().unwrap().clone();
         for p in &self.providers {
             candidates.extend(
                 p.plans(collective, root)

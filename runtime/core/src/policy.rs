@@ -1,0 +1,317 @@
+//! The one policy that decides, per call, which plan runs, on how many replicas and with
+//! which wire protocol; every backend and every caller (the `braid` command, the tests,
+//! applications) goes through it. Its insides are rules for now (the cost model will
+//! replace them): the registry's plan choice (user plans first, then shipped plans in
+//! [`preference`] order), replicas that grow with the message size within the thread
+//! blocks the backend can spare, and LL for small messages, as NCCL chooses.
+//!
+//! `BRAID_PROTO=simple|ll|auto` forces a protocol (like `NCCL_PROTO`), and
+//! `BRAID_CHANNELS` a replica count (like `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS`).
+
+use crate::error::{Result, RuntimeError};
+use crate::geometry::per_segment;
+use crate::registry::Registry;
+use braid_ir::{Collective, Mode, Protocol};
+use braid_plan::{Plan, Verified};
+use std::sync::Arc;
+
+/// Messages up to this size prefer latency-bound algorithms.
+pub const SMALL_MESSAGE: usize = 256 * 1024;
+
+/// Shipped algorithms in order of preference for a collective and message size.
+pub fn preference(collective: Collective, bytes: usize) -> &'static [&'static str] {
+    let small = bytes <= SMALL_MESSAGE;
+    match (collective, small) {
+        (Collective::Allreduce, true) => &[
+            "one_shot_allreduce",
+            "tree_allreduce",
+            "two_shot_allreduce",
+            "ring_allreduce",
+        ],
+        (Collective::Allreduce, false) => &[
+            "ring_allreduce",
+            "bidirectional_ring_allreduce",
+            "double_binary_tree_allreduce",
+            "two_shot_allreduce",
+        ],
+        (Collective::Allgather, _) => &["ring_allgather"],
+        (Collective::ReduceScatter, _) => &["ring_reduce_scatter"],
+        (Collective::Broadcast, true) => &["binomial_broadcast", "chain_broadcast"],
+        (Collective::Broadcast, false) => &["chain_broadcast", "binomial_broadcast"],
+        (Collective::Reduce, _) => &["tree_reduce"],
+        (Collective::Alltoall, _) => &["direct_alltoall", "hierarchical_alltoall"],
+    }
+}
+
+/// Bytes of one rank's larger buffer per replica below which adding a replica does not
+/// pay (measured on 2xH200, docs/perf.md).
+pub const BYTES_PER_REPLICA: usize = 16 << 10;
+/// The most replicas the size rule picks.
+pub const MAX_REPLICAS: u32 = 32;
+/// `auto` picks LL when each replica's share of a chunk is at most this many bytes.
+pub const LL_MAX_BYTES: usize = 32 << 10;
+
+/// What the backend can offer a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Thread blocks one rank may keep busy at once (its share of its GPU).
+    pub block_budget: u32,
+    /// Whether replicas grow with the message size (GPUs) or plans run as written.
+    pub size_replicas: bool,
+    /// Whether the backend has the LL protocol.
+    pub ll: bool,
+}
+
+impl Target {
+    /// The host backend: plans as written, one protocol.
+    pub const HOST: Target = Target {
+        block_budget: u32::MAX,
+        size_replicas: false,
+        ll: false,
+    };
+}
+
+/// What a call is, as far as choosing goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Request {
+    pub collective: Collective,
+    pub n_ranks: u32,
+    pub root: Option<u32>,
+    pub mode: Mode,
+    /// Bytes of the larger of the call's buffers on one rank.
+    pub bytes: usize,
+    /// Bytes per element.
+    pub elem: usize,
+}
+
+/// The decision for one call.
+#[derive(Clone, Debug)]
+pub struct Choice {
+    /// The plan as registered (its own `channels` may be 1).
+    pub plan: Arc<Verified>,
+    /// Replicas to run it with.
+    pub replicas: u32,
+    /// `Simple` or `Ll`.
+    pub protocol: Protocol,
+}
+
+/// The knobs of the policy (from the environment, or set by a program).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// A protocol every call uses (`None` or `Auto`: the plan's, `auto` by size).
+    pub protocol: Option<Protocol>,
+    /// A replica count every call uses.
+    pub replicas: Option<u32>,
+}
+
+impl Policy {
+    /// `BRAID_PROTO` and `BRAID_CHANNELS`.
+    pub fn from_env() -> Result<Policy> {
+        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
+        let protocol = var("BRAID_PROTO")
+            .map(|v| parse_protocol(&v))
+            .transpose()?;
+        let replicas = var("BRAID_CHANNELS")
+            .map(|v| match v.trim().parse::<u32>() {
+                Ok(c) if (1..=MAX_REPLICAS * 2).contains(&c) => Ok(c),
+                _ => Err(RuntimeError::Invalid(format!(
+                    "BRAID_CHANNELS={v}: expected a replica count from 1 to {}",
+                    MAX_REPLICAS * 2
+                ))),
+            })
+            .transpose()?;
+        Ok(Policy { protocol, replicas })
+    }
+
+    /// The plan, replicas and protocol for `req` on `target`.
+    pub fn choose(&self, registry: &Registry, req: &Request, target: &Target) -> Result<Choice> {
+        let plan = registry.select(req.collective, req.n_ranks, req.root, req.mode, req.bytes)?;
+        let replicas = self.replicas_for(&plan, req.bytes, target);
+        let protocol = self.protocol_for(&plan, req, replicas, target);
+        Ok(Choice {
+            plan,
+            replicas,
+            protocol,
+        })
+    }
+
+    /// Replicas: forced, or the plan's own count, or (GPUs) by size.
+    pub fn replicas_for(&self, plan: &Plan, bytes: usize, target: &Target) -> u32 {
+        if let Some(r) = self.replicas {
+            return r;
+        }
+        if plan.channels != 1 || !target.size_replicas {
+            return plan.channels.max(1);
+        }
+        replicas(plan, bytes, target.block_budget)
+    }
+
+    /// The protocol: forced, or the plan's, `auto` resolved by the size of one replica's
+    /// share of a chunk. A backend without LL runs everything Simple.
+    pub fn protocol_for(
+        &self,
+        plan: &Plan,
+        req: &Request,
+        replicas: u32,
+        target: &Target,
+    ) -> Protocol {
+        let asked = match self.protocol {
+            Some(p) if p != Protocol::Auto => p,
+            _ => plan.protocol,
+        };
+        let ll = match asked {
+            Protocol::Ll => true,
+            Protocol::Simple => false,
+            Protocol::Ll128 => {
+                tracing::debug!(plan = %plan.name, "ll128 is not implemented; using simple");
+                false
+            }
+            Protocol::Auto => {
+                let per = per_segment(req.collective, req.n_ranks, plan.chunks);
+                let elems = req.bytes / req.elem.max(1);
+                let seg = if req.collective.has_k() {
+                    elems / req.n_ranks.max(1) as usize
+                } else {
+                    elems
+                };
+                let share = seg.div_ceil(per).div_ceil(replicas.max(1) as usize) * req.elem;
+                share <= LL_MAX_BYTES
+            }
+        };
+        if ll && target.ll {
+            Protocol::Ll
+        } else {
+            Protocol::Simple
+        }
+    }
+}
+
+/// `BRAID_PROTO`'s values.
+pub fn parse_protocol(v: &str) -> Result<Protocol> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "simple" => Ok(Protocol::Simple),
+        "ll" => Ok(Protocol::Ll),
+        "ll128" => Ok(Protocol::Ll128),
+        "auto" | "" => Ok(Protocol::Auto),
+        other => Err(RuntimeError::Invalid(format!(
+            "BRAID_PROTO={other}: expected simple, ll, ll128 or auto"
+        ))),
+    }
+}
+
+/// Replicas for a call of `plan` moving `bytes` (one rank's larger buffer) when a rank may
+/// use `budget` thread blocks: a power of two, at least 1, one per [`BYTES_PER_REPLICA`],
+/// at most [`MAX_REPLICAS`], and never more blocks than the budget.
+pub fn replicas(plan: &Plan, bytes: usize, budget: u32) -> u32 {
+    let blocks = plan
+        .ranks
+        .iter()
+        .map(|r| r.blocks.len() as u32)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let fit = (budget / blocks).max(1);
+    let want = (bytes / BYTES_PER_REPLICA).clamp(1, u32::MAX as usize) as u32;
+    let cap = want.min(MAX_REPLICAS).min(fit);
+    // Largest power of two not above `cap`.
+    1 << (31 - cap.leading_zeros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(blocks: usize, protocol: Protocol) -> Plan {
+        let mut p = Plan::from_json(include_str!(
+            "../../../tests/plans/good/exchange_allgather_2.json"
+        ))
+        .unwrap();
+        let b = p.ranks[0].blocks[0].clone();
+        p.ranks[0].blocks = vec![b; blocks];
+        p.protocol = protocol;
+        p
+    }
+
+    const GPU: Target = Target {
+        block_budget: 99,
+        size_replicas: true,
+        ll: true,
+    };
+
+    fn req(bytes: usize) -> Request {
+        Request {
+            collective: Collective::Allgather,
+            n_ranks: 2,
+            root: None,
+            mode: Mode::OutOfPlace,
+            bytes,
+            elem: 4,
+        }
+    }
+
+    #[test]
+    fn replicas_grow_with_size_in_powers_of_two_within_the_budget() {
+        let p = plan(1, Protocol::Auto);
+        assert_eq!(replicas(&p, 8, 99), 1);
+        assert_eq!(replicas(&p, BYTES_PER_REPLICA * 3, 99), 2);
+        assert_eq!(replicas(&p, BYTES_PER_REPLICA * 16 + 1, 99), 16);
+        assert_eq!(replicas(&p, 1 << 30, 99), MAX_REPLICAS);
+        assert_eq!(replicas(&plan(8, Protocol::Auto), 1 << 30, 99), 8);
+        assert_eq!(replicas(&plan(8, Protocol::Auto), 1 << 30, 10), 1);
+        assert_eq!(replicas(&plan(5, Protocol::Auto), 1 << 30, 99), 16);
+    }
+
+    #[test]
+    fn forced_and_plan_replicas_win_and_the_host_runs_plans_as_written() {
+        let p = plan(1, Protocol::Auto);
+        let forced = Policy {
+            replicas: Some(3),
+            ..Policy::default()
+        };
+        assert_eq!(forced.replicas_for(&p, 1 << 30, &GPU), 3);
+        assert_eq!(Policy::default().replicas_for(&p, 1 << 30, &Target::HOST), 1);
+        let mut q = p.clone();
+        q.channels = 4;
+        assert_eq!(Policy::default().replicas_for(&q, 8, &GPU), 4);
+    }
+
+    #[test]
+    fn auto_uses_ll_for_small_shares_only_and_requests_win() {
+        let d = Policy::default();
+        let p = plan(1, Protocol::Auto);
+        assert_eq!(d.protocol_for(&p, &req(8 << 10), 1, &GPU), Protocol::Ll);
+        assert_eq!(d.protocol_for(&p, &req(64 << 20), 1, &GPU), Protocol::Simple);
+        // More replicas make each share smaller.
+        assert_eq!(d.protocol_for(&p, &req(1 << 20), 32, &GPU), Protocol::Ll);
+        let simple = plan(1, Protocol::Simple);
+        assert_eq!(d.protocol_for(&simple, &req(8), 1, &GPU), Protocol::Simple);
+        let force_ll = Policy {
+            protocol: Some(Protocol::Ll),
+            ..d
+        };
+        assert_eq!(force_ll.protocol_for(&simple, &req(1 << 30), 1, &GPU), Protocol::Ll);
+        // auto from the environment defers to the plan; ll128 falls back to simple; a
+        // backend without LL never gets it.
+        let auto = Policy {
+            protocol: Some(Protocol::Auto),
+            ..d
+        };
+        assert_eq!(auto.protocol_for(&simple, &req(8), 1, &GPU), Protocol::Simple);
+        let ll128 = plan(1, Protocol::Ll128);
+        assert_eq!(d.protocol_for(&ll128, &req(8), 1, &GPU), Protocol::Simple);
+        assert_eq!(
+            force_ll.protocol_for(&simple, &req(8), 1, &Target::HOST),
+            Protocol::Simple
+        );
+    }
+
+    #[test]
+    fn env_values_parse_or_are_refused() {
+        assert_eq!(parse_protocol("LL").unwrap(), Protocol::Ll);
+        assert_eq!(parse_protocol(" simple ").unwrap(), Protocol::Simple);
+        assert!(parse_protocol("fast")
+            .unwrap_err()
+            .to_string()
+            .contains("BRAID_PROTO=fast"));
+    }
+}
