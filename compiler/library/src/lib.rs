@@ -95,6 +95,64 @@ impl Library {
     }
 }
 
+/// The plans of one user file for `topo`, each proved: a plan (`.json`), an MSCCL
+/// algorithm (`.xml`), or a program (`.braid`, every algorithm in it that applies to the
+/// topology, rooted ones for every root). What `BRAID_PLANS` names; errors are rendered.
+pub fn user_plans(path: &std::path::Path, topo: &Topology) -> Result<Vec<Verified>, String> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{shown}: error: cannot read the file: {e}"))?;
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let plan = match ext {
+        "json" => braid_plan::Plan::from_json(&text).map_err(|e| format!("{shown}: {e}"))?,
+        "xml" => {
+            let stem = path
+                .file_stem()
+                .map_or("msccl".into(), |s| s.to_string_lossy().into_owned());
+            let (plan, lines) = braid_msccl::import_with_lines(&text, &stem)
+                .map_err(|errs| braid_msccl::render_errors(&errs, &shown))?;
+            return Verified::new(plan)
+                .map(|v| vec![v])
+                .map_err(|d| braid_msccl::render_for_xml(&d, &lines, &shown));
+        }
+        _ => return compile_file(&shown, &text, topo),
+    };
+    Verified::new(plan)
+        .map(|v| vec![v])
+        .map_err(|d| format!("{shown}:\n{}", braid_plan::render_diagnostics(&d)))
+}
+
+/// Every algorithm of a program that applies to `topo`, compiled and proved.
+fn compile_file(name: &str, text: &str, topo: &Topology) -> Result<Vec<Verified>, String> {
+    let source = SourceFile::new(name.to_string(), text);
+    let (file, diags) = braid_lang::parse_and_check(text);
+    if !diags.is_empty() {
+        return Err(braid_lang::render(&diags, &source));
+    }
+    let shape = Shape {
+        n: topo.n_ranks(),
+        nodes: topo.n_nodes(),
+        g: topo.uniform_g(),
+    };
+    let mut plans = Vec::new();
+    for alg in &file.algorithms {
+        let roots: Vec<Option<u32>> = if alg.collective.is_rooted() {
+            (0..shape.n).map(Some).collect()
+        } else {
+            vec![None]
+        };
+        for root in roots {
+            if let Some(p) = compile(&source, alg, &shape, root, topo)? {
+                plans.push(p);
+            }
+        }
+    }
+    if plans.is_empty() {
+        return Err(format!("{name}: error: no algorithm in it applies to this topology"));
+    }
+    Ok(plans)
+}
+
 /// Maps a span of `source` to the position and text plans record as a step's origin.
 pub fn locator(source: &SourceFile) -> impl Fn(braid_ir::Span) -> Option<SourcePos> + '_ {
     move |span| {

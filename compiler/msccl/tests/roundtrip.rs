@@ -18,7 +18,7 @@ fn library_plans(topo: &str) -> Vec<Plan> {
             vec![None]
         };
         for root in roots {
-            plans.extend(lib.plans(c, root).iter().map(|p| (**p).clone()));
+            plans.extend(lib.plans(c, root).iter().map(|p| p.plan().clone()));
         }
     }
     plans

@@ -5,6 +5,7 @@
 
 use crate::diag::PlanDiagnostic;
 use crate::plan::Plan;
+use crate::verify::VerifyReport;
 use std::ops::Deref;
 
 /// A plan that passed [`crate::verify()`], with a stable digest of its content.
@@ -20,9 +21,14 @@ pub struct Verified {
 impl Verified {
     /// Verifies `plan`; the diagnostics when it does not verify.
     pub fn new(plan: Plan) -> Result<Verified, Vec<PlanDiagnostic>> {
-        crate::verify(&plan)?;
+        Self::with_report(plan).map(|(v, _)| v)
+    }
+
+    /// [`Verified::new`], keeping the verifier's report.
+    pub fn with_report(plan: Plan) -> Result<(Verified, VerifyReport), Vec<PlanDiagnostic>> {
+        let report = crate::verify(&plan)?;
         let digest = digest_of(&plan);
-        Ok(Verified { plan, digest })
+        Ok((Verified { plan, digest }, report))
     }
 
     /// The plan.

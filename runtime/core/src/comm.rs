@@ -229,12 +229,9 @@ impl Communicator {
         let enqueued = unsafe { self.comm.enqueue(&spec, send, recv, &self.stream) };
         let done = self.stream.synchronize();
         enqueued?;
-        if let Err(e) = done {
-            // Like NCCL after an asynchronous error: the communicator is unusable now.
-            self.comm.abort(&e.to_string());
-            return Err(e);
-        }
-        Ok(())
+        // A failed call leaves its error with the engine: like NCCL after an
+        // asynchronous error, the communicator is unusable now.
+        done
     }
 }
 

@@ -260,6 +260,29 @@ impl<E: Engine> DeviceComm<E> {
         Some(f)
     }
 
+    /// The plan, replica count and protocol that serve `spec` in `mode` (preparing them
+    /// if no call has yet), as a call would get them.
+    pub fn selection(&self, spec: &CallSpec, mode: Mode) -> Result<Option<(Arc<Verified>, Protocol)>> {
+        spec.check(self.n_ranks())?;
+        if spec.count == 0 {
+            return Ok(None);
+        }
+        let key = CallKey {
+            collective: spec.collective,
+            root: spec.root,
+            mode,
+            bytes: spec.sizes(self.rank(), self.n_ranks()).larger,
+            dtype: spec.dtype,
+            op: spec.effective_op(),
+        };
+        let found = self.by_call.lock().unwrap().get(&key).cloned();
+        let p = match found {
+            Some(p) => p,
+            None => self.prepare(&key)?,
+        };
+        Ok(Some((p.plan.clone(), p.protocol)))
+    }
+
     fn fail(&self, reason: String) {
         self.failed.lock().unwrap().get_or_insert(reason);
     }

@@ -197,11 +197,19 @@ impl HostAlloc {
         self.len
     }
 
-    /// Sets the first `n` bytes to `byte` (no kernel may be running on it).
-    pub fn fill(&self, byte: u8, n: usize) {
-        assert!(n <= self.len, "fill larger than the allocation");
-        // SAFETY: within the allocation (asserted).
-        unsafe { std::ptr::write_bytes(self.host as *mut u8, byte, n) };
+    /// Reads the `u32` word `i` (the GPU may write it at any time: a volatile read).
+    pub fn read_u32(&self, i: usize) -> u32 {
+        assert!(4 * (i + 1) <= self.len, "word outside the allocation");
+        // SAFETY: inside the allocation (asserted) and 4-byte aligned (page-aligned base).
+        unsafe { std::ptr::read_volatile((self.host as *const u32).add(i)) }
+    }
+
+    /// Writes the `u32` word `i` (kernels poll it: a volatile write).
+    pub fn write_u32(&self, i: usize, v: u32) {
+        assert!(4 * (i + 1) <= self.len, "word outside the allocation");
+        // SAFETY: inside the allocation (asserted) and 4-byte aligned (page-aligned base).
+        unsafe { std::ptr::write_volatile((self.host as *mut u32).add(i), v) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -1,39 +1,38 @@
-//! Braid's CUDA backend, first part: one process drives every local GPU, one rank per
-//! GPU, peers joined by peer-to-peer access (NVLink or PCIe).
+//! Braid's CUDA backend: the device communicator ([`CudaComm`]) on the caller's GPU
+//! memory and streams, one rank per GPU or several, one process driving every GPU or one
+//! process per rank.
 //!
-//! A verified plan becomes one CUDA kernel per rank ([`codegen`]): one thread block per
-//! plan block (per replica), the block's steps as straight-line calls of the device
-//! primitives in `kernels_templates/braid_prims.cuh`. NVRTC compiles it for the device's
-//! architecture, with an on-disk cache ([`cache`], [`compile`]). [`exec`] checks the
-//! plan against the call's buffers before anything reaches a GPU ([`validate`]),
-//! allocates buffers and connection FIFOs, launches all ranks concurrently and copies
-//! the results back. `docs/cuda.md` describes the design and what was measured.
+//! A plan becomes data ([`program`]): each rank's step programs laid out in device memory
+//! once. One kernel per (element type, reduction, wire protocol) interprets any plan
+//! ([`kernel`], `kernels_templates/`); NVRTC compiles it once ([`compile`], with an
+//! on-disk [`cache`]) and every communicator of the process shares it ([`modules`]).
+//! Connections are made once per communicator, through one [`transport::Transport`]
+//! interface ([`clique`]); a call is one kernel launch ([`engine`]). `docs/cuda.md`
+//! describes the design and what was measured.
 //!
-//! Everything except [`exec`]'s GPU path is pure Rust and runs without a driver; builds
-//! need no CUDA installation (cudarc loads the libraries at run time).
+//! Everything builds without a CUDA installation (cudarc loads the libraries at run
+//! time); without a driver, nothing touches cudarc beyond the presence check.
 
 pub mod cache;
-pub mod codegen;
+pub mod check;
+pub mod clique;
+pub mod comm;
 pub mod compile;
 pub mod device;
+pub mod engine;
 pub mod error;
-pub mod exec;
-pub mod layout;
+pub mod kernel;
+pub mod modules;
 pub mod nccl;
-pub mod process;
-pub mod protocol;
-pub mod rank_mem;
-mod settings;
+pub mod program;
 pub mod shared_host;
-pub mod table;
-pub mod tune;
-pub mod validate;
+pub mod stream;
+pub mod transport;
 
+pub use comm::{
+    device_count, driver_present, group, Bufs, CudaComm, DeviceBuffer, DeviceMemory, GroupItem,
+    Options, RawDeviceMemory,
+};
+pub use engine::CudaEngine;
 pub use error::{CudaError, Result};
-pub use exec::{device_count, driver_present, Gpus, Resident};
-
-/// Bytes of one FIFO slot: the unit of flow control, as on the host backend.
-pub const SLICE_BYTES: usize = braid_runtime::exec::SLICE_BYTES;
-
-/// Threads of every generated thread block.
-pub const THREADS: u32 = 512;
+pub use stream::Stream;

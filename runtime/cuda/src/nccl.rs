@@ -9,7 +9,8 @@
 
 use crate::device::DeviceAlloc;
 use crate::error::{CudaError, Result};
-use crate::exec::Gpus;
+use crate::stream::Stream;
+use cudarc::driver::CudaContext;
 use braid_ir::Collective;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::selfcheck::buffer_elems;
@@ -37,9 +38,9 @@ pub fn version() -> Result<String> {
     Ok(format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100))
 }
 
-/// One NCCL communicator per open GPU, destroyed on drop.
+/// One NCCL communicator per GPU, destroyed on drop.
 pub struct Nccl<'a> {
-    gpus: &'a Gpus,
+    streams: &'a [Stream],
     comms: Vec<sys::ncclComm_t>,
 }
 
@@ -71,28 +72,29 @@ fn nccl_op(o: RedOp) -> sys::ncclRedOp_t {
 }
 
 impl<'a> Nccl<'a> {
-    /// Creates one communicator per GPU of `gpus` (all of them, rank `r` on GPU `r`).
-    pub fn new(gpus: &'a Gpus) -> Result<Nccl<'a>> {
+    /// Creates one communicator per stream, rank `r` on the GPU of `streams[r]` (distinct
+    /// GPUs: NCCL refuses two ranks on one).
+    pub fn new(streams: &'a [Stream]) -> Result<Nccl<'a>> {
         if !present() {
             return Err(CudaError::Nccl(
                 "libnccl.so cannot be loaded (put NCCL's library directory on LD_LIBRARY_PATH)"
                     .into(),
             ));
         }
-        let n = gpus.len();
+        let n = streams.len();
         let mut comms = vec![std::ptr::null_mut(); n];
-        let ordinals: Vec<i32> = (0..n as i32).collect();
+        let ordinals: Vec<i32> = streams.iter().map(|s| s.device() as i32).collect();
         // SAFETY: `comms` has room for `n` communicators; the ordinals exist (open GPUs).
         unsafe { result::comm_init_all(comms.as_mut_ptr(), n as i32, ordinals.as_ptr()) }
             .map_err(err)?;
-        Ok(Nccl { gpus, comms })
+        Ok(Nccl { streams, comms })
     }
 
     /// Runs NCCL's `collective` once per iteration on buffers sized for `count` (NCCL's
     /// count, as braid's calls use it), out of place, after `warmup` untimed calls (at
     /// least one), and
     /// returns the mean time of one call: host clock around issuing every rank's call
-    /// and synchronising every stream, as braid's [`crate::Resident::launch`] is timed.
+    /// and synchronising every stream, as `braid perf` times braid's calls.
     #[allow(clippy::too_many_arguments)]
     pub fn time(
         &self,
@@ -107,12 +109,11 @@ impl<'a> Nccl<'a> {
         let n = self.comms.len();
         let e = dtype.size();
         let (in_elems, out_elems) = buffer_elems(collective, n as u32, count);
-        let ctxs: Vec<_> = self
-            .gpus
-            .streams()
+        let ctxs = self
+            .streams
             .iter()
-            .map(|s| s.context().clone())
-            .collect();
+            .map(|s| Ok(CudaContext::new(s.device())?))
+            .collect::<Result<Vec<_>>>()?;
         let send = ctxs
             .iter()
             .map(|c| DeviceAlloc::new(c, in_elems * e, 1))
@@ -127,7 +128,7 @@ impl<'a> Nccl<'a> {
             for r in 0..n {
                 let (s, d) = (send[r].ptr() as *const c_void, recv[r].ptr() as *mut c_void);
                 let comm = self.comms[r];
-                let stream = self.gpus.streams()[r].cu_stream() as sys::cudaStream_t;
+                let stream = self.streams[r].raw() as sys::cudaStream_t;
                 let (t, o) = (nccl_dtype(dtype), nccl_op(op));
                 let root = root.unwrap_or(0) as i32;
                 // SAFETY: `s` and `d` are live allocations of this rank's GPU sized for
@@ -161,7 +162,7 @@ impl<'a> Nccl<'a> {
                 }
             }
             result::group_end().map_err(err)?;
-            for s in self.gpus.streams() {
+            for s in self.streams {
                 s.synchronize()?;
             }
             Ok(start.elapsed())
@@ -179,7 +180,7 @@ impl<'a> Nccl<'a> {
 
 impl Drop for Nccl<'_> {
     fn drop(&mut self) {
-        for s in self.gpus.streams() {
+        for s in self.streams {
             let _ = s.synchronize();
         }
         for c in &self.comms {

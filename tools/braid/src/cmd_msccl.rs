@@ -6,7 +6,7 @@
 use crate::cmd_verify::VerifyCliError;
 use crate::error::CliError;
 use crate::output;
-use braid_plan::{verify, Plan};
+use braid_plan::{verify, Verified};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -35,7 +35,7 @@ fn input(message: String) -> VerifyCliError {
 }
 
 /// Imports and verifies `path`; the plan and the verifier's one-line summary.
-fn import_verified(path: &Path) -> Result<(Plan, String), VerifyCliError> {
+fn import_verified(path: &Path) -> Result<(Verified, String), VerifyCliError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| input(format!("{shown}: error: cannot read the file: {e}")))?;
@@ -44,8 +44,8 @@ fn import_verified(path: &Path) -> Result<(Plan, String), VerifyCliError> {
         .map_or("msccl".into(), |s| s.to_string_lossy().into_owned());
     let (plan, lines) = braid_msccl::import_with_lines(&text, &stem)
         .map_err(|errs| input(braid_msccl::render_errors(&errs, &shown)))?;
-    match verify(&plan) {
-        Ok(report) => Ok((plan, report.summary())),
+    match Verified::with_report(plan) {
+        Ok((plan, report)) => Ok((plan, report.summary())),
         Err(diags) => Err(input(braid_msccl::render_for_xml(&diags, &lines, &shown))),
     }
 }
@@ -56,8 +56,8 @@ pub fn is_xml(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("xml"))
 }
 
-/// An MSCCL file as a verified plan (for `braid run` and `braid verify`).
-pub fn load_xml(path: &Path) -> Result<Plan, VerifyCliError> {
+/// An MSCCL file as a verified plan (for `braid run`, `braid perf` and `braid verify`).
+pub fn load_xml(path: &Path) -> Result<Verified, VerifyCliError> {
     import_verified(path).map(|(p, _)| p)
 }
 

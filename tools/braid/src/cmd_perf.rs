@@ -5,7 +5,7 @@ use crate::error::CliError;
 use crate::plans::LibraryPlans;
 use crate::{sizes, topo_arg};
 use braid_ir::{Collective, Mode};
-use braid_plan::Plan;
+use braid_plan::Verified;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::geometry::count_for_bytes;
@@ -66,9 +66,9 @@ pub struct PerfArgs {
     pub json: bool,
 }
 
-/// The plan with `channels` replicas, re-verified (the replica count bounds the
+/// The plan with `channels` replicas, proved again (the replica count bounds the
 /// connection channels a plan may use).
-fn replicated(plan: Arc<Plan>, channels: Option<u32>) -> Result<Arc<Plan>, CliError> {
+fn replicated(plan: Arc<Verified>, channels: Option<u32>) -> Result<Arc<Verified>, CliError> {
     let Some(c) = channels.filter(|&c| c != plan.channels) else {
         return Ok(plan);
     };
@@ -77,10 +77,9 @@ fn replicated(plan: Arc<Plan>, channels: Option<u32>) -> Result<Arc<Plan>, CliEr
             "error: --channels must be at least 1".into(),
         ));
     }
-    let mut p = (*plan).clone();
-    p.channels = c;
-    braid_plan::verify(&p).map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))?;
-    Ok(Arc::new(p))
+    plan.with_channels(c)
+        .map(Arc::new)
+        .map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))
 }
 
 /// nccl-tests' bus-bandwidth factor for `n` ranks.
@@ -111,22 +110,27 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
     let topo = topo_arg::load(&args.topo)?;
     let n = topo.n_ranks();
     let root = collective.is_rooted().then_some(args.root);
-    let library = braid_library::Library::new(topo);
+    if cuda && !braid_cuda::driver_present() {
+        return Err(CliError::Runtime(
+            "error: --backend cuda: no CUDA driver on this machine (use --backend host)".into(),
+        ));
+    }
     let registry = Registry::new();
+    crate::plans::register_env(&registry, &topo)?;
+    let library = braid_library::Library::new(topo);
     if let Some(path) = &args.plan {
         let plan = match path.extension().and_then(|e| e.to_str()) {
             Some("xml") => crate::cmd_msccl::load_xml(path)?,
-            _ => crate::cmd_verify::load(path).map_err(CliError::from)?,
+            _ => Verified::new(crate::cmd_verify::load(path).map_err(CliError::from)?)
+                .map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))?,
         };
-        registry
-            .add(plan, Origin::User(path.display().to_string()))
-            .map_err(|e| CliError::Input(format!("error: {e}")))?;
+        registry.add_verified(Arc::new(plan), Origin::User(path.display().to_string()));
     } else if let Some(name) = &args.algo {
         crate::plans::register_shipped(&registry, &library, collective, root, name, &args.topo)?;
     }
-    let registry = registry.with_provider(Box::new(LibraryPlans(library)));
+    let registry = Arc::new(registry.with_provider(Box::new(LibraryPlans(library))));
     if cuda {
-        return run_cuda(args, collective, &registry, n, root);
+        return run_cuda(args, collective, registry, n, root);
     }
     let e = args.dtype.size() as u64;
     let mut out = String::new();
@@ -153,7 +157,7 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
     let mut wrong_total = 0usize;
     while size <= args.max {
         let count = count_for_bytes(collective, n, size, e as usize);
-        let plan: Arc<Plan> = registry
+        let plan: Arc<Verified> = registry
             .select(collective, n, root, Mode::OutOfPlace, size as usize)
             .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
         let plan = replicated(plan, args.channels)?;
@@ -227,20 +231,25 @@ struct CudaRow {
     nccl_secs: Option<f64>,
 }
 
-/// `--backend cuda`: per size, braid's plan runs on resident device buffers (inputs
-/// uploaded once, one checked warm-up, then `-n` timed launches, no host copies), and
-/// with `--vs-nccl` NCCL's same collective runs on buffers of the same size on the same
-/// GPUs and streams in this process. Both are timed the same way: host clock around
-/// launching every rank and synchronising, mean over the iterations.
+/// `--backend cuda`: the ranks as one communicator of this process (rank `r` on GPU
+/// `r % GPUs`), each size through the communicator like any application: inputs on
+/// device buffers, one checked call, `-w` warm-ups, `-n` timed calls; the plan, replicas
+/// and protocol are the runtime's choice (or `--algo`, `--plan`, `--channels`,
+/// `BRAID_PROTO`). With `--vs-nccl` NCCL's same collective runs on buffers of the same
+/// size on the same GPUs and streams in this process. Both are timed the same way: host
+/// clock around issuing every rank's call and synchronising, mean over the iterations.
 fn run_cuda(
     args: &PerfArgs,
     collective: Collective,
-    registry: &Registry,
+    registry: Arc<Registry>,
     n: u32,
     root: Option<u32>,
 ) -> Result<String, CliError> {
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
-    let gpus = crate::cmd_run::open_gpus(n)?;
+    if args.channels == Some(0) {
+        return Err(CliError::Usage("error: --channels must be at least 1".into()));
+    }
+    let (comms, streams) = crate::cmd_run::open_cuda(n, registry, args.channels)?;
     let nccl = if args.vs_nccl {
         if !braid_cuda::nccl::present() {
             return Err(CliError::Runtime(
@@ -249,7 +258,13 @@ fn run_cuda(
                     .into(),
             ));
         }
-        Some(braid_cuda::nccl::Nccl::new(&gpus).map_err(rt)?)
+        if braid_cuda::device_count() < n as usize {
+            return Err(CliError::Runtime(format!(
+                "error: --vs-nccl: NCCL needs one GPU per rank ({n} ranks, {} GPU(s) here)",
+                braid_cuda::device_count()
+            )));
+        }
+        Some(braid_cuda::nccl::Nccl::new(&streams).map_err(rt)?)
     } else {
         None
     };
@@ -258,16 +273,7 @@ fn run_cuda(
         None => String::new(),
     };
     let mut rows = Vec::new();
-    let swept = sweep_cuda(
-        args,
-        collective,
-        registry,
-        n,
-        root,
-        &gpus,
-        nccl.as_ref(),
-        &mut rows,
-    );
+    let swept = sweep_cuda(args, collective, &comms, &streams, root, nccl.as_ref(), &mut rows);
     drop(nccl);
     let out = format_cuda(args, collective, n, root, &nccl_version, &rows);
     // A failure part-way keeps the rows measured so far.
@@ -285,19 +291,17 @@ fn run_cuda(
 }
 
 /// Measures every size of the sweep into `rows` (see [`run_cuda`]).
-#[allow(clippy::too_many_arguments)]
 fn sweep_cuda(
     args: &PerfArgs,
     collective: Collective,
-    registry: &Registry,
-    n: u32,
+    comms: &[braid_cuda::CudaComm],
+    streams: &[braid_cuda::Stream],
     root: Option<u32>,
-    gpus: &braid_cuda::Gpus,
     nccl: Option<&braid_cuda::nccl::Nccl>,
     rows: &mut Vec<CudaRow>,
 ) -> Result<(), CliError> {
-    use braid_runtime::reference::{inputs, reference};
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
+    let n = comms.len() as u32;
     let iters = args.iters.max(1);
     let e = args.dtype.size();
     let mut size = args.min;
@@ -308,48 +312,43 @@ fn sweep_cuda(
             size = step;
             continue;
         }
-        let plan: Arc<Plan> = registry
-            .select(collective, n, root, Mode::OutOfPlace, size as usize)
-            .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
-        // Without --channels, a plan that does not ask for replicas gets as many as the
-        // size warrants (braid_cuda::tune).
-        let auto = (args.channels.is_none() && plan.channels == 1)
-            .then(|| braid_cuda::tune::replicas(&plan, size as usize, gpus.multiprocessors()));
-        let plan = replicated(plan, args.channels.or(auto))?;
-        let inputs = inputs(collective, args.dtype, args.op, n, count, 1);
-        let expected = reference(collective, args.dtype, args.op, plan.root, &inputs);
-        let resident = gpus
-            .prepare(&plan, args.dtype, args.op, count, Mode::OutOfPlace, &inputs)
-            .map_err(rt)?;
-        resident.launch().map_err(rt)?;
-        let outputs = resident.outputs().map_err(rt)?;
-        let wrong = crate::cmd_run::wrong_elements(args.dtype, &expected, &outputs)
-            .iter()
-            .map(|w| w.1)
-            .sum();
+        let case = braid_cuda::check::Case {
+            collective,
+            dtype: args.dtype,
+            op: args.op,
+            count,
+            mode: Mode::OutOfPlace,
+            root,
+            seed: 1,
+        };
+        let p = braid_cuda::check::Prepared::new(comms, streams, &case).map_err(rt)?;
+        p.run().map_err(rt)?;
+        let wrong = p.wrong().map_err(rt)?.iter().map(|w| w.1).sum();
         for _ in 0..args.warmup {
-            resident.launch().map_err(rt)?;
+            p.run().map_err(rt)?;
         }
         let mut total = 0.0;
         for _ in 0..iters {
-            total += resident.launch().map_err(rt)?.as_secs_f64();
+            total += p.run().map_err(rt)?.as_secs_f64();
         }
-        let bytes = resident.bytes();
-        let proto = if resident.wire().ll { "ll" } else { "simple" };
-        drop(resident);
+        let spec = braid_runtime::call::CallSpec {
+            collective,
+            count,
+            dtype: args.dtype,
+            op: args.op,
+            root,
+        };
+        let (plan, proto) = comms[0]
+            .selection(&spec, Mode::OutOfPlace)
+            .map_err(|e| CliError::Runtime(format!("error: {e}")))?
+            .expect("a positive count has a plan");
+        let bytes = p.bytes();
+        drop(p);
         let nccl_secs = match nccl {
             Some(nc) => Some(
-                nc.time(
-                    collective,
-                    root,
-                    args.dtype,
-                    args.op,
-                    count,
-                    args.warmup,
-                    iters,
-                )
-                .map_err(rt)?
-                .as_secs_f64(),
+                nc.time(collective, root, args.dtype, args.op, count, args.warmup, iters)
+                    .map_err(rt)?
+                    .as_secs_f64(),
             ),
             None => None,
         };
@@ -360,7 +359,7 @@ fn sweep_cuda(
             wrong,
             plan: plan.name.clone(),
             replicas: plan.channels,
-            protocol: proto,
+            protocol: if proto == braid_ir::Protocol::Ll { "ll" } else { "simple" },
             nccl_secs,
         });
         size = step;

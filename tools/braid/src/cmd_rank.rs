@@ -51,22 +51,20 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
         CliError::Usage(format!("error: unknown collective `{}`", args.collective))
     })?;
     let topo = topo_arg::load(&args.topo)?;
-    let library = braid_library::Library::new(topo);
     let root = collective.is_rooted().then_some(args.root);
+    let registry = Registry::new();
+    crate::plans::register_env(&registry, &topo)?;
+    let library = braid_library::Library::new(topo);
     let registry = match &args.algorithm {
-        None => Registry::new().with_provider(Box::new(LibraryPlans(library))),
+        None => registry.with_provider(Box::new(LibraryPlans(library))),
         Some(name) => {
-            let r = Registry::new();
-            crate::plans::register_shipped(&r, &library, collective, root, name, &args.topo)?;
-            r
+            crate::plans::register_shipped(&registry, &library, collective, root, name, &args.topo)?;
+            registry
         }
     };
-    registry
-        .add_env()
-        .map_err(|e| CliError::Input(format!("error: {e}")))?;
     let timeout = timeout_from_env();
     if args.backend == crate::cmd_run::Backend::Cuda {
-        return run_cuda(args, collective, root, &registry, timeout);
+        return run_cuda(args, collective, root, registry, timeout);
     }
     let comm = Communicator::from_launch_env(Arc::new(registry), timeout)
         .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;
@@ -108,75 +106,72 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
     Ok(String::new())
 }
 
-/// `--backend cuda`: bootstrap from the launcher, open this rank's GPU, prepare the
-/// call once and run it `iters` times, checking every result.
+/// `--backend cuda`: this process's rank of the launcher's job, as a device communicator
+/// on the GPU of its local rank (several processes may share one GPU); each iteration is
+/// one call on device buffers through the communicator, its result checked.
 fn run_cuda(
     args: &RankArgs,
     collective: Collective,
     root: Option<u32>,
-    registry: &Registry,
+    registry: Registry,
     timeout: std::time::Duration,
 ) -> Result<String, CliError> {
-    use braid_runtime::bootstrap::Bootstrap;
-    use braid_runtime::launcher::LaunchEnv;
-    let join =
-        |e: braid_runtime::RuntimeError| CliError::Runtime(format!("error: joining the job: {e}"));
-    let env = LaunchEnv::from_env().map_err(join)?;
+    // The launcher's variables first: without them there is no job to join.
+    braid_runtime::launcher::LaunchEnv::from_env()
+        .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;
     if !braid_cuda::driver_present() {
         return Err(CliError::Runtime(
             "error: --backend cuda: no CUDA driver on this machine".into(),
         ));
     }
-    let boot = Arc::new(Bootstrap::from_launch_env(&env, timeout).map_err(join)?);
-    let (rank, n) = (boot.rank(), boot.n_ranks());
-    let device = env.local_rank.unwrap_or(rank) as usize;
+    let mut opts =
+        braid_cuda::Options::from_env().map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    opts.timeout = timeout;
+    let comm = braid_cuda::CudaComm::from_launch_env(Arc::new(registry), &opts)
+        .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;
+    let (rank, n) = (comm.rank(), comm.n_ranks());
+    let device = comm.device();
     let cuda = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: rank {rank}: {e}"));
-    let gpu =
-        braid_cuda::process::RankGpu::open(device, boot, braid_cuda::exec::p2p_disabled_by_env())
-            .map_err(cuda)?;
+    let stream = braid_cuda::Stream::new(comm.context()).map_err(cuda)?;
     let e = args.dtype.size();
     let count = count_for_bytes(collective, n, args.size, e);
     let (in_elems, out_elems) = buffer_elems(collective, n, count);
     let bytes = in_elems.max(out_elems) * e;
-    if count == 0 {
-        println!("ok rank {rank}/{n}: {collective}, 0 elements: nothing to do");
-        return Ok(String::new());
-    }
-    let mut plan = (*registry
-        .select(collective, n, root, braid_ir::Mode::OutOfPlace, bytes)
-        .map_err(|e| CliError::Runtime(format!("error: {e}")))?)
-    .clone();
-    if plan.channels == 1 {
-        plan.channels = braid_cuda::tune::replicas(&plan, bytes, gpu.multiprocessors());
-    }
-    // Every rank's input: each process computes them all, to know the expected result.
-    let inputs = inputs(collective, args.dtype, args.op, n, count, 0);
-    let resident = gpu
-        .prepare(
-            &plan,
-            args.dtype,
-            args.op,
-            count,
-            braid_ir::Mode::OutOfPlace,
-            &inputs[rank as usize],
-        )
-        .map_err(cuda)?;
-    let expected = &reference(collective, args.dtype, args.op, root, &inputs)[rank as usize];
-    let link = if gpu.p2p() { "p2p" } else { "host-staged" };
-    let proto = if resident.wire().ll { "ll" } else { "simple" };
+    let link = if comm.p2p() { "p2p" } else { "host-staged" };
     for iter in 0..args.iters.max(1) {
-        let t = resident.launch().map_err(cuda)?;
-        if let (Some(want), Some(got)) = (expected, resident.output().map_err(cuda)?) {
-            if let Some((i, w, g)) = first_mismatch(args.dtype, want, &got) {
-                return Err(CliError::Input(format!(
-                    "error: rank {rank}: element {i}: expected {w}, got {g}"
-                )));
-            }
+        let case = braid_cuda::check::Case {
+            collective,
+            dtype: args.dtype,
+            op: args.op,
+            count,
+            mode: braid_ir::Mode::OutOfPlace,
+            root,
+            seed: u64::from(iter),
+        };
+        let (t, wrong) = braid_cuda::check::run_checked_rank(&comm, &stream, &case).map_err(cuda)?;
+        if let Some((_, bad, i, w, g)) = wrong {
+            return Err(CliError::Input(format!(
+                "error: rank {rank}: {bad} wrong element(s), first at element {i}: expected {w}, got {g}"
+            )));
         }
+        let spec = braid_runtime::call::CallSpec {
+            collective,
+            count,
+            dtype: args.dtype,
+            op: args.op,
+            root,
+        };
+        let what = match comm.selection(&spec, braid_ir::Mode::OutOfPlace).map_err(|e| cuda(e.into()))? {
+            Some((plan, proto)) => format!(
+                "{} x{} {}",
+                plan.name,
+                plan.channels,
+                if proto == braid_ir::Protocol::Ll { "ll" } else { "simple" }
+            ),
+            None => "nothing to do".to_string(),
+        };
         println!(
-            "ok rank {rank}/{n} (GPU {device}, {link}, {proto}, {} x{}): {collective} {} {}, {bytes} bytes, iteration {iter}: correct; {:.3} ms",
-            plan.name,
-            plan.channels,
+            "ok rank {rank}/{n} (GPU {device}, {link}, {what}): {collective} {} {}, {bytes} bytes, iteration {iter}: correct; {:.3} ms",
             args.dtype.name(),
             args.op.name(),
             t.as_secs_f64() * 1e3

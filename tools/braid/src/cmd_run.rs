@@ -5,7 +5,7 @@ use crate::error::CliError;
 use crate::source::Program;
 use crate::{sizes, topo_arg};
 use braid_ir::Mode;
-use braid_plan::Plan;
+use braid_plan::{Plan, Verified};
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::geometry::count_for_bytes;
@@ -72,7 +72,14 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
         ));
     }
     let gpus = match args.backend {
-        Backend::Cuda => Some(open_gpus(n)?),
+        Backend::Cuda => {
+            let registry = braid_runtime::registry::Registry::new();
+            registry.add_verified(
+                std::sync::Arc::new(plan.any_size()),
+                braid_runtime::registry::Origin::User(plan.name.clone()),
+            );
+            Some(open_cuda(n, std::sync::Arc::new(registry), None)?)
+        }
         Backend::Host => None,
     };
     let mut out = String::new();
@@ -92,16 +99,13 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
     Ok(out)
 }
 
-fn load_plan(args: &RunArgs, topo: &braid_topo::Topology) -> Result<Plan, CliError> {
+fn load_plan(args: &RunArgs, topo: &braid_topo::Topology) -> Result<Verified, CliError> {
     let ext = args.file.extension().and_then(|e| e.to_str()).unwrap_or("");
     match ext {
         "json" => {
-            // Compiled and imported plans arrive verified; a plan file is untrusted input.
+            // A plan file is untrusted input: it runs only once proved.
             let plan = crate::cmd_verify::load(&args.file).map_err(CliError::from)?;
-            match braid_plan::verify(&plan) {
-                Ok(_) => Ok(plan),
-                Err(d) => Err(CliError::Input(braid_plan::render_diagnostics(&d))),
-            }
+            Verified::new(plan).map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))
         }
         "xml" => crate::cmd_msccl::load_xml(&args.file).map_err(CliError::from),
         _ => {
@@ -132,9 +136,14 @@ struct RunResult {
     wrong: usize,
 }
 
-/// Opens one GPU per rank for `--backend cuda`, or says why not (exit 3): no driver,
-/// or a GPU count that differs from the topology's ranks (rank `r` runs on GPU `r`).
-pub(crate) fn open_gpus(n: u32) -> Result<braid_cuda::Gpus, CliError> {
+/// The communicator `--backend cuda` runs on: `n` ranks in this process, rank `r` on
+/// GPU `r % GPUs` (several ranks share a GPU when the machine has fewer than the
+/// topology), each with its own stream; or says why not (exit 3: no driver).
+pub(crate) fn open_cuda(
+    n: u32,
+    registry: std::sync::Arc<braid_runtime::registry::Registry>,
+    replicas: Option<u32>,
+) -> Result<(Vec<braid_cuda::CudaComm>, Vec<braid_cuda::Stream>), CliError> {
     // Checked before any other CUDA call: without a driver those panic.
     if !braid_cuda::driver_present() {
         return Err(CliError::Runtime(
@@ -142,69 +151,50 @@ pub(crate) fn open_gpus(n: u32) -> Result<braid_cuda::Gpus, CliError> {
         ));
     }
     let have = braid_cuda::device_count();
-    if have != n as usize {
-        return Err(CliError::Runtime(format!(
-            "error: --backend cuda runs one rank per GPU: the topology has {n} ranks but \
-             this machine has {have} GPUs"
-        )));
+    if have == 0 {
+        return Err(CliError::Runtime("error: this machine has no GPU".into()));
     }
-    braid_cuda::Gpus::open(n).map_err(|e| CliError::Runtime(format!("error: {e}")))
+    let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
+    let mut opts = braid_cuda::Options::from_env().map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    if replicas.is_some() {
+        opts.policy.replicas = replicas;
+    }
+    let devices: Vec<usize> = (0..n as usize).map(|r| r % have).collect();
+    let comms = braid_cuda::CudaComm::init_all(&devices, registry, &opts).map_err(rt)?;
+    let streams = comms
+        .iter()
+        .map(|c| braid_cuda::Stream::new(c.context()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(rt)?;
+    Ok((comms, streams))
 }
 
-/// Every wrong rank of a call as `(rank, wrong elements, first wrong, expected, got)`,
-/// as `braid_runtime::selfcheck` reports the host backend's.
-pub(crate) fn wrong_elements(
-    dtype: DType,
-    expected: &[Option<Vec<u8>>],
-    outputs: &[Option<Vec<u8>>],
-) -> Vec<(u32, usize, usize, String, String)> {
-    let e = dtype.size();
-    let mut wrong = Vec::new();
-    for (r, (want, got)) in expected.iter().zip(outputs).enumerate() {
-        let (want, got) = match (want, got) {
-            (Some(w), Some(g)) => (w.as_slice(), g.as_slice()),
-            (None, None) => continue,
-            (Some(w), None) => (w.as_slice(), &[][..]),
-            (None, Some(g)) => (&[][..], g.as_slice()),
-        };
-        if let Some((i, x, y)) = braid_runtime::reference::first_mismatch(dtype, want, got) {
-            let len = want.len().max(got.len()) / e;
-            let bad = (0..len)
-                .filter(|k| want.get(k * e..(k + 1) * e) != got.get(k * e..(k + 1) * e))
-                .count();
-            wrong.push((r as u32, bad, i, x, y));
-        }
-    }
-    wrong
-}
-
-/// One call on the GPUs, checked against the reference like `run_checked` on the host;
-/// the time is the kernels' (launch to end of the last rank, no host copies).
+/// One call on the GPUs through the communicator, checked against the reference like
+/// `run_checked` on the host; the time is from enqueueing to the end of every stream.
 fn run_cuda(
-    gpus: &braid_cuda::Gpus,
+    cuda: &(Vec<braid_cuda::CudaComm>, Vec<braid_cuda::Stream>),
     plan: &Plan,
     args: &RunArgs,
     count: usize,
     mode: Mode,
     seed: u64,
 ) -> Result<Checked, CliError> {
-    use braid_runtime::reference::{inputs, reference};
-    let n = plan.n_ranks;
-    let (in_elems, out_elems) = buffer_elems(plan.collective, n, count);
-    let e = args.dtype.size();
-    let inputs = inputs(plan.collective, args.dtype, args.op, n, count, seed);
-    let expected = if count == 0 {
-        vec![Some(Vec::new()); n as usize]
-    } else {
-        reference(plan.collective, args.dtype, args.op, plan.root, &inputs)
+    let case = braid_cuda::check::Case {
+        collective: plan.collective,
+        dtype: args.dtype,
+        op: args.op,
+        count,
+        mode,
+        root: plan.root,
+        seed,
     };
-    let out = gpus
-        .run(plan, args.dtype, args.op, count, mode, &inputs)
+    let (elapsed, wrong) = braid_cuda::check::run_checked(&cuda.0, &cuda.1, &case)
         .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
+    let (in_elems, out_elems) = buffer_elems(plan.collective, plan.n_ranks, count);
     Ok(Checked {
-        elapsed: out.kernel_time,
-        wrong: wrong_elements(args.dtype, &expected, &out.outputs),
-        bytes: in_elems.max(out_elems) * e,
+        elapsed,
+        wrong,
+        bytes: in_elems.max(out_elems) * args.dtype.size(),
     })
 }
 
@@ -213,7 +203,7 @@ fn run_once(
     args: &RunArgs,
     mode: Mode,
     seed: u64,
-    gpus: Option<&braid_cuda::Gpus>,
+    gpus: Option<&(Vec<braid_cuda::CudaComm>, Vec<braid_cuda::Stream>)>,
 ) -> Result<RunResult, CliError> {
     let count = count_for_bytes(plan.collective, plan.n_ranks, args.size, args.dtype.size());
     let checked = match gpus {

@@ -17,7 +17,7 @@ fn ring_registry(n: u32) -> Arc<Registry> {
     for p in lib.plans(Collective::Allreduce, None) {
         if p.name == "ring_allreduce" {
             registry
-                .add((*p).clone(), Origin::User("ring".into()))
+                .add(p.plan().clone(), Origin::User("ring".into()))
                 .unwrap();
         }
     }

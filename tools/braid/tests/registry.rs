@@ -11,7 +11,7 @@ use common::{braid, root};
 struct Library(braid_library::Library);
 
 impl braid_runtime::registry::PlanProvider for Library {
-    fn plans(&self, c: Collective, root: Option<u32>) -> Vec<std::sync::Arc<braid_plan::Plan>> {
+    fn plans(&self, c: Collective, root: Option<u32>) -> Vec<std::sync::Arc<braid_plan::Verified>> {
         self.0.plans(c, root)
     }
 }
@@ -157,7 +157,7 @@ fn passed_over_plans_are_logged_with_their_reason() {
 #[test]
 fn byte_ranges_limit_which_calls_a_plan_serves() {
     let lib = braid_library::Library::new(Topology::from_arg("nvswitch:2").unwrap());
-    let mut plan = (*lib.plans(Collective::Allreduce, None)[0]).clone();
+    let mut plan = lib.plans(Collective::Allreduce, None)[0].plan().clone();
     plan.bytes = Some(braid_plan::ByteRange {
         min: 1024,
         max: Some(4096),

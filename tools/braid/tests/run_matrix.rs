@@ -120,12 +120,13 @@ fn tiled_plans_replay_over_tiles_and_stay_correct() {
         (Collective::Allreduce, "ring_allreduce"),
         (Collective::Allgather, "ring_allgather"),
     ] {
-        let mut plan = (*lib
+        let mut plan = lib
             .plans(c, None)
             .into_iter()
             .find(|p| p.name == name)
-            .unwrap())
-        .clone();
+            .unwrap()
+            .plan()
+            .clone();
         plan.execution = braid_plan::Execution::Tiled;
         braid_plan::verify(&plan).expect("a streaming-safe plan is tiled-safe");
         for mode in plan.modes.iter() {
@@ -143,12 +144,13 @@ fn long_messages_that_would_deadlock_streaming_run_tiled() {
     // pick the tiled model, which runs at any length.
     let topo = Topology::from_arg("nvswitch:2").unwrap();
     let lib = braid_library::Library::new(topo);
-    let plan = (*lib
+    let plan = lib
         .plans(Collective::Allreduce, None)
         .into_iter()
         .find(|p| p.name == "tree_allreduce")
-        .unwrap())
-    .clone();
+        .unwrap()
+        .plan()
+        .clone();
     assert_eq!(plan.execution, braid_plan::Execution::Tiled);
     let mut streaming = plan.clone();
     streaming.execution = braid_plan::Execution::Streaming;

@@ -1,0 +1,413 @@
+// Braid's kernel: an interpreter of plan step programs. One compiled kernel per (element
+// type, reduction, wire protocol, FIFO placement) serves every plan; a plan is data, laid
+// out per rank in device memory once (runtime/cuda/src/program.rs writes the same
+// layout), and a call is one launch whose arguments say where the caller's buffers are.
+//
+// One launch runs the calls of one or more ranks that share a GPU (a fused group): grid
+// block `blockIdx.x` belongs to the rank whose range [first[s], first[s+1]) holds it, and
+// is that rank's grid block `g = replica * nblocks + block`. All blocks of a launch are
+// resident at once (the runtime bounds the grid), so blocks may wait on one another.
+//
+// A block runs its plan block's steps over its replica's share of every chunk, round by
+// round (plans with scratch run large calls in rounds sized to the scratch memory), once
+// per round when streaming or once per tile of the share when tiled (MSCCL's model).
+// Cross-block dependencies count steps done in this call: block b's counter holds
+// `tiles_done * nsteps(b) + steps_done_in_tile`. The last block to finish zeroes the
+// counters, so the next call (stream-ordered after this one) starts from zero.
+
+namespace braid {
+
+// Layouts shared with program.rs: every field little-endian, offsets as written.
+struct End {          // one lane of one connection end: 32 bytes
+  u64 slots;          // address of slot 0 (0: no connection)
+  u64 head;           // address of the head counter (Simple lane)
+  u64 tail;           // address of the tail counter
+  u32 counter;        // index of this end's counter in the rank's counter array
+  u32 nslots;
+};
+
+struct BlockDesc {    // one grid block: 144 bytes
+  u32 block;          // plan block id
+  u32 replica;
+  u32 first_step;     // into the step array
+  u32 nsteps;
+  End send[2];        // [lane]: 0 Simple, 1 LL
+  End recv[2];
+};
+
+enum Kind { NOP = 0, S = 1, R = 2, RCS = 3, RRS = 4, RRC = 5, RRCS = 6, CPY = 7, RE = 8 };
+
+struct StepDesc {     // 24 bytes
+  u32 kind;           // Kind
+  int sbuf;           // 0 in, 1 out, 2 scratch, -1 none
+  int dbuf;
+  u32 soff;           // first chunk
+  u32 doff;
+  u32 count;          // chunks
+};
+
+struct StepDeps {     // 8 bytes, parallel to the steps
+  u32 first;          // into the dependency array
+  u32 n;
+};
+
+struct DepDesc {      // 12 bytes
+  u32 block;          // plan block of this rank (same replica)
+  u32 step;           // steps of it that must be done in the current tile, 1-based
+  u32 nsteps;         // steps of that block
+};
+
+struct Table {        // one rank's prepared plan: 112 bytes
+  u64 progress;       // u64 per grid block; then one u64: blocks finished this call
+  u64 counters;       // u64 per connection-end lane: slices sent / received so far
+  u64 fail;           // u32 device word: nonzero once this rank's call failed
+  u64 report;         // u32 host-mapped copy of it
+  u64 abort;          // u32 host-mapped: nonzero to abort
+  u64 scratch;        // the rank's scratch memory
+  u64 timeout_ns;
+  u64 blocks;         // BlockDesc[grid]
+  u64 steps;          // StepDesc[]
+  u64 step_deps;      // StepDeps[], parallel to steps
+  u64 deps;           // DepDesc[]
+  u32 nblocks;        // plan blocks of this rank
+  u32 grid;           // nblocks * replicas
+  u32 replicas;
+  u32 tiled;          // 1: replay per tile (MSCCL's model)
+  u32 out_chunks;     // chunks of `out` (avg divides them)
+  u32 pad;
+};
+
+struct CallArgs {     // 48 bytes
+  u64 in;             // the caller's `in` (0: none on this rank)
+  u64 out;
+  u64 count;          // NCCL's count: elements of one segment
+  u64 chunk_elems;
+  u64 round_elems;
+  u32 per_segment;
+  u32 avg_n;          // avg: divide by this at the end (0: not avg)
+};
+
+struct Launch {
+  u32 n;                          // ranks in this launch
+  u32 first[BRAID_MAX_LOCAL + 1]; // first grid block of each, and the total
+  u64 table[BRAID_MAX_LOCAL];     // const Table*
+  CallArgs call[BRAID_MAX_LOCAL];
+};
+
+// A block's view of its call.
+struct Ctx {
+  Watch w;
+  char* buf[3];
+  u64 count, chunk_elems, round_elems;
+  u32 per_segment;
+  u64 w0;                 // start of the current round's window
+  u64 lo, hi;             // element range of every chunk for this replica and tile
+  volatile u64* progress; // this replica's counters
+  char* send_slots;
+  volatile u64* send_head;
+  volatile u64* send_tail;
+  u64 sent;
+  u32 send_nslots;
+  char* recv_slots;
+  volatile u64* recv_head;
+  volatile u64* recv_tail;
+  u64 received;
+  u32 recv_nslots;
+};
+
+// Where chunk `chunk` of buffer `b` is for the current range: its element `lo`, and how
+// many of [lo, hi) exist (a caller's buffer has padding after a short chunk; scratch is
+// all there, holding the round's window).
+struct Span {
+  T* ptr;
+  u64 valid;
+};
+
+__device__ __forceinline__ Span span(const Ctx& c, int b, u32 chunk) {
+  Span s;
+  if (b < 0) {
+    s.ptr = nullptr;
+    s.valid = 0;
+  } else if (b == 2) {
+    s.ptr = reinterpret_cast<T*>(c.buf[2]) + ((u64)chunk * c.round_elems + (c.lo - c.w0));
+    s.valid = c.hi - c.lo;
+  } else {
+    const u64 seg = chunk / c.per_segment, pos = chunk % c.per_segment;
+    const u64 first = pos * c.chunk_elems;
+    const u64 len = c.count > first ? min64(c.chunk_elems, c.count - first) : 0;
+    s.ptr = reinterpret_cast<T*>(c.buf[b]) + (seg * c.count + first + c.lo);
+    s.valid = valid_in(len, c.lo, c.hi - c.lo);
+  }
+  return s;
+}
+
+__device__ __forceinline__ bool wait_recv(Ctx& c) {
+  return wait_until(c.w, [&] { return *c.recv_head > c.received; }, WAIT_RECV);
+}
+__device__ __forceinline__ bool wait_send(Ctx& c) {
+  return wait_until(c.w, [&] { return c.sent - *c.send_tail < (u64)c.send_nslots; },
+                    WAIT_SEND);
+}
+__device__ __forceinline__ void recv_done(Ctx& c) {
+  __syncthreads();
+  c.received++;
+  if (threadIdx.x == 0) *c.recv_tail = c.received;
+}
+// The barrier orders every thread's slot writes before thread 0's system-scope fence
+// (fences are cumulative in the PTX memory model), which orders them before `head`.
+__device__ __forceinline__ void send_done(Ctx& c) {
+  __syncthreads();
+  c.sent++;
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    *c.send_head = c.sent;
+  }
+}
+
+// One slice of `n` elements over LL: `s` local source (sv existing), `d` local
+// destination (dv existing), `in` / `out` the receive / send slots with the flags
+// expected / written. Block-wide; false on failure.
+template <int KIND>
+__device__ bool ll_move(Ctx& c, T* d, u64 dv, const T* s, u64 sv, u64 n, const char* in,
+                        u32 in_flag, char* out, u32 out_flag) {
+  const u64 lines = (n + LINE - 1) / LINE;
+  const bool recv = KIND == R || KIND == RCS || KIND == RRS || KIND == RRC || KIND == RRCS;
+  const bool send = KIND == S || KIND == RCS || KIND == RRS || KIND == RRCS;
+  const bool local = KIND == S || KIND == RRS || KIND == RRC || KIND == RRCS;
+  const bool store = KIND == R || KIND == RCS || KIND == RRC || KIND == RRCS;
+  bool ok = true;
+  for (u64 l = threadIdx.x; l < lines; l += blockDim.x) {
+    const u64 first = l * LINE;
+    Word x, y;
+    y.u = 0;
+    if (recv && !ll_load(c.w, in, l, in_flag, y.u)) {
+      ok = false;
+      break;
+    }
+    if (local) {
+      x = load_word(s + first, (u32)valid_in(sv, first, LINE));
+      if (recv) {
+#pragma unroll
+        for (u32 k = 0; k < LINE; k++) x.t[k] = apply<T, OP>(x.t[k], y.t[k]);
+      }
+    } else {
+      x = y;
+    }
+    if (send) ll_store(out, l, x.u, out_flag);
+    if (store) {
+      const u32 m = (u32)valid_in(dv, first, LINE);
+      if (m > 0) store_word(d + first, x, m);
+    }
+  }
+  return __syncthreads_and(ok) != 0;
+}
+
+// One plan step: `count` chunks from `sb`/`so` and/or to `db`/`doff`, each chunk's
+// [lo, hi) cut into pieces of one FIFO slot, exactly as the host executor slices
+// messages. Returns false when the rank failed (the caller stops the block).
+template <int KIND>
+__device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count) {
+  const bool recv = KIND == R || KIND == RCS || KIND == RRS || KIND == RRC || KIND == RRCS;
+  const bool send = KIND == S || KIND == RCS || KIND == RRS || KIND == RRCS;
+  const u64 piece = BRAID_PIECE_BYTES / sizeof(T);
+  const u64 len = c.hi - c.lo;
+  for (u32 i = 0; i < count; i++) {
+    const Span s = span(c, sb, so + i);
+    const Span d = span(c, db, doff + i);
+    for (u64 off = 0; off < len; off += piece) {
+      const u64 n = min64(len - off, piece);
+      const u64 sv = valid_in(s.valid, off, n), dv = valid_in(d.valid, off, n);
+      T* sp = s.ptr == nullptr ? nullptr : s.ptr + off;
+      T* dp = d.ptr == nullptr ? nullptr : d.ptr + off;
+      char* in = nullptr;
+      char* out = nullptr;
+      if (recv) {
+        if (!BRAID_LL && !wait_recv(c)) return false;
+        in = c.recv_slots + (c.received % c.recv_nslots) * BRAID_SLOT_BYTES;
+      }
+      if (send) {
+        if (!wait_send(c)) return false;
+        out = c.send_slots + (c.sent % c.send_nslots) * BRAID_SLOT_BYTES;
+      }
+      if (BRAID_LL && (recv || send)) {
+        if (!ll_move<KIND>(c, dp, dv, sp, sv, n, in, (u32)(c.received + 1), out,
+                           (u32)(c.sent + 1)))
+          return false;
+        if (recv) {
+          c.received++;
+          if (threadIdx.x == 0) *c.recv_tail = c.received;
+        }
+        if (send) c.sent++;
+        continue;
+      }
+      T* tin = reinterpret_cast<T*>(in);
+      T* tout = reinterpret_cast<T*>(out);
+      switch (KIND) {
+        case S: move(tout, n, nullptr, 0, sp, sv, nullptr, 0, n); break;
+        case R: move(dp, dv, nullptr, 0, tin, n, nullptr, 0, n); break;
+        case RCS: move(tout, n, dp, dv, tin, n, nullptr, 0, n); break;
+        case RRS: move(tout, n, nullptr, 0, sp, sv, tin, n, n); break;
+        case RRC: move(dp, dv, nullptr, 0, sp, sv, tin, n, n); break;
+        case RRCS: move(tout, n, dp, dv, sp, sv, tin, n, n); break;
+        case CPY: if (sp != dp) move(dp, dv, nullptr, 0, sp, sv, nullptr, 0, n); break;
+        case RE: move(dp, dv, nullptr, 0, dp, dv, sp, sv, n); break;
+      }
+      if (recv) recv_done(c);
+      if (send) send_done(c);
+    }
+  }
+  return true;
+}
+
+__device__ bool dispatch(Ctx& c, const StepDesc& st) {
+  switch (st.kind) {
+    case S: return step<S>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    case R: return step<R>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    case RCS: return step<RCS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    case RRS: return step<RRS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    case RRC: return step<RRC>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    case RRCS: return step<RRCS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    case CPY: return step<CPY>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    case RE: return step<RE>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    default: return true;
+  }
+}
+
+// Runs the block's steps once over [c.lo, c.hi) as tile number `tile` of this call.
+__device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile) {
+  const StepDesc* steps = reinterpret_cast<const StepDesc*>(t.steps) + bd.first_step;
+  const StepDeps* sdeps = reinterpret_cast<const StepDeps*>(t.step_deps) + bd.first_step;
+  const DepDesc* deps = reinterpret_cast<const DepDesc*>(t.deps);
+  for (u32 i = 0; i < bd.nsteps; i++) {
+    const StepDesc st = steps[i];
+    const StepDeps sd = sdeps[i];
+    for (u32 j = 0; j < sd.n; j++) {
+      const DepDesc dep = deps[sd.first + j];
+      volatile u64* p = c.progress + dep.block;
+      const u64 target = tile * dep.nsteps + dep.step;
+      if (!wait_until(c.w, [&] { return *p >= target; }, WAIT_DEP)) return false;
+    }
+    if (!dispatch(c, st)) return false;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      c.progress[bd.block] = tile * bd.nsteps + i + 1;
+    }
+  }
+  return true;
+}
+
+// avg: once every block of this replica finished the round (`tiles` tiles so far),
+// divides this block's share of the output chunks' range [lo, hi).
+__device__ bool finish_avg(Ctx& c, const Table& t, const BlockDesc& bd, u64 tiles, u32 n,
+                           u64 lo, u64 hi) {
+  const BlockDesc* all = reinterpret_cast<const BlockDesc*>(t.blocks) + bd.replica * t.nblocks;
+  for (u32 b = 0; b < t.nblocks; b++) {
+    volatile u64* p = c.progress + b;
+    const u64 target = tiles * all[b].nsteps;
+    if (!wait_until(c.w, [&] { return *p >= target; }, WAIT_DEP)) return false;
+  }
+  c.lo = lo;
+  c.hi = hi;
+  for (u32 chunk = bd.block; chunk < t.out_chunks; chunk += t.nblocks) {
+    const Span o = span(c, 1, chunk);
+    for (u64 i = threadIdx.x; i < o.valid; i += blockDim.x) o.ptr[i] = Num<T>::avg(o.ptr[i], n);
+  }
+  __syncthreads();
+  return true;
+}
+
+// Part `k` of `parts` of [lo, hi), cut at whole vectors from lo (geometry.rs's `share`).
+__device__ __forceinline__ void share(u64 lo, u64 hi, u64 k, u64 parts, u64& a, u64& b) {
+  const u64 len = hi - lo, units = (len + UNIT - 1) / UNIT;
+  a = lo + min64(len, k * units / parts * UNIT);
+  b = lo + min64(len, (k + 1) * units / parts * UNIT);
+}
+
+__device__ void run(const Table& t, const CallArgs& a, u32 g) {
+  const BlockDesc bd = reinterpret_cast<const BlockDesc*>(t.blocks)[g];
+  Ctx c;
+  c.w.fail = reinterpret_cast<volatile u32*>(t.fail);
+  c.w.report = reinterpret_cast<volatile u32*>(t.report);
+  c.w.abort = reinterpret_cast<volatile u32*>(t.abort);
+  c.w.timeout_ns = t.timeout_ns;
+  c.w.block = bd.block;
+  c.buf[0] = reinterpret_cast<char*>(a.in);
+  c.buf[1] = reinterpret_cast<char*>(a.out);
+  c.buf[2] = reinterpret_cast<char*>(t.scratch);
+  c.count = a.count;
+  c.chunk_elems = a.chunk_elems;
+  c.round_elems = a.round_elems;
+  c.per_segment = a.per_segment;
+  c.progress = reinterpret_cast<volatile u64*>(t.progress) + (u64)bd.replica * t.nblocks;
+  u64* counters = reinterpret_cast<u64*>(t.counters);
+  const End& se = bd.send[BRAID_LL];
+  const End& re = bd.recv[BRAID_LL];
+  c.send_slots = reinterpret_cast<char*>(se.slots);
+  c.send_head = reinterpret_cast<volatile u64*>(se.head);
+  c.send_tail = reinterpret_cast<volatile u64*>(se.tail);
+  c.send_nslots = se.nslots;
+  c.sent = se.slots != 0 ? counters[se.counter] : 0;
+  c.recv_slots = reinterpret_cast<char*>(re.slots);
+  c.recv_head = reinterpret_cast<volatile u64*>(re.head);
+  c.recv_tail = reinterpret_cast<volatile u64*>(re.tail);
+  c.recv_nslots = re.nslots;
+  c.received = re.slots != 0 ? counters[re.counter] : 0;
+  // A rank that failed stays failed (the host refuses its later calls); the abort word
+  // lives in host memory, so it is read in waits only, not on every block's start.
+  if (*c.w.fail != 0) return;
+  const u64 piece = BRAID_PIECE_BYTES / sizeof(T);
+  u64 tiles = 0;
+  for (u64 w0 = 0; w0 < a.chunk_elems; w0 += a.round_elems) {
+    const u64 w1 = min64(w0 + a.round_elems, a.chunk_elems);
+    u64 lo, hi;
+    share(w0, w1, bd.replica, t.replicas, lo, hi);
+    c.w0 = w0;
+    if (t.tiled) {
+      for (u64 t0 = lo; t0 < hi; t0 += piece) {
+        c.lo = t0;
+        c.hi = min64(t0 + piece, hi);
+        if (!run_steps(c, t, bd, tiles)) return;
+        tiles++;
+      }
+    } else {
+      c.lo = lo;
+      c.hi = hi;
+      if (!run_steps(c, t, bd, tiles)) return;
+      tiles++;
+    }
+    if (OP == AVG && a.avg_n > 1 && a.out != 0) {
+      if (!finish_avg(c, t, bd, tiles, a.avg_n, lo, hi)) return;
+    }
+  }
+  // Keep the connection counters for the next call; the last block out resets the
+  // dependency counters for it.
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (se.slots != 0) counters[se.counter] = c.sent;
+    if (re.slots != 0) counters[re.counter] = c.received;
+    __threadfence();
+    const u64 before = atomicAdd(reinterpret_cast<u64*>(t.progress) + t.grid, 1ull);
+    last = before + 1 == t.grid;
+  }
+  __syncthreads();
+  if (last) {
+    volatile u64* progress = reinterpret_cast<volatile u64*>(t.progress);
+    for (u32 i = threadIdx.x; i < t.grid; i += blockDim.x) progress[i] = 0;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      progress[t.grid] = 0;
+      __threadfence();
+    }
+  }
+}
+
+}  // namespace braid
+
+extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_kernel(const braid::Launch L) {
+  unsigned s = 0;
+  while (s + 1 < L.n && blockIdx.x >= L.first[s + 1]) s++;
+  const braid::Table& t = *reinterpret_cast<const braid::Table*>(L.table[s]);
+  braid::run(t, L.call[s], blockIdx.x - L.first[s]);
+}

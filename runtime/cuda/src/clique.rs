@@ -1,0 +1,461 @@
+//! The ranks of one communicator that live in this process, and everything they share:
+//! their GPUs' contexts, the connections between ranks (created once, on first use, and
+//! shared by every plan and call afterwards), each rank's counters, status words and
+//! scratch, and the abort word. A communicator made by `init_all` has every rank here; one
+//! made by `init_rank` has one, and reaches the others' processes through the bootstrap.
+//!
+//! A connection `(sender, receiver, channel)` is one allocation in the receiver's memory
+//! (or host memory) holding two lanes, Simple and LL, each a header (head and tail
+//! counters on separate 128-byte lines) and `slots` slots. Each end of a lane has a
+//! counter (slices sent, or received) in its rank's counter array, which the kernel reads
+//! at the start of a call and writes back at its end.
+
+use crate::device::{enable_peer, DeviceAlloc, HostAlloc};
+use crate::error::{CudaError, Result};
+use crate::kernel::{LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
+use crate::program::{self, BlockEnds, Conn, EndDesc};
+use crate::transport::{self, Region};
+use braid_plan::Plan;
+use braid_runtime::device_comm::Stats;
+use cudarc::driver::{result, sys, CudaContext};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// Grid blocks one rank's launch may have.
+pub const MAX_GRID: usize = 1024;
+/// Connection-end lane counters per rank.
+pub const MAX_COUNTERS: usize = 16384;
+/// Bytes before a lane's first slot (head at 0, tail at 128).
+pub const LANE_HEADER: usize = 256;
+const TAIL_AT: u64 = 128;
+
+/// Exchanges between this process's ranks and the others' (the bootstrap).
+pub trait Oob: Send + Sync {
+    /// Every rank's `mine`, indexed by rank.
+    fn allgather(&self, mine: &[u8]) -> braid_runtime::Result<Vec<Vec<u8>>>;
+    fn barrier(&self) -> braid_runtime::Result<()>;
+}
+
+impl Oob for braid_runtime::bootstrap::Bootstrap {
+    fn allgather(&self, mine: &[u8]) -> braid_runtime::Result<Vec<Vec<u8>>> {
+        braid_runtime::bootstrap::Bootstrap::allgather(self, mine)
+    }
+    fn barrier(&self) -> braid_runtime::Result<()> {
+        braid_runtime::bootstrap::Bootstrap::barrier(self)
+    }
+}
+
+/// One rank of this process.
+pub struct Local {
+    pub rank: u32,
+    pub ctx: Arc<CudaContext>,
+    /// Dependency counters (`MAX_GRID`), the finished count, then the failure word.
+    pub state: DeviceAlloc,
+    /// Connection-end counters.
+    pub counters: DeviceAlloc,
+    /// Scratch memory, allocated with the first plan that has scratch.
+    pub scratch: OnceLock<DeviceAlloc>,
+}
+
+impl Local {
+    /// Device address of the failure word.
+    pub fn fail_addr(&self) -> u64 {
+        self.state.ptr() + 8 * (MAX_GRID as u64 + 1)
+    }
+}
+
+/// Both lanes of one end of a connection, for the table.
+type Ends = [EndDesc; 2];
+
+#[derive(Default)]
+struct Conns {
+    /// Every connection of the communicator made so far, whoever's (the same set in
+    /// every process, so every process agrees on what is still missing).
+    made: HashSet<Conn>,
+    /// Slots per lane of each connection.
+    slots: HashMap<Conn, u32>,
+    /// The ends this process's ranks hold: (connection, sending end?).
+    ends: HashMap<(Conn, bool), Ends>,
+    /// Next free counter per local rank.
+    next_counter: HashMap<u32, u32>,
+    /// FIFOs created here (receivers here).
+    own: Vec<Box<dyn Region>>,
+    /// Peers' FIFOs opened here (senders here, receivers in other processes).
+    opened: Vec<Box<dyn Region>>,
+}
+
+pub struct Clique {
+    pub n: u32,
+    pub locals: Vec<Local>,
+    /// The other processes' ranks, when there are any.
+    pub oob: Option<Arc<dyn Oob>>,
+    /// Whether connections go peer to peer (else through host memory).
+    pub p2p: bool,
+    pub timeout: Duration,
+    pub scratch_bytes: usize,
+    /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
+    words: HostAlloc,
+    conns: Mutex<Conns>,
+    /// Per GPU: the stream and rank of the last launch that did not hold every rank on
+    /// that GPU (to refuse a launch that would wait behind it forever).
+    pub last_solo: Mutex<HashMap<usize, Option<(usize, u32)>>>,
+    /// Per GPU: an event joining several ranks' streams around one launch.
+    join: Mutex<HashMap<usize, Event>>,
+}
+
+/// A CUDA event handle owned by the clique.
+struct Event(sys::CUevent, Arc<CudaContext>);
+
+// SAFETY: event handles may be used from any thread.
+unsafe impl Send for Event {}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.1.bind_to_thread().is_ok() {
+            // SAFETY: created by `join_event`, destroyed once.
+            let _ = unsafe { result::event::destroy(self.0) };
+        }
+    }
+}
+
+impl Clique {
+    /// The clique of `locals` (rank, context) of a communicator of `n` ranks.
+    pub fn new(
+        n: u32,
+        locals: Vec<(u32, Arc<CudaContext>)>,
+        oob: Option<Arc<dyn Oob>>,
+        p2p: bool,
+        timeout: Duration,
+        scratch_bytes: usize,
+        stats: &Stats,
+    ) -> Result<Clique> {
+        if p2p {
+            for (i, (_, a)) in locals.iter().enumerate() {
+                for (_, b) in &locals[i + 1..] {
+                    if a.ordinal() != b.ordinal() {
+                        enable_peer(a, b)?;
+                        enable_peer(b, a)?;
+                    }
+                }
+            }
+        }
+        let words = HostAlloc::new(&locals[0].1, 4 * (1 + locals.len()))?;
+        stats.allocated(1);
+        let mut out = Vec::with_capacity(locals.len());
+        for (rank, ctx) in locals {
+            let state = DeviceAlloc::new(&ctx, 8 * (MAX_GRID + 2), 0)?;
+            let counters = DeviceAlloc::new(&ctx, 8 * MAX_COUNTERS, 0)?;
+            stats.allocated(2);
+            out.push(Local {
+                rank,
+                ctx,
+                state,
+                counters,
+                scratch: OnceLock::new(),
+            });
+        }
+        Ok(Clique {
+            n,
+            locals: out,
+            oob,
+            p2p,
+            timeout,
+            scratch_bytes,
+            words,
+            conns: Mutex::new(Conns::default()),
+            last_solo: Mutex::new(HashMap::new()),
+            join: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The position of `rank` among the local ranks.
+    pub fn local_index(&self, rank: u32) -> Option<usize> {
+        self.locals.iter().position(|l| l.rank == rank)
+    }
+
+    /// Local ranks on the same GPU as local rank `i` (itself included).
+    pub fn sharing_gpu(&self, i: usize) -> usize {
+        let d = self.locals[i].ctx.ordinal();
+        self.locals.iter().filter(|l| l.ctx.ordinal() == d).count()
+    }
+
+    /// The device address of the abort word.
+    pub fn abort_addr(&self) -> u64 {
+        self.words.ptr()
+    }
+
+    /// Device address of local rank `i`'s failure report.
+    pub fn report_addr(&self, i: usize) -> u64 {
+        self.words.ptr() + 4 * (1 + i as u64)
+    }
+
+    /// The event that joins streams of `ctx`'s GPU around a launch (made on first use).
+    pub fn join_event(&self, ctx: &Arc<CudaContext>) -> Result<sys::CUevent> {
+        let mut j = self.join.lock().unwrap();
+        if let Some(e) = j.get(&ctx.ordinal()) {
+            return Ok(e.0);
+        }
+        ctx.bind_to_thread()?;
+        let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+        j.insert(ctx.ordinal(), Event(e, ctx.clone()));
+        Ok(e)
+    }
+
+    /// Asks every kernel of this process's ranks to stop.
+    pub fn abort(&self) {
+        self.words.write_u32(0, 1);
+    }
+
+    pub fn aborted(&self) -> bool {
+        self.words.read_u32(0) != 0
+    }
+
+    /// Local rank `i`'s failure report (0: none).
+    pub fn report(&self, i: usize) -> u32 {
+        self.words.read_u32(1 + i)
+    }
+
+    /// Local rank `i`'s scratch memory, allocated on first need.
+    pub fn scratch(&self, i: usize, stats: &Stats) -> Result<u64> {
+        let l = &self.locals[i];
+        if let Some(s) = l.scratch.get() {
+            return Ok(s.ptr());
+        }
+        let s = DeviceAlloc::new(&l.ctx, self.scratch_bytes, 0)?;
+        stats.allocated(1);
+        Ok(l.scratch.get_or_init(|| s).ptr())
+    }
+
+    /// Makes every connection `plan` needs that does not exist yet. Collective over the
+    /// processes when some connection has an end elsewhere: every process calls it for
+    /// the same plans in the same order (every rank prepares the same choices).
+    pub fn connect(&self, plan: &Plan, stats: &Stats) -> Result<()> {
+        let mut c = self.conns.lock().unwrap();
+        let needed = program::connections(plan);
+        let slots = plan.slots.max(braid_plan::DEFAULT_SLOTS);
+        for conn in needed.iter().filter(|x| c.made.contains(x)) {
+            let have = c.slots[conn];
+            if have < plan.slots {
+                return Err(CudaError::Invalid(format!(
+                    "plan `{}` needs {} slots per connection; the communicator's connection \
+                     {}->{} channel {} has {have}",
+                    plan.name, plan.slots, conn.sender, conn.receiver, conn.channel
+                )));
+            }
+        }
+        let missing: Vec<Conn> = needed.into_iter().filter(|x| !c.made.contains(x)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let len = lane_len(false, slots) + lane_len(true, slots);
+        let local = |r: u32| self.local_index(r);
+        // Receivers here create their FIFOs.
+        let mut offers: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut created: HashMap<usize, u64> = HashMap::new();
+        for (i, conn) in missing.iter().enumerate() {
+            let Some(ri) = local(conn.receiver) else {
+                continue;
+            };
+            let same = local(conn.sender).is_some();
+            let t = transport::choose(same, self.p2p);
+            let (region, desc) = t.create(&self.locals[ri].ctx, len)?;
+            stats.allocated(1);
+            created.insert(i, region.ptr());
+            c.own.push(region);
+            if !same {
+                offers.push((i, desc));
+            }
+        }
+        // Descriptions travel to the senders' processes.
+        let mut remote: HashMap<usize, Vec<u8>> = HashMap::new();
+        if let Some(oob) = &self.oob {
+            let all = oob.allgather(&encode_offers(&offers))?;
+            stats.exchanged();
+            for (r, bytes) in all.iter().enumerate() {
+                for (i, desc) in decode_offers(bytes).map_err(|e| {
+                    CudaError::Invalid(format!("rank {r} sent a malformed FIFO description: {e}"))
+                })? {
+                    let Some(conn) = missing.get(i) else {
+                        return Err(CudaError::Invalid(format!(
+                            "rank {r} offered connection {i} of {}",
+                            missing.len()
+                        )));
+                    };
+                    if conn.receiver == r as u32 && local(conn.sender).is_some() {
+                        remote.insert(i, desc);
+                    }
+                }
+            }
+        }
+        // Ends here: counters, and the sender's view of the FIFO.
+        for (i, conn) in missing.iter().enumerate() {
+            let base_recv = created.get(&i).copied();
+            if let Some(si) = local(conn.sender) {
+                let base = match base_recv {
+                    Some(p) => p,
+                    None => {
+                        let desc = remote.get(&i).ok_or_else(|| {
+                            CudaError::Invalid(format!(
+                                "rank {} did not describe the FIFO of its connection from \
+                                 rank {} (channel {})",
+                                conn.receiver, conn.sender, conn.channel
+                            ))
+                        })?;
+                        let t = transport::choose(false, self.p2p);
+                        let region = t.open(&self.locals[si].ctx, desc)?;
+                        stats.allocated(1);
+                        let p = region.ptr();
+                        c.opened.push(region);
+                        p
+                    }
+                };
+                let ends = self.lanes(&mut c, conn.sender, base, slots)?;
+                c.ends.insert((*conn, true), ends);
+            }
+            if let Some(base) = base_recv {
+                let ends = self.lanes(&mut c, conn.receiver, base, slots)?;
+                c.ends.insert((*conn, false), ends);
+            }
+        }
+        if let Some(oob) = &self.oob {
+            // Every sender has opened its FIFOs: shared files need no name any more.
+            oob.barrier()?;
+            stats.exchanged();
+        }
+        for r in c.own.iter_mut() {
+            r.opened_by_all();
+        }
+        for conn in missing {
+            c.made.insert(conn);
+            c.slots.insert(conn, slots);
+        }
+        Ok(())
+    }
+
+    /// Both lanes of a connection end of local rank `rank` at FIFO base `base`, with a
+    /// fresh counter each.
+    fn lanes(&self, c: &mut Conns, rank: u32, base: u64, slots: u32) -> Result<Ends> {
+        let next = c.next_counter.entry(rank).or_insert(0);
+        if *next as usize + 2 > MAX_COUNTERS {
+            return Err(CudaError::Invalid(format!(
+                "rank {rank} has more than {} connection ends",
+                MAX_COUNTERS / 2
+            )));
+        }
+        let mut out = [EndDesc::default(); 2];
+        let mut at = base;
+        for (lane, ll) in [false, true].into_iter().enumerate() {
+            out[lane] = EndDesc {
+                slots: at + LANE_HEADER as u64,
+                head: at,
+                tail: at + TAIL_AT,
+                counter: *next,
+                nslots: slots,
+            };
+            *next += 1;
+            at += lane_len(ll, slots) as u64;
+        }
+        Ok(out)
+    }
+
+    /// The connection ends of every grid block of local rank `rank` for `plan` (after
+    /// [`Clique::connect`]).
+    pub fn block_ends(&self, plan: &Plan, rank: u32) -> Result<Vec<BlockEnds>> {
+        let c = self.conns.lock().unwrap();
+        let get = |conn: Option<Conn>, send: bool| -> Result<Ends> {
+            match conn {
+                None => Ok([EndDesc::default(); 2]),
+                Some(conn) => c.ends.get(&(conn, send)).copied().ok_or_else(|| {
+                    CudaError::Invalid(format!(
+                        "connection {}->{} channel {} is not open on rank {rank}",
+                        conn.sender, conn.receiver, conn.channel
+                    ))
+                }),
+            }
+        };
+        (0..program::grid(plan, rank))
+            .map(|g| {
+                let (s, r) = program::block_conns(plan, rank, g);
+                Ok(BlockEnds {
+                    send: get(s, true)?,
+                    recv: get(r, false)?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Bytes of one lane with `slots` slots.
+pub fn lane_len(ll: bool, slots: u32) -> usize {
+    let slot = if ll { LL_SLOT_BYTES } else { SIMPLE_SLOT_BYTES };
+    LANE_HEADER + slots as usize * slot
+}
+
+impl Drop for Clique {
+    fn drop(&mut self) {
+        // Kernels still running may use everything here.
+        for l in &self.locals {
+            let _ = l.ctx.synchronize();
+        }
+        let aborted = self.aborted();
+        let c = self.conns.get_mut().unwrap();
+        // Close what we opened of our peers, then wait until every peer did the same
+        // before freeing our own FIFOs (unless the group was aborted: nobody waits).
+        c.opened.clear();
+        if let Some(oob) = &self.oob {
+            if !aborted {
+                if let Err(e) = oob.barrier() {
+                    tracing::warn!("teardown barrier: {e}");
+                }
+            }
+        }
+        c.own.clear();
+    }
+}
+
+/// `[conn u32][len u32][payload]...`, little-endian.
+fn encode_offers(offers: &[(usize, Vec<u8>)]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for (i, d) in offers {
+        v.extend_from_slice(&(*i as u32).to_le_bytes());
+        v.extend_from_slice(&(d.len() as u32).to_le_bytes());
+        v.extend_from_slice(d);
+    }
+    v
+}
+
+fn decode_offers(mut b: &[u8]) -> std::result::Result<Vec<(usize, Vec<u8>)>, String> {
+    let mut v = Vec::new();
+    while !b.is_empty() {
+        if b.len() < 8 {
+            return Err("truncated entry".into());
+        }
+        let i = u32::from_le_bytes(b[..4].try_into().unwrap()) as usize;
+        let len = u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize;
+        let payload = b.get(8..8 + len).ok_or("truncated payload")?;
+        v.push((i, payload.to_vec()));
+        b = &b[8 + len..];
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offers_round_trip_and_garbage_is_refused() {
+        let v = encode_offers(&[(3, vec![1, 2, 3]), (9, b"/dev/shm/x".to_vec())]);
+        let d = decode_offers(&v).unwrap();
+        assert_eq!(d, vec![(3, vec![1, 2, 3]), (9, b"/dev/shm/x".to_vec())]);
+        assert!(decode_offers(&v[..v.len() - 1]).is_err());
+        assert!(decode_offers(&[1, 0, 0]).is_err());
+    }
+
+    #[test]
+    fn lanes_hold_their_slots_after_a_header() {
+        assert_eq!(lane_len(false, 8), 256 + 8 * SIMPLE_SLOT_BYTES);
+        assert_eq!(lane_len(true, 2), 256 + 2 * LL_SLOT_BYTES);
+    }
+}

@@ -1,0 +1,665 @@
+//! The CUDA communicator: [`DeviceComm`] over [`CudaEngine`], made for every GPU of a
+//! process at once ([`CudaComm::init_all`], several ranks per GPU allowed), or one rank
+//! per process from a unique id or a launcher's environment, and the collectives on
+//! device memory (checked, safe) or raw device addresses (unsafe, NCCL's contract).
+
+use crate::clique::{Clique, Oob};
+use crate::device::DeviceAlloc;
+use crate::engine::CudaEngine;
+use crate::error::{CudaError, Result};
+use crate::stream::Stream;
+use braid_ir::Collective;
+use braid_runtime::bootstrap::{Bootstrap, UniqueId};
+use braid_runtime::call::CallSpec;
+use braid_runtime::device_comm::{enqueue_group, DeviceComm, GroupCall, Stats};
+use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::launcher::LaunchEnv;
+use braid_runtime::policy::Policy;
+use braid_runtime::registry::Registry;
+use cudarc::driver::{sys, CudaContext};
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default bytes of scratch memory per rank (plans with scratch run larger calls in
+/// rounds of this size): `BRAID_SCRATCH_BYTES` overrides.
+pub const DEFAULT_SCRATCH_BYTES: usize = 32 << 20;
+
+/// How a communicator is made.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How long a kernel waits for a peer, a FIFO or a block before the call fails.
+    pub timeout: Duration,
+    /// Connections through host memory even where GPUs reach each other directly.
+    pub p2p_disable: bool,
+    pub scratch_bytes: usize,
+    pub policy: Policy,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            timeout: Duration::from_secs_f64(braid_runtime::comm::DEFAULT_TIMEOUT_S),
+            p2p_disable: false,
+            scratch_bytes: DEFAULT_SCRATCH_BYTES,
+            policy: Policy::default(),
+        }
+    }
+}
+
+impl Options {
+    /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
+    /// `BRAID_CHANNELS`.
+    pub fn from_env() -> Result<Options> {
+        let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
+            Err(_) => DEFAULT_SCRATCH_BYTES,
+            Ok(v) => v
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&b| b >= 1 << 16)
+                .ok_or_else(|| {
+                    CudaError::Invalid(format!(
+                        "BRAID_SCRATCH_BYTES={v}: expected a byte count of at least 65536"
+                    ))
+                })?,
+        };
+        Ok(Options {
+            timeout: braid_runtime::comm::timeout_from_env(),
+            p2p_disable: p2p_disabled(std::env::var("BRAID_P2P_DISABLE").ok().as_deref()),
+            scratch_bytes,
+            policy: Policy::from_env()?,
+        })
+    }
+}
+
+/// Whether a value of `BRAID_P2P_DISABLE` disables peer to peer: set, not empty, not `0`.
+pub fn p2p_disabled(value: Option<&str>) -> bool {
+    value.is_some_and(|v| !matches!(v.trim(), "" | "0"))
+}
+
+/// Whether a CUDA driver library can be loaded here. Check this before calling anything
+/// else of cudarc: without a driver its functions panic.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to load the library.
+    unsafe { sys::is_culib_present() }
+}
+
+/// How many GPUs this machine has (0 without a driver).
+pub fn device_count() -> usize {
+    if !driver_present() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n as usize)
+}
+
+/// Device memory a call may use: where it starts, how long it is, on which GPU.
+pub trait DeviceMemory {
+    fn addr(&self) -> u64;
+    fn len(&self) -> usize;
+    fn device(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Device memory owned by Braid (`cuMemAlloc`), zeroed. Freeing it waits for the
+/// device, so no call still running can see it go.
+pub struct DeviceBuffer {
+    alloc: DeviceAlloc,
+    device: usize,
+}
+
+impl DeviceBuffer {
+    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<DeviceBuffer> {
+        Ok(DeviceBuffer {
+            alloc: DeviceAlloc::new(ctx, len, 0)?,
+            device: ctx.ordinal(),
+        })
+    }
+
+    /// Copies `data` to the start of the buffer (synchronous: finish the streams that
+    /// use the buffer first).
+    pub fn upload(&self, data: &[u8]) -> Result<()> {
+        if data.len() > self.alloc.len() {
+            return Err(CudaError::Invalid(format!(
+                "{} bytes do not fit a buffer of {}",
+                data.len(),
+                self.alloc.len()
+            )));
+        }
+        self.alloc.upload(data)
+    }
+
+    /// The first `n` bytes (synchronous, as [`DeviceBuffer::upload`]).
+    pub fn download(&self, n: usize) -> Result<Vec<u8>> {
+        if n > self.alloc.len() {
+            return Err(CudaError::Invalid(format!(
+                "{n} bytes are more than a buffer of {}",
+                self.alloc.len()
+            )));
+        }
+        self.alloc.download(n)
+    }
+}
+
+impl DeviceMemory for DeviceBuffer {
+    fn addr(&self) -> u64 {
+        self.alloc.ptr()
+    }
+    fn len(&self) -> usize {
+        self.alloc.len()
+    }
+    fn device(&self) -> usize {
+        self.device
+    }
+}
+
+/// Device memory allocated by someone else (a stream-ordered pool, a virtual-memory
+/// mapping, a framework's allocator).
+#[derive(Clone, Copy, Debug)]
+pub struct RawDeviceMemory {
+    addr: u64,
+    len: usize,
+    device: usize,
+}
+
+impl RawDeviceMemory {
+    /// # Safety
+    /// `len` bytes at `addr` must be device memory GPU `device` can read and write, and
+    /// stay allocated until every call given this value has completed on its stream.
+    pub unsafe fn new(addr: u64, len: usize, device: usize) -> RawDeviceMemory {
+        RawDeviceMemory { addr, len, device }
+    }
+}
+
+impl DeviceMemory for RawDeviceMemory {
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn device(&self) -> usize {
+        self.device
+    }
+}
+
+/// The buffers of one call. In place, the one buffer is laid out as NCCL lays it out
+/// (allgather's input is the rank's block of the output; reduce_scatter's output the
+/// rank's block of the input).
+#[derive(Clone, Copy)]
+pub enum Bufs<'a> {
+    OutOfPlace {
+        send: &'a dyn DeviceMemory,
+        recv: &'a dyn DeviceMemory,
+    },
+    InPlace(&'a dyn DeviceMemory),
+}
+
+/// One rank of a communicator on a GPU.
+pub struct CudaComm {
+    inner: DeviceComm<CudaEngine>,
+}
+
+impl Deref for CudaComm {
+    type Target = DeviceComm<CudaEngine>;
+    fn deref(&self) -> &DeviceComm<CudaEngine> {
+        &self.inner
+    }
+}
+
+fn open_ctx(device: usize) -> Result<Arc<CudaContext>> {
+    if !driver_present() {
+        return Err(CudaError::NoDriver);
+    }
+    let have = CudaContext::device_count()? as usize;
+    if device >= have {
+        return Err(CudaError::Invalid(format!(
+            "GPU {device} does not exist; this machine has {have}"
+        )));
+    }
+    Ok(CudaContext::new(device)?)
+}
+
+fn can_access_peer(a: &CudaContext, b: &CudaContext) -> Result<bool> {
+    let mut can = 0;
+    // SAFETY: out-parameter; both devices exist.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()) }.result()?;
+    Ok(can != 0)
+}
+
+impl CudaComm {
+    /// One communicator per entry of `devices`, rank `r` on GPU `devices[r]`, all in this
+    /// process (NCCL's `ncclCommInitAll`, but a GPU may appear several times: its ranks
+    /// then share it, each with its share of the multiprocessors).
+    pub fn init_all(
+        devices: &[usize],
+        registry: Arc<Registry>,
+        opts: &Options,
+    ) -> Result<Vec<CudaComm>> {
+        if devices.is_empty() {
+            return Err(CudaError::Invalid("a communicator needs at least one rank".into()));
+        }
+        let mut ctxs: Vec<Arc<CudaContext>> = Vec::new();
+        let mut per_rank = Vec::with_capacity(devices.len());
+        for &d in devices {
+            let ctx = match ctxs.iter().find(|c| c.ordinal() == d) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = open_ctx(d)?;
+                    ctxs.push(c.clone());
+                    c
+                }
+            };
+            per_rank.push(ctx);
+        }
+        let arch = crate::modules::arch(&ctxs[0])?;
+        for c in &ctxs[1..] {
+            if crate::modules::arch(c)? != arch {
+                return Err(CudaError::Invalid(
+                    "GPUs of different architectures in one communicator are not supported yet"
+                        .into(),
+                ));
+            }
+        }
+        let mut p2p = !opts.p2p_disable;
+        for a in &ctxs {
+            for b in &ctxs {
+                if p2p && a.ordinal() != b.ordinal() && !can_access_peer(a, b)? {
+                    tracing::warn!(
+                        "GPU {} cannot access GPU {} peer to peer: connections are host-staged",
+                        a.ordinal(),
+                        b.ordinal()
+                    );
+                    p2p = false;
+                }
+            }
+        }
+        if ctxs.len() < devices.len() {
+            tracing::warn!(
+                "{} ranks on {} GPU(s): ranks sharing a GPU run correctly but share its \
+                 multiprocessors and memory bandwidth",
+                devices.len(),
+                ctxs.len()
+            );
+        }
+        let n = devices.len() as u32;
+        let stats = Stats::default();
+        let locals = per_rank.into_iter().enumerate().map(|(r, c)| (r as u32, c)).collect();
+        let clique = Arc::new(Clique::new(
+            n,
+            locals,
+            None,
+            p2p,
+            opts.timeout,
+            opts.scratch_bytes,
+            &stats,
+        )?);
+        // What the clique set up is counted on rank 0.
+        let mut first = Some(stats);
+        Ok((0..n as usize)
+            .map(|i| {
+                let s = first.take().unwrap_or_default();
+                CudaComm {
+                    inner: DeviceComm::new(
+                        CudaEngine::new(clique.clone(), i, s),
+                        registry.clone(),
+                        opts.policy,
+                    ),
+                }
+            })
+            .collect())
+    }
+
+    /// Rank `rank` of `n`, in this process, on GPU `device`, joining the group of `id`
+    /// (NCCL's `ncclCommInitRank`). Collective: every rank calls it.
+    pub fn init_rank(
+        id: &UniqueId,
+        rank: u32,
+        n: u32,
+        device: usize,
+        registry: Arc<Registry>,
+        opts: &Options,
+    ) -> Result<CudaComm> {
+        let boot = Bootstrap::init(id, rank, n, opts.timeout)?;
+        Self::with_bootstrap(Arc::new(boot), device, registry, opts)
+    }
+
+    /// This process's rank of a group started by a launcher (torchrun, Open MPI, Slurm),
+    /// on the GPU of its local rank.
+    pub fn from_launch_env(registry: Arc<Registry>, opts: &Options) -> Result<CudaComm> {
+        let env = LaunchEnv::from_env()?;
+        if !driver_present() {
+            return Err(CudaError::NoDriver);
+        }
+        let boot = Bootstrap::from_launch_env(&env, opts.timeout)?;
+        let visible = CudaContext::device_count()?.max(1) as u32;
+        let device = env.local_rank.unwrap_or(env.rank % visible) as usize;
+        Self::with_bootstrap(Arc::new(boot), device, registry, opts)
+    }
+
+    /// This process's rank of `boot`'s group on GPU `device`. Collective: every rank
+    /// calls it. Connections go peer to peer when every rank's GPU reaches every other's
+    /// and none asked otherwise; else through shared host memory, on every rank alike.
+    pub fn with_bootstrap(
+        boot: Arc<Bootstrap>,
+        device: usize,
+        registry: Arc<Registry>,
+        opts: &Options,
+    ) -> Result<CudaComm> {
+        let ctx = open_ctx(device)?;
+        let (rank, n) = (boot.rank(), boot.n_ranks());
+        let arch = crate::modules::arch(&ctx)?;
+        let bus = pci_bus_id(&ctx)?;
+        let all = boot.allgather(format!("{arch} {bus}").as_bytes())?;
+        let mut ok = !opts.p2p_disable;
+        let mut sharing = Vec::new();
+        for (r, info) in all.iter().enumerate() {
+            let info = String::from_utf8_lossy(info);
+            let (their_arch, their_bus) = info.split_once(' ').unwrap_or((&info, ""));
+            if their_arch != arch {
+                return Err(CudaError::Invalid(format!(
+                    "rank {r} has a {their_arch} GPU, rank {rank} {arch}: GPUs of different \
+                     architectures are not supported yet"
+                )));
+            }
+            if r as u32 != rank && their_bus == bus {
+                sharing.push(r);
+            }
+            if ok && r as u32 != rank && !reaches(&ctx, their_bus)? {
+                tracing::warn!(
+                    "rank {rank}: GPU {device} cannot reach rank {r}'s GPU ({their_bus}) peer \
+                     to peer"
+                );
+                ok = false;
+            }
+        }
+        if !sharing.is_empty() {
+            tracing::warn!(
+                "rank {rank} shares GPU {device} with rank(s) {sharing:?} of other processes: \
+                 correct, not fast (the processes take turns on the GPU)"
+            );
+        }
+        let votes = boot.allgather(&[u8::from(ok)])?;
+        let p2p = votes.iter().all(|v| v.first() == Some(&1));
+        if !p2p {
+            tracing::info!("rank {rank}: connections staged through shared host memory");
+        }
+        let stats = Stats::default();
+        stats.exchanged();
+        stats.exchanged();
+        let oob: Arc<dyn Oob> = boot;
+        let clique = Arc::new(Clique::new(
+            n,
+            vec![(rank, ctx)],
+            Some(oob),
+            p2p,
+            opts.timeout,
+            opts.scratch_bytes,
+            &stats,
+        )?);
+        Ok(CudaComm {
+            inner: DeviceComm::new(CudaEngine::new(clique, 0, stats), registry, opts.policy),
+        })
+    }
+
+    /// The GPU (ordinal) this rank runs on.
+    pub fn device(&self) -> usize {
+        self.engine().device()
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.engine().context()
+    }
+
+    /// Whether connections go peer to peer (`false`: host-staged).
+    pub fn p2p(&self) -> bool {
+        self.engine().p2p()
+    }
+
+    /// The addresses NCCL would be given for `bufs`, after checking that they are on this
+    /// rank's GPU and large enough for `spec`.
+    fn addresses(&self, spec: &CallSpec, bufs: Bufs) -> Result<(u64, u64)> {
+        let (rank, n) = (self.rank(), self.n_ranks());
+        spec.check(n)?;
+        let sizes = spec.sizes(rank, n);
+        let c = spec.collective;
+        let check = |what: &str, m: &dyn DeviceMemory, need: usize| -> Result<()> {
+            if m.device() != self.device() {
+                return Err(CudaError::Invalid(format!(
+                    "{c} on rank {rank}: the {what} buffer is on GPU {}, the rank on GPU {}",
+                    m.device(),
+                    self.device()
+                )));
+            }
+            if m.len() < need {
+                return Err(CudaError::Invalid(format!(
+                    "{c} on rank {rank}: the {what} buffer has {} bytes, the call needs {need}",
+                    m.len()
+                )));
+            }
+            Ok(())
+        };
+        match bufs {
+            Bufs::OutOfPlace { send, recv } => {
+                if let Some(need) = sizes.send {
+                    check("send", send, need)?;
+                }
+                if let Some(need) = sizes.recv {
+                    check("receive", recv, need)?;
+                }
+                Ok((send.addr(), recv.addr()))
+            }
+            Bufs::InPlace(buf) => {
+                if c == Collective::Alltoall {
+                    return Err(CudaError::Invalid("alltoall has no in-place mode".into()));
+                }
+                check("in-place", buf, sizes.larger)?;
+                Ok(spec.in_place_buffers(rank, buf.addr()))
+            }
+        }
+    }
+
+    /// Enqueues one collective on `stream` and returns at once. `count` is NCCL's count
+    /// for the collective; `root` is given for broadcast and reduce only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &self,
+        collective: Collective,
+        bufs: Bufs,
+        count: usize,
+        dtype: DType,
+        op: RedOp,
+        root: Option<u32>,
+        stream: &Stream,
+    ) -> Result<()> {
+        let spec = CallSpec {
+            collective,
+            count,
+            dtype,
+            op,
+            root,
+        };
+        let (send, recv) = self.addresses(&spec, bufs)?;
+        // SAFETY: the buffers are device memory of this rank's GPU, large enough (checked
+        // above), and live until the call completes: a `DeviceBuffer` cannot be freed
+        // before the device finishes (cuMemFree waits), a `RawDeviceMemory` was promised
+        // so by its maker.
+        unsafe { self.inner.enqueue(&spec, send, recv, stream) }?;
+        Ok(())
+    }
+
+    pub fn all_reduce(
+        &self,
+        bufs: Bufs,
+        count: usize,
+        dtype: DType,
+        op: RedOp,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.call(Collective::Allreduce, bufs, count, dtype, op, None, stream)
+    }
+
+    pub fn all_gather(&self, bufs: Bufs, sendcount: usize, dtype: DType, stream: &Stream) -> Result<()> {
+        self.call(Collective::Allgather, bufs, sendcount, dtype, RedOp::Sum, None, stream)
+    }
+
+    pub fn reduce_scatter(
+        &self,
+        bufs: Bufs,
+        recvcount: usize,
+        dtype: DType,
+        op: RedOp,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.call(Collective::ReduceScatter, bufs, recvcount, dtype, op, None, stream)
+    }
+
+    pub fn broadcast(&self, bufs: Bufs, count: usize, dtype: DType, root: u32, stream: &Stream) -> Result<()> {
+        self.call(Collective::Broadcast, bufs, count, dtype, RedOp::Sum, Some(root), stream)
+    }
+
+    pub fn reduce(
+        &self,
+        bufs: Bufs,
+        count: usize,
+        dtype: DType,
+        op: RedOp,
+        root: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.call(Collective::Reduce, bufs, count, dtype, op, Some(root), stream)
+    }
+
+    /// `count` is what one rank sends to one peer.
+    pub fn all_to_all(
+        &self,
+        send: &dyn DeviceMemory,
+        recv: &dyn DeviceMemory,
+        count: usize,
+        dtype: DType,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.call(
+            Collective::Alltoall,
+            Bufs::OutOfPlace { send, recv },
+            count,
+            dtype,
+            RedOp::Sum,
+            None,
+            stream,
+        )
+    }
+
+    /// Enqueues one collective with NCCL's raw arguments.
+    ///
+    /// # Safety
+    /// `send` and `recv` must be device memory this rank's GPU can access, holding
+    /// [`CallSpec::sizes`] bytes where the rank has them, allocated and otherwise unused
+    /// until the call completes on `stream`.
+    pub unsafe fn enqueue_raw(&self, spec: &CallSpec, send: u64, recv: u64, stream: &Stream) -> Result<()> {
+        // SAFETY: passed on.
+        unsafe { self.inner.enqueue(spec, send, recv, stream) }?;
+        Ok(())
+    }
+}
+
+/// One rank's call in a [`group`].
+pub struct GroupItem<'a> {
+    pub comm: &'a CudaComm,
+    pub collective: Collective,
+    pub bufs: Bufs<'a>,
+    pub count: usize,
+    pub dtype: DType,
+    pub op: RedOp,
+    pub root: Option<u32>,
+    pub stream: &'a Stream,
+}
+
+/// Enqueues the calls of several ranks of this process at once (NCCL's group): the ranks
+/// that share a GPU run as one launch, so they may even share one stream. Nothing is
+/// launched unless every call is valid.
+pub fn group(items: &[GroupItem]) -> Result<()> {
+    let mut calls = Vec::with_capacity(items.len());
+    for it in items {
+        let spec = CallSpec {
+            collective: it.collective,
+            count: it.count,
+            dtype: it.dtype,
+            op: it.op,
+            root: it.root,
+        };
+        let (send, recv) = it.comm.addresses(&spec, it.bufs)?;
+        calls.push(GroupCall {
+            comm: &it.comm.inner,
+            spec,
+            send,
+            recv,
+            stream: it.stream,
+        });
+    }
+    // SAFETY: as in `CudaComm::call`, for every item.
+    unsafe { enqueue_group(&calls) }?;
+    Ok(())
+}
+
+fn pci_bus_id(ctx: &CudaContext) -> Result<String> {
+    let mut buf = [0 as std::ffi::c_char; 32];
+    // SAFETY: `buf` has room for the id and its terminator (the driver needs 13 bytes).
+    unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, ctx.cu_device()) }
+        .result()?;
+    let bytes: Vec<u8> = buf
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Whether this process's GPU can reach the GPU with PCI bus id `bus` directly (its own
+/// GPU counts). Asks the driver about the two devices; no context is created on the
+/// peer's GPU.
+fn reaches(ctx: &CudaContext, bus: &str) -> Result<bool> {
+    if pci_bus_id(ctx)? == bus {
+        return Ok(true);
+    }
+    let Ok(id) = std::ffi::CString::new(bus) else {
+        return Ok(false);
+    };
+    let mut dev = 0;
+    // SAFETY: out-parameter; `id` is a terminated string.
+    let found = unsafe { sys::cuDeviceGetByPCIBusId(&mut dev, id.as_ptr()) };
+    if found != sys::CUresult::CUDA_SUCCESS {
+        // Not visible to this process (CUDA_VISIBLE_DEVICES): nothing says it is reachable.
+        return Ok(false);
+    }
+    let mut can = 0;
+    // SAFETY: out-parameter; both devices exist.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, ctx.cu_device(), dev) }.result()?;
+    Ok(can != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p2p_disable_takes_any_value_but_empty_and_zero() {
+        assert!(!p2p_disabled(None));
+        assert!(!p2p_disabled(Some("")));
+        assert!(!p2p_disabled(Some(" 0 ")));
+        assert!(p2p_disabled(Some("1")));
+        assert!(p2p_disabled(Some("yes")));
+    }
+
+    #[test]
+    fn without_a_driver_nothing_opens() {
+        if driver_present() {
+            return;
+        }
+        let r = CudaComm::init_all(&[0, 0], Arc::new(Registry::new()), &Options::default());
+        assert!(matches!(r, Err(CudaError::NoDriver)));
+        assert_eq!(device_count(), 0);
+    }
+}

@@ -1,0 +1,516 @@
+//! The CUDA backend as an [`Engine`]: preparing a plan is loading its kernel variant,
+//! making its connections and writing each rank's table once; a call is one kernel launch
+//! (one per GPU for a group of ranks sharing it) whose arguments say where the caller's
+//! buffers are. Nothing on the launch path allocates, exchanges, compiles or verifies.
+
+use crate::clique::{Clique, MAX_GRID};
+use crate::device::DeviceAlloc;
+use crate::error::{CudaError, Result};
+use crate::kernel::{Variant, Wire, MAX_LOCAL, THREADS};
+use crate::modules::{self, Loaded};
+use crate::program::{self, RankRes};
+use crate::stream::Stream;
+use braid_ir::Protocol;
+use braid_plan::Verified;
+use braid_runtime::device_comm::{CallArgs, Engine, Launch, Stats};
+use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::policy::Target;
+use braid_runtime::RuntimeError;
+use cudarc::driver::{result, sys, DeviceRepr};
+use std::sync::{Arc, Mutex};
+
+/// One rank of a communicator on its GPU.
+pub struct CudaEngine {
+    clique: Arc<Clique>,
+    /// This rank's position among the clique's local ranks.
+    me: usize,
+    stats: Stats,
+    order: Mutex<Order>,
+}
+
+/// What keeps one rank's calls in issue order across the streams they come on.
+struct Order {
+    last: Option<sys::CUstream>,
+    event: Option<sys::CUevent>,
+}
+
+// SAFETY: stream and event handles may be used from any thread.
+unsafe impl Send for Order {}
+
+/// A plan ready on one rank: its table in device memory and its kernel.
+pub struct CudaPrepared {
+    table: DeviceAlloc,
+    kernel: Loaded,
+    grid: u32,
+}
+
+/// The kernel's argument: the calls of the ranks of one launch. Layout of `Launch` in
+/// `kernels_templates/braid_kernel.cuh`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct LaunchParams {
+    n: u32,
+    first: [u32; MAX_LOCAL + 1],
+    table: [u64; MAX_LOCAL],
+    call: [KernelCall; MAX_LOCAL],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct KernelCall {
+    input: u64,
+    output: u64,
+    count: u64,
+    chunk_elems: u64,
+    round_elems: u64,
+    per_segment: u32,
+    avg_n: u32,
+}
+
+// SAFETY: plain old data with the C layout the kernel declares.
+unsafe impl DeviceRepr for LaunchParams {}
+
+impl KernelCall {
+    fn of(a: &CallArgs) -> KernelCall {
+        let g = &a.geometry;
+        KernelCall {
+            input: a.input,
+            output: a.output,
+            count: g.count as u64,
+            chunk_elems: g.chunk_elems as u64,
+            round_elems: g.round_elems as u64,
+            per_segment: g.per_segment as u32,
+            avg_n: a.avg_ranks,
+        }
+    }
+}
+
+impl CudaEngine {
+    pub(crate) fn new(clique: Arc<Clique>, me: usize, stats: Stats) -> CudaEngine {
+        CudaEngine {
+            clique,
+            me,
+            stats,
+            order: Mutex::new(Order {
+                last: None,
+                event: None,
+            }),
+        }
+    }
+
+    pub(crate) fn clique(&self) -> &Arc<Clique> {
+        &self.clique
+    }
+
+    /// The GPU (ordinal) this rank runs on.
+    pub fn device(&self) -> usize {
+        self.clique.locals[self.me].ctx.ordinal()
+    }
+
+    pub fn context(&self) -> &Arc<cudarc::driver::CudaContext> {
+        &self.clique.locals[self.me].ctx
+    }
+
+    /// Whether connections go peer to peer (`false`: host-staged).
+    pub fn p2p(&self) -> bool {
+        self.clique.p2p
+    }
+
+    fn multiprocessors(&self) -> u32 {
+        self.context()
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_or(1, |v| v.max(1) as u32)
+    }
+
+    /// Orders this launch after the rank's previous one when it came on another stream.
+    fn order_after_previous(&self, stream: sys::CUstream) -> Result<()> {
+        let mut o = self.order.lock().unwrap();
+        if let Some(last) = o.last.filter(|&l| l != stream) {
+            if !capturing(last)? && !capturing(stream)? {
+                let ev = match o.event {
+                    Some(e) => e,
+                    None => {
+                        self.context().bind_to_thread()?;
+                        let e = result::event::create(
+                            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                        )?;
+                        o.event = Some(e);
+                        e
+                    }
+                };
+                // SAFETY: live event and streams of this rank's context.
+                unsafe {
+                    result::event::record(ev, last)?;
+                    result::stream::wait_event(
+                        stream,
+                        ev,
+                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                    )?;
+                }
+            }
+        }
+        o.last = Some(stream);
+        Ok(())
+    }
+}
+
+fn capturing(s: sys::CUstream) -> Result<bool> {
+    let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: out-parameter of a live stream.
+    unsafe { sys::cuStreamIsCapturing(s, &mut st) }.result()?;
+    Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+impl Drop for CudaEngine {
+    fn drop(&mut self) {
+        let o = self.order.get_mut().unwrap();
+        if let Some(e) = o.event.take() {
+            let _ = self.context().bind_to_thread();
+            // SAFETY: created by this engine, destroyed once.
+            let _ = unsafe { result::event::destroy(e) };
+        }
+    }
+}
+
+fn rt(e: CudaError) -> RuntimeError {
+    match e {
+        CudaError::Runtime(r) => r,
+        CudaError::Invalid(m) => RuntimeError::Invalid(m),
+        other => RuntimeError::Invalid(other.to_string()),
+    }
+}
+
+impl Engine for CudaEngine {
+    type Stream = Stream;
+    type Prepared = CudaPrepared;
+
+    fn rank(&self) -> u32 {
+        self.clique.locals[self.me].rank
+    }
+
+    fn n_ranks(&self) -> u32 {
+        self.clique.n
+    }
+
+    fn target(&self) -> Target {
+        // Each communicator takes at most half the GPU at one block per multiprocessor,
+        // shared by the ranks on it: all of a launch's blocks fit at once, with room for
+        // a second communicator and the application's kernels.
+        let share = self.clique.sharing_gpu(self.me) as u32;
+        Target {
+            block_budget: (self.multiprocessors() / 2 / share).max(1),
+            size_replicas: true,
+            ll: true,
+        }
+    }
+
+    fn scratch_bytes(&self) -> usize {
+        self.clique.scratch_bytes
+    }
+
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    fn prepare(
+        &self,
+        plan: &Arc<Verified>,
+        dtype: DType,
+        op: RedOp,
+        protocol: Protocol,
+    ) -> braid_runtime::Result<CudaPrepared> {
+        self.prepare_inner(plan, dtype, op, protocol).map_err(rt)
+    }
+
+    unsafe fn launch(calls: &[Launch<'_, Self>]) -> braid_runtime::Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { launch_all(calls) }.map_err(rt)
+    }
+
+    fn abort(&self, _reason: &str) {
+        self.clique.abort();
+    }
+
+    fn failure(&self) -> Option<String> {
+        let code = self.clique.report(self.me);
+        if code != 0 {
+            return Some(describe_failure(self.rank(), code, self.clique.timeout));
+        }
+        if self.clique.aborted() {
+            return Some(format!("rank {}: the communicator was aborted", self.rank()));
+        }
+        None
+    }
+}
+
+/// What a kernel's failure word says.
+pub fn describe_failure(rank: u32, code: u32, timeout: std::time::Duration) -> String {
+    let block = code & 0xff_ffff;
+    let what = match code >> 24 {
+        1 => format!("timed out after {timeout:?} waiting for data from its receive peer"),
+        2 => format!("timed out after {timeout:?} waiting for FIFO space at its send peer"),
+        3 => format!("timed out after {timeout:?} waiting for another block's step"),
+        4 => "stopped: the communicator was aborted".to_string(),
+        _ => format!("failed (code {code:#x})"),
+    };
+    format!("rank {rank} failed on the GPU: block {block} {what} (BRAID_TIMEOUT)")
+}
+
+impl CudaEngine {
+    fn prepare_inner(
+        &self,
+        plan: &Arc<Verified>,
+        dtype: DType,
+        op: RedOp,
+        protocol: Protocol,
+    ) -> Result<CudaPrepared> {
+        let rank = self.rank();
+        program::check(plan, rank)?;
+        let grid = program::grid(plan, rank);
+        if grid as usize > MAX_GRID {
+            return Err(CudaError::Invalid(format!(
+                "plan `{}` on {} replicas needs {grid} thread blocks on rank {rank}; at most \
+                 {MAX_GRID}",
+                plan.name, plan.channels
+            )));
+        }
+        let wire = Wire {
+            ll: protocol == Protocol::Ll,
+            host_fifo: !self.clique.p2p,
+        };
+        let ctx = self.context().clone();
+        let kernel = modules::get(&ctx, Variant { dtype, op, wire }, &self.stats)?;
+        // Every block of every rank sharing this GPU in this process must be resident at
+        // once (they wait on each other): never a deadlock because the GPU is full.
+        let together: u32 = self
+            .clique
+            .locals
+            .iter()
+            .filter(|l| l.ctx.ordinal() == ctx.ordinal())
+            .map(|l| program::grid(plan, l.rank))
+            .sum();
+        if together > kernel.resident() {
+            return Err(CudaError::Invalid(format!(
+                "plan `{}` on {} replicas needs {together} thread blocks resident at once on \
+                 GPU {} ({} rank(s) share it); it holds {} of this kernel",
+                plan.name,
+                plan.channels,
+                ctx.ordinal(),
+                self.clique.sharing_gpu(self.me),
+                kernel.resident()
+            )));
+        }
+        // Every rank runs the same choice: ranks of other processes compare digests
+        // before anything is connected.
+        if let Some(oob) = &self.clique.oob {
+            let mine = format!(
+                "{:016x} x{} {} {} {}",
+                plan.digest(),
+                plan.channels,
+                dtype.name(),
+                op.name(),
+                protocol.name()
+            );
+            let all = oob.allgather(mine.as_bytes())?;
+            self.stats.exchanged();
+            if let Some(r) = all.iter().position(|d| d != mine.as_bytes()) {
+                return Err(CudaError::Runtime(RuntimeError::Mismatch(format!(
+                    "rank {r} prepares `{}` as {}, rank {rank} as {mine} (plan digest, \
+                     replicas, dtype, op, protocol): the ranks make different calls",
+                    plan.name,
+                    String::from_utf8_lossy(&all[r]),
+                ))));
+            }
+        }
+        self.clique.connect(plan, &self.stats)?;
+        let ends = self.clique.block_ends(plan, rank)?;
+        let local = &self.clique.locals[self.me];
+        let scratch = if plan.scratch_chunks > 0 {
+            self.clique.scratch(self.me, &self.stats)?
+        } else {
+            0
+        };
+        let res = RankRes {
+            progress: local.state.ptr(),
+            counters: local.counters.ptr(),
+            fail: local.fail_addr(),
+            report: self.clique.report_addr(self.me),
+            abort: self.clique.abort_addr(),
+            scratch,
+            timeout_ns: u64::try_from(self.clique.timeout.as_nanos()).unwrap_or(u64::MAX),
+        };
+        let len = program::table_len(plan, rank);
+        let table = DeviceAlloc::new(&ctx, len, 0)?;
+        self.stats.allocated(1);
+        table.upload(&program::encode(plan, rank, &res, &ends, table.ptr()))?;
+        Ok(CudaPrepared {
+            table,
+            kernel,
+            grid,
+        })
+    }
+}
+
+/// Launches `calls`: the ranks sharing a GPU and a kernel go in one launch (up to
+/// [`MAX_LOCAL`]), on the first one's stream, with the others' streams joined to it.
+///
+/// # Safety
+/// As [`Engine::launch`].
+unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
+    for c in calls {
+        if c.stream.device() != c.engine.device() {
+            return Err(CudaError::Invalid(format!(
+                "rank {}: the stream belongs to GPU {}, the rank to GPU {}",
+                c.engine.rank(),
+                c.stream.device(),
+                c.engine.device()
+            )));
+        }
+    }
+    let mut groups: Vec<Vec<&Launch<'_, CudaEngine>>> = Vec::new();
+    for c in calls {
+        let fits = groups.iter_mut().find(|g| {
+            g.len() < MAX_LOCAL
+                && Arc::ptr_eq(g[0].engine.clique(), c.engine.clique())
+                && g[0].engine.device() == c.engine.device()
+                && g[0].prepared.inner.kernel.func.cu_function()
+                    == c.prepared.inner.kernel.func.cu_function()
+        });
+        match fits {
+            Some(g) => g.push(c),
+            None => groups.push(vec![c]),
+        }
+    }
+    for g in &groups {
+        check_streams(g)?;
+    }
+    for g in groups {
+        // SAFETY: passed on.
+        unsafe { launch_group(&g)? };
+    }
+    Ok(())
+}
+
+/// Refuses what would deadlock: two ranks sharing a GPU and a stream in separate
+/// launches (the second waits behind the first, which waits for the second).
+fn check_streams(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
+    let clique = g[0].engine.clique();
+    let device = g[0].engine.device();
+    let sharing = clique.sharing_gpu(g[0].engine.me);
+    if sharing < 2 {
+        return Ok(());
+    }
+    let s = g[0].stream.raw();
+    let ranks: Vec<u32> = g.iter().map(|c| c.engine.rank()).collect();
+    let mut last = clique.last_solo.lock().unwrap();
+    let entry = last.entry(device).or_insert(None);
+    if let Some((stream, other)) = *entry {
+        if stream == s as usize && !ranks.contains(&other) && ranks.len() < sharing {
+            return Err(CudaError::Invalid(format!(
+                "ranks {other} and {} share GPU {device} and one stream in separate calls: \
+                 the second would wait behind the first forever. Call them in one group \
+                 (one launch), or give each rank its own stream",
+                ranks[0]
+            )));
+        }
+    }
+    *entry = (ranks.len() < sharing).then_some((s as usize, ranks[0]));
+    Ok(())
+}
+
+/// # Safety
+/// As [`Engine::launch`].
+unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
+    let lead = g[0];
+    let ctx = lead.engine.context();
+    ctx.bind_to_thread()?;
+    let stream = lead.stream.raw();
+    let mut p = LaunchParams {
+        n: g.len() as u32,
+        ..LaunchParams::default()
+    };
+    let mut total = 0u32;
+    for (i, c) in g.iter().enumerate() {
+        p.first[i] = total;
+        p.table[i] = c.prepared.inner.table.ptr();
+        p.call[i] = KernelCall::of(&c.args);
+        total += c.prepared.inner.grid;
+    }
+    p.first[g.len()] = total;
+    // Other ranks' streams: the launch waits for what came before on them, and they wait
+    // for the launch.
+    let others: Vec<sys::CUstream> = {
+        let mut v: Vec<sys::CUstream> = g.iter().map(|c| c.stream.raw()).collect();
+        v.retain(|&s| s != stream);
+        v.dedup();
+        v
+    };
+    for c in g {
+        c.engine.order_after_previous(c.stream.raw())?;
+    }
+    let join = if others.is_empty() {
+        None
+    } else {
+        Some(lead.engine.clique().join_event(ctx)?)
+    };
+    if let Some(ev) = join {
+        for &s in &others {
+            // SAFETY: live event and streams.
+            unsafe {
+                result::event::record(ev, s)?;
+                result::stream::wait_event(stream, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?;
+            }
+        }
+    }
+    let func = lead.prepared.inner.kernel.func.cu_function();
+    let mut arg = &mut p as *mut LaunchParams as *mut std::ffi::c_void;
+    // SAFETY: the kernel's one parameter is a `Launch` by value, which `LaunchParams`
+    // lays out; every table was written by `program::encode` after `program::check`
+    // proved its steps inside the call's buffers, scratch and FIFOs; the caller
+    // guarantees the buffers.
+    unsafe {
+        result::launch_kernel(
+            func,
+            (total, 1, 1),
+            (THREADS, 1, 1),
+            0,
+            stream,
+            std::slice::from_mut(&mut arg),
+        )?;
+    }
+    if let Some(ev) = join {
+        for &s in &others {
+            // SAFETY: live event and streams.
+            unsafe {
+                result::event::record(ev, stream)?;
+                result::stream::wait_event(s, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?;
+            }
+        }
+    }
+    for c in g {
+        c.engine.stats.launched(1);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_params_have_the_kernels_layout() {
+        assert_eq!(std::mem::size_of::<KernelCall>(), 48);
+        assert_eq!(std::mem::offset_of!(LaunchParams, first), 4);
+        assert_eq!(std::mem::offset_of!(LaunchParams, table), 40);
+        assert_eq!(std::mem::offset_of!(LaunchParams, call), 104);
+        assert_eq!(std::mem::size_of::<LaunchParams>(), 104 + 48 * MAX_LOCAL);
+    }
+
+    #[test]
+    fn failures_name_the_rank_block_and_wait() {
+        let t = std::time::Duration::from_secs(5);
+        let m = describe_failure(3, (1 << 24) | 7, t);
+        assert!(m.contains("rank 3") && m.contains("block 7") && m.contains("receive peer"), "{m}");
+        assert!(describe_failure(0, 4 << 24, t).contains("aborted"));
+    }
+}

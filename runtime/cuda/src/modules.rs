@@ -1,0 +1,80 @@
+//! The kernels loaded in this process, per GPU and variant: compiled (or taken from the
+//! disk cache) and loaded once, then shared by every communicator of the process.
+
+use crate::compile;
+use crate::error::{CudaError, Result};
+use crate::kernel::{self, Variant, THREADS};
+use braid_runtime::device_comm::Stats;
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A kernel ready to launch on one GPU.
+#[derive(Clone)]
+pub struct Loaded {
+    pub func: CudaFunction,
+    /// Thread blocks of it one multiprocessor holds at once.
+    pub blocks_per_sm: u32,
+    /// Multiprocessors of the GPU.
+    pub multiprocessors: u32,
+    _module: Arc<CudaModule>,
+}
+
+impl Loaded {
+    /// Blocks of this kernel the whole GPU holds at once.
+    pub fn resident(&self) -> u32 {
+        self.blocks_per_sm * self.multiprocessors
+    }
+}
+
+static LOADED: Mutex<Option<HashMap<(usize, Variant), Loaded>>> = Mutex::new(None);
+
+/// The target architecture of a GPU, e.g. `sm_90`.
+pub fn arch(ctx: &CudaContext) -> Result<String> {
+    let (major, minor) = ctx.compute_capability()?;
+    Ok(format!("sm_{major}{minor}"))
+}
+
+/// The kernel of `variant` on `ctx`'s GPU; counts compilations and loads in `stats`.
+pub fn get(ctx: &Arc<CudaContext>, variant: Variant, stats: &Stats) -> Result<Loaded> {
+    let key = (ctx.ordinal(), variant);
+    let mut map = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    let map = map.get_or_insert_with(HashMap::new);
+    if let Some(l) = map.get(&key) {
+        return Ok(l.clone());
+    }
+    let compiled = compile::compile(&kernel::source(variant), &arch(ctx)?)?;
+    if !compiled.cached {
+        stats.compiled();
+    }
+    let module = ctx.load_module(Ptx::from_binary(compiled.cubin))?;
+    stats.loaded();
+    let func = module.load_function(kernel::ENTRY)?;
+    let mut blocks = 0i32;
+    // SAFETY: out-parameter; a function of a live module.
+    unsafe {
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &mut blocks,
+            func.cu_function(),
+            THREADS as i32,
+            0,
+        )
+    }
+    .result()?;
+    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    if blocks < 1 {
+        return Err(CudaError::Invalid(format!(
+            "the kernel for {variant:?} fits no thread block of {THREADS} threads on GPU {}",
+            ctx.ordinal()
+        )));
+    }
+    let l = Loaded {
+        func,
+        blocks_per_sm: blocks as u32,
+        multiprocessors: sms as u32,
+        _module: module,
+    };
+    map.insert(key, l.clone());
+    Ok(l)
+}

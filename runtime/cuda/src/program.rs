@@ -1,0 +1,448 @@
+//! A plan as the kernel reads it: one rank's step programs laid out in device memory
+//! (`kernels_templates/braid_kernel.cuh` declares the same structures), and the
+//! connections a plan uses. Pure data: built and tested without a GPU.
+//!
+//! Before anything is encoded, [`check`] proves on its own (whatever the verifier said)
+//! that every step of the rank stays inside the buffers the rank has, uses the
+//! connections its block has, and depends only on steps that exist: the kernel trusts
+//! the program completely, so a plan file can never make it touch memory outside the
+//! call's buffers, its scratch and its FIFOs.
+//!
+//! Layout of one rank's table (one allocation, sections 16-byte aligned):
+//! `Table` (112 bytes) | `BlockDesc` x grid (144 bytes each) | `StepDesc` x steps (24) |
+//! `StepDeps` x steps (8) | `DepDesc` x deps (12). Grid block `g = replica * nblocks +
+//! block`.
+
+use crate::error::{CudaError, Result};
+use braid_ir::{Buf, Collective};
+use braid_plan::{Execution, Plan, StepKind};
+
+pub const TABLE_BYTES: usize = 112;
+pub const BLOCK_BYTES: usize = 144;
+pub const STEP_BYTES: usize = 24;
+pub const STEP_DEPS_BYTES: usize = 8;
+pub const DEP_BYTES: usize = 12;
+
+/// A connection `(sender, receiver, channel)` with the channel across replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Conn {
+    pub sender: u32,
+    pub receiver: u32,
+    pub channel: u32,
+}
+
+/// Channels one replica uses (the largest block channel + 1 over all ranks).
+pub fn channels_per_replica(plan: &Plan) -> u32 {
+    plan.ranks
+        .iter()
+        .flat_map(|r| r.blocks.iter().map(|b| b.channel + 1))
+        .max()
+        .unwrap_or(1)
+}
+
+/// Every connection the plan uses across its replicas, sorted.
+pub fn connections(plan: &Plan) -> Vec<Conn> {
+    let cpr = channels_per_replica(plan);
+    let mut v = Vec::new();
+    for k in 0..plan.channels {
+        for r in &plan.ranks {
+            for b in &r.blocks {
+                if let Some(p) = b.send_peer {
+                    v.push(Conn {
+                        sender: r.rank,
+                        receiver: p,
+                        channel: k * cpr + b.channel,
+                    });
+                }
+            }
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The connections grid block `g` of `rank` sends and receives on.
+pub fn block_conns(plan: &Plan, rank: u32, g: u32) -> (Option<Conn>, Option<Conn>) {
+    let blocks = &plan.ranks[rank as usize].blocks;
+    let nb = blocks.len() as u32;
+    let (k, b) = (g / nb, &blocks[(g % nb) as usize]);
+    let channel = k * channels_per_replica(plan) + b.channel;
+    (
+        b.send_peer.map(|p| Conn {
+            sender: rank,
+            receiver: p,
+            channel,
+        }),
+        b.recv_peer.map(|p| Conn {
+            sender: p,
+            receiver: rank,
+            channel,
+        }),
+    )
+}
+
+/// Grid blocks of `rank`: its plan blocks times the replicas.
+pub fn grid(plan: &Plan, rank: u32) -> u32 {
+    plan.ranks[rank as usize].blocks.len() as u32 * plan.channels.max(1)
+}
+
+/// Whether `rank` has `in` / `out` for the plan's collective.
+pub fn has_buffers(plan: &Plan, rank: u32) -> (bool, bool) {
+    let c = plan.collective;
+    (
+        !(c == Collective::Broadcast && plan.root != Some(rank)),
+        !(c == Collective::Reduce && plan.root != Some(rank)),
+    )
+}
+
+/// Proves what the kernel relies on for `rank` (see the module docs).
+pub fn check(plan: &Plan, rank: u32) -> Result<()> {
+    let bad = |m: String| Err(CudaError::Invalid(format!("plan `{}`: {m}", plan.name)));
+    let n = plan.n_ranks;
+    let Some(rp) = plan.ranks.get(rank as usize) else {
+        return bad(format!("no program for rank {rank}"));
+    };
+    if rp.blocks.is_empty() {
+        return bad(format!("rank {rank} has no blocks"));
+    }
+    let (has_in, has_out) = has_buffers(plan, rank);
+    let chunks = |b: Buf| match b {
+        Buf::In if has_in => plan.in_chunks,
+        Buf::Out if has_out => plan.out_chunks,
+        Buf::Scratch => plan.scratch_chunks,
+        _ => 0,
+    };
+    for (bi, block) in rp.blocks.iter().enumerate() {
+        if block.id as usize != bi {
+            return bad(format!("rank {rank}: block {bi} has id {}", block.id));
+        }
+        for p in [block.send_peer, block.recv_peer].into_iter().flatten() {
+            if p >= n || p == rank {
+                return bad(format!("rank {rank} block {bi}: peer {p} is not another rank"));
+            }
+        }
+        for (si, s) in block.steps.iter().enumerate() {
+            let at = format!("rank {rank}, block {bi}, step {si}");
+            if s.kind.receives() && block.recv_peer.is_none() {
+                return bad(format!("{at} receives in a block without a receive peer"));
+            }
+            if s.kind.sends() && block.send_peer.is_none() {
+                return bad(format!("{at} sends in a block without a send peer"));
+            }
+            if s.src.is_some() != s.kind.has_src() || s.dst.is_some() != s.kind.has_dst() {
+                return bad(format!("{at}: operands do not fit a {} step", s.kind.short_name()));
+            }
+            if let (Some(a), Some(b)) = (s.src, s.dst) {
+                if a.count != b.count {
+                    return bad(format!("{at}: source and destination differ in length"));
+                }
+            }
+            for sl in [s.src, s.dst].into_iter().flatten() {
+                let end = u64::from(sl.offset) + u64::from(sl.count);
+                if end > u64::from(chunks(sl.buf)) {
+                    return bad(format!(
+                        "{at}: {}[{}..{end}] is outside the {} chunk(s) rank {rank} has",
+                        sl.buf,
+                        sl.offset,
+                        chunks(sl.buf)
+                    ));
+                }
+            }
+            for d in &s.deps {
+                let ok = rp
+                    .blocks
+                    .get(d.block as usize)
+                    .is_some_and(|b| (d.step as usize) < b.steps.len());
+                if !ok {
+                    return bad(format!(
+                        "{at} depends on block {} step {}, which does not exist",
+                        d.block, d.step
+                    ));
+                }
+            }
+        }
+    }
+    if plan.collective.has_k() && !plan.chunks.is_multiple_of(n) {
+        return bad(format!("{} chunks do not split over {n} ranks", plan.chunks));
+    }
+    Ok(())
+}
+
+/// One lane of one connection end, as the kernel sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EndDesc {
+    /// Address of slot 0 (0: no connection).
+    pub slots: u64,
+    pub head: u64,
+    pub tail: u64,
+    /// Index of this end's counter in the rank's counter array.
+    pub counter: u32,
+    pub nslots: u32,
+}
+
+/// A grid block's connection ends, per lane (0 Simple, 1 LL).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockEnds {
+    pub send: [EndDesc; 2],
+    pub recv: [EndDesc; 2],
+}
+
+/// The rank's resources every table points at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RankRes {
+    pub progress: u64,
+    pub counters: u64,
+    pub fail: u64,
+    pub report: u64,
+    pub abort: u64,
+    pub scratch: u64,
+    pub timeout_ns: u64,
+}
+
+fn align16(x: usize) -> usize {
+    x.div_ceil(16) * 16
+}
+
+struct Sections {
+    blocks: usize,
+    steps: usize,
+    step_deps: usize,
+    deps: usize,
+    total: usize,
+}
+
+fn sections(plan: &Plan, rank: u32) -> Sections {
+    let rp = &plan.ranks[rank as usize];
+    let nsteps: usize = rp.blocks.iter().map(|b| b.steps.len()).sum();
+    let ndeps: usize = rp
+        .blocks
+        .iter()
+        .flat_map(|b| &b.steps)
+        .map(|s| s.deps.len())
+        .sum();
+    let blocks = align16(TABLE_BYTES);
+    let steps = align16(blocks + grid(plan, rank) as usize * BLOCK_BYTES);
+    let step_deps = align16(steps + nsteps * STEP_BYTES);
+    let deps = align16(step_deps + nsteps * STEP_DEPS_BYTES);
+    let total = align16(deps + ndeps * DEP_BYTES);
+    Sections {
+        blocks,
+        steps,
+        step_deps,
+        deps,
+        total,
+    }
+}
+
+/// Bytes of `rank`'s table.
+pub fn table_len(plan: &Plan, rank: u32) -> usize {
+    sections(plan, rank).total
+}
+
+fn kind_code(k: StepKind) -> u32 {
+    match k {
+        StepKind::Nop => 0,
+        StepKind::Send => 1,
+        StepKind::Recv => 2,
+        StepKind::RecvCopySend => 3,
+        StepKind::RecvReduceSend => 4,
+        StepKind::RecvReduceCopy => 5,
+        StepKind::RecvReduceCopySend => 6,
+        StepKind::Copy => 7,
+        StepKind::Reduce => 8,
+    }
+}
+
+fn buf_code(s: Option<braid_plan::Slice>) -> (i32, u32) {
+    match s {
+        None => (-1, 0),
+        Some(s) => (
+            match s.buf {
+                Buf::In => 0,
+                Buf::Out => 1,
+                Buf::Scratch => 2,
+            },
+            s.offset,
+        ),
+    }
+}
+
+/// `rank`'s table for a copy at device address `base`; `ends[g]` are grid block `g`'s
+/// connection ends. Call [`check`] first.
+pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u64) -> Vec<u8> {
+    let rp = &plan.ranks[rank as usize];
+    let sec = sections(plan, rank);
+    let nb = rp.blocks.len() as u32;
+    let g_total = grid(plan, rank);
+    assert_eq!(ends.len(), g_total as usize, "one BlockEnds per grid block");
+    let mut t = vec![0u8; sec.total];
+    let mut w = Writer { buf: &mut t, at: 0 };
+    let (_, has_out) = has_buffers(plan, rank);
+    for v in [
+        res.progress,
+        res.counters,
+        res.fail,
+        res.report,
+        res.abort,
+        res.scratch,
+        res.timeout_ns,
+        base + sec.blocks as u64,
+        base + sec.steps as u64,
+        base + sec.step_deps as u64,
+        base + sec.deps as u64,
+    ] {
+        w.u64(v);
+    }
+    w.u32(nb);
+    w.u32(g_total);
+    w.u32(plan.channels.max(1));
+    w.u32(u32::from(plan.execution == Execution::Tiled));
+    w.u32(if has_out { plan.out_chunks } else { 0 });
+    w.u32(0);
+    debug_assert_eq!(w.at, TABLE_BYTES);
+    // Step index of each plan block's first step.
+    let mut first = Vec::with_capacity(rp.blocks.len());
+    let mut acc = 0u32;
+    for b in &rp.blocks {
+        first.push(acc);
+        acc += b.steps.len() as u32;
+    }
+    w.at = sec.blocks;
+    for (g, e) in ends.iter().enumerate() {
+        let (k, b) = (g as u32 / nb, g as u32 % nb);
+        w.u32(b);
+        w.u32(k);
+        w.u32(first[b as usize]);
+        w.u32(rp.blocks[b as usize].steps.len() as u32);
+        for end in e.send.iter().chain(e.recv.iter()) {
+            w.u64(end.slots);
+            w.u64(end.head);
+            w.u64(end.tail);
+            w.u32(end.counter);
+            w.u32(end.nslots);
+        }
+    }
+    w.at = sec.steps;
+    for s in rp.blocks.iter().flat_map(|b| &b.steps) {
+        let (sb, so) = buf_code(s.src);
+        let (db, doff) = buf_code(s.dst);
+        w.u32(kind_code(s.kind));
+        w.u32(sb as u32);
+        w.u32(db as u32);
+        w.u32(so);
+        w.u32(doff);
+        w.u32(s.count());
+    }
+    w.at = sec.step_deps;
+    let mut dep_at = 0u32;
+    for s in rp.blocks.iter().flat_map(|b| &b.steps) {
+        w.u32(dep_at);
+        w.u32(s.deps.len() as u32);
+        dep_at += s.deps.len() as u32;
+    }
+    w.at = sec.deps;
+    for s in rp.blocks.iter().flat_map(|b| &b.steps) {
+        for d in &s.deps {
+            w.u32(d.block);
+            w.u32(d.step + 1);
+            w.u32(rp.blocks[d.block as usize].steps.len() as u32);
+        }
+    }
+    t
+}
+
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+
+impl Writer<'_> {
+    fn u64(&mut self, v: u64) {
+        self.buf[self.at..self.at + 8].copy_from_slice(&v.to_le_bytes());
+        self.at += 8;
+    }
+    fn u32(&mut self, v: u32) {
+        self.buf[self.at..self.at + 4].copy_from_slice(&v.to_le_bytes());
+        self.at += 4;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> Plan {
+        Plan::from_json(include_str!(
+            "../../../tests/plans/good/exchange_allgather_2.json"
+        ))
+        .unwrap()
+    }
+
+    fn u32_at(t: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(t[at..at + 4].try_into().unwrap())
+    }
+
+    fn u64_at(t: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(t[at..at + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn replicas_get_their_own_connections() {
+        let mut p = fixture();
+        p.channels = 2;
+        let c = connections(&p);
+        assert_eq!(c.len(), 4);
+        let nb = p.ranks[0].blocks.len() as u32;
+        let (s0, _) = block_conns(&p, 0, 0);
+        let (s1, _) = block_conns(&p, 0, nb);
+        assert_eq!(s0.unwrap().channel + 1, s1.unwrap().channel);
+        assert_eq!(grid(&p, 0), 2 * nb);
+    }
+
+    #[test]
+    fn the_table_header_and_sections_are_where_the_kernel_reads_them() {
+        let p = fixture();
+        let res = RankRes {
+            progress: 1,
+            counters: 2,
+            fail: 3,
+            report: 4,
+            abort: 5,
+            scratch: 6,
+            timeout_ns: 7,
+        };
+        let g = grid(&p, 1) as usize;
+        let ends = vec![BlockEnds::default(); g];
+        let t = encode(&p, 1, &res, &ends, 0x1000);
+        assert_eq!(t.len(), table_len(&p, 1));
+        for (i, v) in [1u64, 2, 3, 4, 5, 6, 7].iter().enumerate() {
+            assert_eq!(u64_at(&t, 8 * i), *v);
+        }
+        let blocks = u64_at(&t, 56) - 0x1000;
+        assert_eq!(blocks as usize, 112);
+        assert_eq!(u32_at(&t, 88), p.ranks[1].blocks.len() as u32);
+        assert_eq!(u32_at(&t, 92), g as u32);
+        // The first step of block 1 of rank 1 is its step count's successor in order.
+        let steps = (u64_at(&t, 64) - 0x1000) as usize;
+        let s = &p.ranks[1].blocks[0].steps[0];
+        assert_eq!(u32_at(&t, steps), kind_code(s.kind));
+        assert_eq!(u32_at(&t, steps + 20), s.count());
+    }
+
+    #[test]
+    fn a_step_outside_its_buffers_is_refused_before_encoding() {
+        let mut p = fixture();
+        check(&p, 1).unwrap();
+        p.ranks[1].blocks[1].steps[0].dst.as_mut().unwrap().offset = 2;
+        let e = check(&p, 1).unwrap_err().to_string();
+        assert!(e.contains("rank 1, block 1, step 0"), "{e}");
+        assert!(e.contains("outside"), "{e}");
+        let mut q = fixture();
+        q.ranks[0].blocks[0].send_peer = Some(0);
+        assert!(check(&q, 0).is_err());
+        let mut r = fixture();
+        r.ranks[0].blocks[0].steps[0].deps.push(braid_plan::Dep { block: 9, step: 0 });
+        assert!(check(&r, 0).unwrap_err().to_string().contains("does not exist"));
+    }
+}
