@@ -13,7 +13,7 @@ fn root() -> PathBuf {
 }
 
 fn shapes() -> Vec<(String, Shape)> {
-    let mut v: Vec<(String, Shape)> = (2..=16)
+    let mut v: Vec<(String, Shape)> = (1..=16)
         .map(|n| (format!("nvswitch:{n}"), Shape::single_node(n)))
         .collect();
     for (m, g) in [
