@@ -10,7 +10,7 @@ use braid_topo::Topology;
 use std::time::Duration;
 
 fn topologies() -> Vec<String> {
-    let mut t: Vec<String> = (2..=8).map(|n| format!("nvswitch:{n}")).collect();
+    let mut t: Vec<String> = (1..=8).map(|n| format!("nvswitch:{n}")).collect();
     t.extend(["cluster:2x2", "cluster:2x3", "cluster:2x4", "cluster:4x2"].map(String::from));
     t
 }
@@ -68,17 +68,25 @@ fn every_shipped_algorithm_runs_correctly_on_the_host_backend() {
                     // Odd counts exercise chunking that does not divide evenly.
                     let odd = 2 * plan.chunks as usize + 3;
                     for (d, dtype) in DType::ALL.iter().enumerate() {
-                        let op = RedOp::ALL[(n as usize + d) % RedOp::ALL.len()];
-                        covered.insert((alg.name.name.clone(), dtype.name(), op.name()));
-                        for mode in plan.modes.iter() {
-                            runs += 1;
-                            if let Err(e) = run(&plan, *dtype, op, odd, mode, runs) {
-                                failures.push(format!(
-                                    "{} on {t} root {root:?} {} {} {mode} count {odd}: {e}",
-                                    alg.name.name,
-                                    dtype.name(),
-                                    op.name()
-                                ));
+                        // One rank is cheap: every op there (some algorithms only apply
+                        // to one rank count).
+                        let ops = if n == 1 {
+                            RedOp::ALL.to_vec()
+                        } else {
+                            vec![RedOp::ALL[(n as usize + d) % RedOp::ALL.len()]]
+                        };
+                        for op in ops {
+                            covered.insert((alg.name.name.clone(), dtype.name(), op.name()));
+                            for mode in plan.modes.iter() {
+                                runs += 1;
+                                if let Err(e) = run(&plan, *dtype, op, odd, mode, runs) {
+                                    failures.push(format!(
+                                        "{} on {t} root {root:?} {} {} {mode} count {odd}: {e}",
+                                        alg.name.name,
+                                        dtype.name(),
+                                        op.name()
+                                    ));
+                                }
                             }
                         }
                     }
