@@ -28,7 +28,8 @@ pub struct CudaEngine {
     order: Mutex<Order>,
 }
 
-/// What keeps one rank's calls in issue order across the streams they come on.
+/// What keeps one rank's calls in issue order across the streams they come on: the
+/// stream of its last call, and an event recorded right after its last kernel.
 struct Order {
     last: Option<sys::CUstream>,
     event: Option<sys::CUevent>,
@@ -122,34 +123,40 @@ impl CudaEngine {
             .map_or(1, |v| v.max(1) as u32)
     }
 
-    /// Orders this launch after the rank's previous one when it came on another stream.
-    fn order_after_previous(&self, stream: sys::CUstream) -> Result<()> {
-        let mut o = self.order.lock().unwrap();
-        if let Some(last) = o.last.filter(|&l| l != stream) {
-            if !capturing(last)? && !capturing(stream)? {
-                let ev = match o.event {
-                    Some(e) => e,
-                    None => {
-                        self.context().bind_to_thread()?;
-                        let e = result::event::create(
-                            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
-                        )?;
-                        o.event = Some(e);
-                        e
-                    }
-                };
-                // SAFETY: live event and streams of this rank's context.
+    /// Before a launch on `lead` for a call that came on `own`: when the rank's previous
+    /// call came on another stream, `lead` waits for the event recorded right after that
+    /// call's kernel (only this rank's work: waiting for a whole stream could wait for a
+    /// rank that shares it and waits for us).
+    fn order_before(&self, lead: sys::CUstream, own: sys::CUstream) -> Result<()> {
+        let o = self.order.lock().unwrap();
+        if let (Some(last), Some(ev)) = (o.last, o.event) {
+            if last != own && last != lead && !capturing(lead)? {
+                // SAFETY: a live event and stream of this rank's context.
                 unsafe {
-                    result::event::record(ev, last)?;
-                    result::stream::wait_event(
-                        stream,
-                        ev,
-                        sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                    )?;
-                }
+                    result::stream::wait_event(lead, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?
+                };
             }
         }
-        o.last = Some(stream);
+        Ok(())
+    }
+
+    /// After a launch on `lead`: records the rank's event there (not inside a graph
+    /// capture, where it would be a node of the graph) and remembers `own`.
+    fn order_after(&self, lead: sys::CUstream, own: sys::CUstream) -> Result<()> {
+        let mut o = self.order.lock().unwrap();
+        if !capturing(lead)? {
+            let ev = match o.event {
+                Some(e) => e,
+                None => {
+                    let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+                    o.event = Some(e);
+                    e
+                }
+            };
+            // SAFETY: a live event and stream of this rank's context.
+            unsafe { result::event::record(ev, lead)? };
+        }
+        o.last = Some(own);
         Ok(())
     }
 }
@@ -446,7 +453,7 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
         v
     };
     for c in g {
-        c.engine.order_after_previous(c.stream.raw())?;
+        c.engine.order_before(stream, c.stream.raw())?;
     }
     let join = if others.is_empty() {
         None
@@ -488,6 +495,7 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
         }
     }
     for c in g {
+        c.engine.order_after(stream, c.stream.raw())?;
         c.engine.stats.launched(1);
     }
     Ok(())

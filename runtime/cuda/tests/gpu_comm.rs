@@ -51,7 +51,11 @@ fn main() -> ExitCode {
     let mut t = Tally::default();
     let start = Instant::now();
     if want("matrix") {
-        for n in [1u32, 2, 4, 8] {
+        let ns: Vec<u32> = match std::env::var("BRAID_GPU_N") {
+            Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+            Err(_) => vec![1, 2, 4, 8],
+        };
+        for n in ns {
             section(&mut t, &format!("matrix n={n}"), || matrix(n, gpus, quick));
         }
     }
@@ -385,8 +389,13 @@ fn counts(c: Collective, n: u32, d: DType, o: RedOp, quick: bool) -> Vec<usize> 
 
 type Cases = Vec<(String, Result<(), String>)>;
 
+/// Whether a case runs: `BRAID_GPU_FILTER` (a substring of its description) or all.
+fn selected(what: &str) -> bool {
+    std::env::var("BRAID_GPU_FILTER").map_or(true, |f| what.contains(f.as_str()))
+}
+
 fn matrix(n: u32, gpus: usize, quick: bool) -> Result<Cases, String> {
-    let r = open(n, gpus, &opts(60))?;
+    let r = open(n, gpus, &opts(10))?;
     let mut cases = Vec::new();
     let mut k = 0usize;
     for c in Collective::ALL {
@@ -411,11 +420,17 @@ fn matrix(n: u32, gpus: usize, quick: bool) -> Result<Cases, String> {
                             d.name(),
                             o.name()
                         );
+                        if !selected(&what) {
+                            continue;
+                        }
                         let res = run_case(&r, &spec, mode, kind, k as u64);
-                        if res.is_err() && cases.iter().filter(|(_, x): &&(String, Result<(), String>)| x.is_err()).count() > 20 {
-                            return Err(format!("more than 20 failures, the last: {what}: {}", res.unwrap_err()));
+                        if let Err(e) = &res {
+                            println!("FAIL {what}: {e}");
                         }
                         cases.push((what, res));
+                        if cases.iter().filter(|(_, x)| x.is_err()).count() >= 3 {
+                            return Ok(cases);
+                        }
                     }
                 }
             }
@@ -427,7 +442,7 @@ fn matrix(n: u32, gpus: usize, quick: bool) -> Result<Cases, String> {
 /// Captures each collective (between the application's kernels, in place restoring its
 /// input first) into one CUDA graph per collective, replays it 100 times, and checks.
 fn graph(n: u32, gpus: usize) -> Result<Cases, String> {
-    let r = open(n, gpus, &opts(60))?;
+    let r = open(n, gpus, &opts(10))?;
     // Every rank's work goes on rank 0's stream: the ranks sharing a GPU are launched
     // together, so one stream serves them all.
     let shared: Vec<Stream> = if gpus == 1 {
@@ -526,8 +541,8 @@ fn graph_case(r: &Ranks, one: &Ranks, spec: &CallSpec, mode: Mode) -> Result<(),
 /// Two communicators of two ranks each on the same GPU(s), with ten calls of each in
 /// flight before anything is synchronised.
 fn two_in_flight(gpus: usize) -> Result<Cases, String> {
-    let a = open(2, gpus, &opts(60))?;
-    let b = open(2, gpus, &opts(60))?;
+    let a = open(2, gpus, &opts(10))?;
+    let b = open(2, gpus, &opts(10))?;
     let spec = |c: Collective, count| CallSpec {
         collective: c,
         count,
@@ -608,7 +623,7 @@ fn two_in_flight(gpus: usize) -> Result<Cases, String> {
 /// After a call's first time, 1000 more calls allocate, exchange, compile, load and
 /// verify nothing: only launches grow.
 fn counters(gpus: usize) -> Result<Cases, String> {
-    let r = open(2, gpus, &opts(60))?;
+    let r = open(2, gpus, &opts(10))?;
     let mut cases = Vec::new();
     for (c, count) in [(Collective::Allreduce, 2usize), (Collective::Allreduce, 1 << 20), (Collective::Allgather, 1000)] {
         let spec = CallSpec {
@@ -794,7 +809,7 @@ fn spawn_pair(role: &str, gpus: usize, env: &[(&str, &str)], limit: Duration) ->
 }
 
 fn procs(gpus: usize, quick: bool, staged: bool) -> Result<Cases, String> {
-    let mut env = vec![("BRAID_TIMEOUT", "60")];
+    let mut env = vec![("BRAID_TIMEOUT", "20")];
     if staged {
         env.push(("BRAID_P2P_DISABLE", "1"));
     }
@@ -898,10 +913,14 @@ fn child_run(role: &str) -> Result<(), String> {
                                 let spec = CallSpec { collective: c, count, dtype: d, op: o, root };
                                 let kind = KINDS[k % 3];
                                 k += 1;
+                                let what = format!("{c} root {root:?} {} {} {mode} count {count} ({kind:?} memory)", d.name(), o.name());
+                                if !selected(&what) {
+                                    continue;
+                                }
                                 if let Err(e) = proc_case(&comm, &stream, &app, &spec, mode, kind, k as u64) {
                                     failed += 1;
                                     println!("FAIL rank {rank}: {c} {root:?} {} {} {mode} {count} {kind:?}: {e}", d.name(), o.name());
-                                    if failed > 10 {
+                                    if failed >= 3 {
                                         return Err("too many failures".into());
                                     }
                                 }

@@ -1,0 +1,393 @@
+//! The device communicator's logic on the host backend, through the same interface the
+//! CUDA backend implements (`DeviceComm` over an `Engine`): calls enqueued on streams with
+//! raw buffer addresses, any count (odd, zero), in and out of place, several ranks per
+//! process, groups, rounds through a small scratch memory, two communicators at once,
+//! nothing set up per call after the first, abort, and a mismatched call.
+
+use braid_ir::{Collective, Mode};
+use braid_library::Library;
+use braid_plan::Verified;
+use braid_runtime::call::CallSpec;
+use braid_runtime::device_comm::{enqueue_group, DeviceComm, GroupCall};
+use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::fabric::InProcGroup;
+use braid_runtime::host_engine::{HostEngine, HostStream};
+use braid_runtime::policy::Policy;
+use braid_runtime::reference::{first_mismatch, inputs, reference};
+use braid_runtime::registry::{PlanProvider, Registry};
+use braid_runtime::RuntimeError;
+use braid_topo::Topology;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Lib(Library);
+
+impl PlanProvider for Lib {
+    fn plans(&self, c: Collective, root: Option<u32>) -> Vec<Arc<Verified>> {
+        self.0.plans(c, root)
+    }
+}
+
+fn registry(n: u32) -> Arc<Registry> {
+    let lib = Library::new(Topology::from_arg(&format!("nvswitch:{n}")).unwrap());
+    Arc::new(Registry::new().with_provider(Box::new(Lib(lib))))
+}
+
+struct Ranks {
+    comms: Vec<DeviceComm<HostEngine>>,
+    streams: Vec<HostStream>,
+}
+
+fn open(n: u32, scratch: usize, timeout: Duration) -> Ranks {
+    let group = InProcGroup::new(n);
+    let reg = registry(n);
+    let comms = (0..n)
+        .map(|r| {
+            let e = HostEngine::with_scratch(Box::new(group.member(r)), timeout, scratch);
+            DeviceComm::new(e, reg.clone(), Policy::default())
+        })
+        .collect();
+    let streams = (0..n).map(|_| HostStream::new()).collect();
+    Ranks { comms, streams }
+}
+
+/// One rank's buffers for a call, as an application holds them.
+struct Bufs {
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    in_place: bool,
+}
+
+impl Bufs {
+    fn new(spec: &CallSpec, rank: u32, n: u32, mode: Mode, input: &[u8]) -> Bufs {
+        let s = spec.sizes(rank, n);
+        match mode {
+            Mode::OutOfPlace => {
+                let mut send = vec![0u8; s.send.unwrap_or(0)];
+                if s.send.is_some() {
+                    send.copy_from_slice(input);
+                }
+                Bufs {
+                    send,
+                    recv: vec![0xAA; s.recv.unwrap_or(0)],
+                    in_place: false,
+                }
+            }
+            Mode::InPlace => {
+                let mut one = vec![0xAA; s.larger];
+                if s.send.is_some() {
+                    let (i, _) = spec.in_place_buffers(rank, 0);
+                    one[i as usize..i as usize + input.len()].copy_from_slice(input);
+                }
+                Bufs {
+                    send: one,
+                    recv: Vec::new(),
+                    in_place: true,
+                }
+            }
+        }
+    }
+
+    /// NCCL's `sendbuff` and `recvbuff`.
+    fn addrs(&mut self, spec: &CallSpec, rank: u32) -> (u64, u64) {
+        if self.in_place {
+            spec.in_place_buffers(rank, self.send.as_mut_ptr() as u64)
+        } else {
+            let s = if self.send.is_empty() { 8 } else { self.send.as_ptr() as u64 };
+            let r = if self.recv.is_empty() { 8 } else { self.recv.as_mut_ptr() as u64 };
+            (s, r)
+        }
+    }
+
+    fn output(&self, spec: &CallSpec, rank: u32, n: u32) -> Option<Vec<u8>> {
+        let len = spec.sizes(rank, n).recv?;
+        Some(if self.in_place {
+            let (_, o) = spec.in_place_buffers(rank, 0);
+            self.send[o as usize..o as usize + len].to_vec()
+        } else {
+            self.recv[..len].to_vec()
+        })
+    }
+}
+
+/// Every rank's call as one group, waited for, checked against the reference.
+fn run(r: &Ranks, spec: &CallSpec, mode: Mode, seed: u64) -> Result<(), String> {
+    let n = r.comms.len() as u32;
+    let ins = inputs(spec.collective, spec.dtype, spec.op, n, spec.count, seed);
+    let mut bufs: Vec<Bufs> = (0..n)
+        .map(|k| Bufs::new(spec, k, n, mode, &ins[k as usize]))
+        .collect();
+    let addrs: Vec<(u64, u64)> = bufs.iter_mut().enumerate().map(|(k, b)| b.addrs(spec, k as u32)).collect();
+    let calls: Vec<GroupCall<HostEngine>> = r
+        .comms
+        .iter()
+        .zip(&r.streams)
+        .zip(&addrs)
+        .map(|((comm, stream), &(send, recv))| GroupCall {
+            comm,
+            spec: *spec,
+            send,
+            recv,
+            stream,
+        })
+        .collect();
+    // SAFETY: the buffers hold the call's sizes and live until the streams are synchronised
+    // below.
+    unsafe { enqueue_group(&calls) }.map_err(|e| e.to_string())?;
+    for s in &r.streams {
+        s.synchronize().map_err(|e| e.to_string())?;
+    }
+    if spec.count == 0 {
+        return Ok(());
+    }
+    let expected = reference(spec.collective, spec.dtype, spec.op, spec.root, &ins);
+    for (k, (b, want)) in bufs.iter().zip(&expected).enumerate() {
+        let got = b.output(spec, k as u32, n);
+        match (want, got) {
+            (None, None) => {}
+            (Some(w), Some(g)) => {
+                if let Some((i, x, y)) = first_mismatch(spec.dtype, w, &g) {
+                    return Err(format!("rank {k}: element {i}: expected {x}, got {y}"));
+                }
+            }
+            (w, g) => return Err(format!("rank {k}: output presence {} vs {}", w.is_some(), g.is_some())),
+        }
+    }
+    Ok(())
+}
+
+fn modes(c: Collective) -> Vec<Mode> {
+    if c == Collective::Alltoall {
+        vec![Mode::OutOfPlace]
+    } else {
+        vec![Mode::OutOfPlace, Mode::InPlace]
+    }
+}
+
+#[test]
+fn every_collective_on_raw_buffers_any_count_and_mode_on_one_to_eight_ranks() {
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for n in [1u32, 2, 3, 8] {
+        let r = open(n, 32 << 20, Duration::from_secs(30));
+        for c in Collective::ALL {
+            let roots = if c.is_rooted() { vec![Some(0), Some(n - 1)] } else { vec![None] };
+            for root in roots {
+                for (i, count) in [0usize, 1, 7, 1003].into_iter().enumerate() {
+                    let (d, o) = [
+                        (DType::F32, RedOp::Sum),
+                        (DType::Bf16, RedOp::Avg),
+                        (DType::I8, RedOp::Min),
+                        (DType::U64, RedOp::Prod),
+                    ][i];
+                    let spec = CallSpec {
+                        collective: c,
+                        count,
+                        dtype: d,
+                        op: o,
+                        root,
+                    };
+                    for mode in modes(c) {
+                        runs += 1;
+                        if let Err(e) = run(&r, &spec, mode, runs) {
+                            failures.push(format!("n={n} {c} {root:?} {count} {mode}: {e}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {runs} failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn a_small_scratch_runs_large_calls_in_rounds() {
+    // ring_reduce_scatter keeps partial sums in scratch (C chunks): with 4 KiB of scratch,
+    // 100,003 f32 per rank take many rounds.
+    let r = open(3, 4096, Duration::from_secs(30));
+    for (count, mode) in [(100_003usize, Mode::OutOfPlace), (33_331, Mode::InPlace)] {
+        let spec = CallSpec {
+            collective: Collective::ReduceScatter,
+            count,
+            dtype: DType::F32,
+            op: RedOp::Sum,
+            root: None,
+        };
+        run(&r, &spec, mode, 4).unwrap();
+    }
+    // A scratch memory too small for even one vector per chunk is refused, not overrun.
+    let tiny = open(2, 8, Duration::from_secs(30));
+    let spec = CallSpec {
+        collective: Collective::ReduceScatter,
+        count: 64,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        root: None,
+    };
+    let e = run(&tiny, &spec, Mode::OutOfPlace, 1).unwrap_err();
+    assert!(e.contains("bytes of scratch"), "{e}");
+}
+
+#[test]
+fn nothing_is_set_up_per_call_after_the_first() {
+    let r = open(4, 32 << 20, Duration::from_secs(30));
+    for (c, count) in [(Collective::Allreduce, 1usize << 16), (Collective::ReduceScatter, 999), (Collective::Allgather, 5)] {
+        let spec = CallSpec {
+            collective: c,
+            count,
+            dtype: DType::F32,
+            op: RedOp::Sum,
+            root: None,
+        };
+        run(&r, &spec, Mode::OutOfPlace, 1).unwrap();
+        let before: Vec<_> = r.comms.iter().map(|c| c.stats()).collect();
+        assert!(before.iter().all(|s| s.prepared > 0 && s.verifications + s.prepared > 0));
+        for i in 0..20 {
+            run(&r, &spec, Mode::OutOfPlace, i).unwrap();
+        }
+        for (k, (c, b)) in r.comms.iter().zip(&before).enumerate() {
+            let now = c.stats();
+            assert_eq!(now.setup(), b.setup(), "rank {k} set something up per call");
+            assert_eq!(now.launches, b.launches + 20, "rank {k}");
+        }
+    }
+    // A new size of the same kind selects the same plan: no new preparation either.
+    let spec = CallSpec {
+        collective: Collective::Allgather,
+        count: 6,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        root: None,
+    };
+    let before = r.comms[0].stats();
+    run(&r, &spec, Mode::OutOfPlace, 3).unwrap();
+    assert_eq!(r.comms[0].stats().prepared, before.prepared);
+}
+
+#[test]
+fn two_communicators_with_many_calls_in_flight() {
+    let a = open(2, 32 << 20, Duration::from_secs(30));
+    let b = open(2, 32 << 20, Duration::from_secs(30));
+    std::thread::scope(|s| {
+        let ta = s.spawn(|| {
+            for i in 0..10 {
+                let spec = CallSpec {
+                    collective: Collective::Allreduce,
+                    count: 1001 + i,
+                    dtype: DType::I32,
+                    op: RedOp::Max,
+                    root: None,
+                };
+                run(&a, &spec, Mode::InPlace, i as u64).unwrap();
+            }
+        });
+        let tb = s.spawn(|| {
+            for i in 0..10 {
+                let spec = CallSpec {
+                    collective: Collective::Allgather,
+                    count: 77 + i,
+                    dtype: DType::F16,
+                    op: RedOp::Sum,
+                    root: None,
+                };
+                run(&b, &spec, Mode::OutOfPlace, i as u64).unwrap();
+            }
+        });
+        ta.join().unwrap();
+        tb.join().unwrap();
+    });
+}
+
+#[test]
+fn abort_ends_a_waiting_call_and_the_next_call_reports_it() {
+    let r = open(2, 32 << 20, Duration::from_secs(300));
+    let spec = CallSpec {
+        collective: Collective::Allreduce,
+        count: 4096,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        root: None,
+    };
+    let send = vec![1u8; 4096 * 4];
+    let mut recv = vec![0u8; 4096 * 4];
+    // Rank 0 calls; rank 1 never does.
+    // SAFETY: the buffers live until the stream is synchronised below.
+    unsafe {
+        r.comms[0]
+            .enqueue(&spec, send.as_ptr() as u64, recv.as_mut_ptr() as u64, &r.streams[0])
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!r.streams[0].is_idle(), "the lonely call must be waiting");
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| r.comms[0].abort("aborted by the test"));
+    });
+    let done = r.streams[0].synchronize();
+    assert!(t.elapsed() < Duration::from_secs(2), "the stream took {:?} to drain", t.elapsed());
+    assert!(matches!(done, Err(RuntimeError::Aborted(_))), "{done:?}");
+    // SAFETY: as above.
+    let next = unsafe {
+        r.comms[0].enqueue(&spec, send.as_ptr() as u64, recv.as_mut_ptr() as u64, &r.streams[0])
+    };
+    match next {
+        Err(RuntimeError::Aborted(m)) => assert!(m.contains("aborted by the test"), "{m}"),
+        other => panic!("expected the abort to be reported, got {other:?}"),
+    }
+    assert_eq!(r.comms[0].async_error().as_deref(), Some("aborted by the test"));
+}
+
+#[test]
+fn invalid_calls_are_refused_and_leave_the_communicator_usable() {
+    let r = open(2, 32 << 20, Duration::from_secs(30));
+    let bad_root = CallSpec {
+        collective: Collective::Broadcast,
+        count: 4,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        root: Some(2),
+    };
+    // SAFETY: refused before anything runs.
+    let e = unsafe { r.comms[0].enqueue(&bad_root, 8, 8, &r.streams[0]) }.unwrap_err();
+    assert!(e.to_string().contains("root 2"), "{e}");
+    let null = CallSpec {
+        collective: Collective::Allreduce,
+        count: 4,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        root: None,
+    };
+    // SAFETY: refused before anything runs.
+    let e = unsafe { r.comms[0].enqueue(&null, 0, 8, &r.streams[0]) }.unwrap_err();
+    assert!(e.to_string().contains("send buffer is null"), "{e}");
+    assert!(r.comms[0].async_error().is_none());
+    run(&r, &null, Mode::OutOfPlace, 1).unwrap();
+}
+
+#[test]
+fn a_mismatched_call_fails_on_every_rank() {
+    let r = open(2, 32 << 20, Duration::from_secs(10));
+    let ins = [vec![0u8; 400], vec![0u8; 404]];
+    let mut outs = [vec![0u8; 400], vec![0u8; 404]];
+    for k in 0..2 {
+        let spec = CallSpec {
+            collective: Collective::Allreduce,
+            count: 100 + k,
+            dtype: DType::F32,
+            op: RedOp::Sum,
+            root: None,
+        };
+        // SAFETY: the buffers live until the streams are synchronised.
+        unsafe {
+            r.comms[k]
+                .enqueue(&spec, ins[k].as_ptr() as u64, outs[k].as_mut_ptr() as u64, &r.streams[k])
+                .unwrap();
+        }
+    }
+    for s in &r.streams {
+        match s.synchronize() {
+            Err(RuntimeError::Mismatch(m)) => assert!(m.contains("count=100") && m.contains("count=101"), "{m}"),
+            other => panic!("expected a mismatch, got {other:?}"),
+        }
+    }
+}
