@@ -297,16 +297,22 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile)
   return true;
 }
 
-// avg: once every block of this replica finished the round (`tiles` tiles so far),
-// divides this block's share of the output chunks' range [lo, hi).
-__device__ bool finish_avg(Ctx& c, const Table& t, const BlockDesc& bd, u64 tiles, u32 n,
-                           u64 lo, u64 hi) {
+// Waits until every block of this replica finished the round (`tiles` tiles so far).
+__device__ bool replica_barrier(Ctx& c, const Table& t, const BlockDesc& bd, u64 tiles) {
   const BlockDesc* all = reinterpret_cast<const BlockDesc*>(t.blocks) + bd.replica * t.nblocks;
   for (u32 b = 0; b < t.nblocks; b++) {
     volatile u64* p = c.progress + b;
     const u64 target = tiles * all[b].nsteps;
     if (!wait_until(c.w, [&] { return *p >= target; }, WAIT_DEP)) return false;
   }
+  return true;
+}
+
+// avg: once every block of this replica finished the round, divides this block's share
+// of the output chunks' range [lo, hi).
+__device__ bool finish_avg(Ctx& c, const Table& t, const BlockDesc& bd, u64 tiles, u32 n,
+                           u64 lo, u64 hi) {
+  if (!replica_barrier(c, t, bd, tiles)) return false;
   c.lo = lo;
   c.hi = hi;
   for (u32 chunk = bd.block; chunk < t.out_chunks; chunk += t.nblocks) {
@@ -378,6 +384,11 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
     }
     if (OP == AVG && a.avg_n > 1 && a.out != 0) {
       if (!finish_avg(c, t, bd, tiles, a.avg_n, lo, hi)) return;
+    } else if (t.scratch != 0 && w1 < a.chunk_elems) {
+      // The next round reuses this round's scratch window: every block of the replica
+      // must be done with it first (blocks of one replica are not otherwise ordered
+      // across rounds; the replicas' windows are disjoint).
+      if (!replica_barrier(c, t, bd, tiles)) return;
     }
   }
   // Keep the connection counters for the next call; the last block out resets the

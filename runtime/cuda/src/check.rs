@@ -24,7 +24,8 @@ pub struct Case {
 }
 
 impl Case {
-    fn spec(&self) -> CallSpec {
+    /// The call in NCCL's terms.
+    pub fn spec(&self) -> CallSpec {
         CallSpec {
             collective: self.collective,
             count: self.count,
@@ -219,6 +220,12 @@ impl<'a> Prepared<'a> {
     pub fn bytes(&self) -> usize {
         self.case.spec().sizes(0, self.comms.len() as u32).larger
     }
+}
+
+/// The plan (replicated) and protocol the communicator runs `case` with; `None` for a
+/// zero count.
+pub fn selection(comm: &CudaComm, case: &Case) -> Result<Option<(std::sync::Arc<braid_plan::Verified>, braid_ir::Protocol)>> {
+    Ok(comm.selection(&case.spec(), case.mode)?)
 }
 
 /// How `got` differs from `want`, if it does.

@@ -97,11 +97,19 @@ pub struct Clique {
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: HostAlloc,
     conns: Mutex<Conns>,
-    /// Per GPU: the stream and rank of the last launch that did not hold every rank on
-    /// that GPU (to refuse a launch that would wait behind it forever).
-    pub last_solo: Mutex<HashMap<usize, Option<(usize, u32)>>>,
+    /// Launches of this clique so far: per GPU, the stream and rank of the last launch
+    /// that did not hold every rank on that GPU (to refuse a launch that would wait
+    /// behind it forever); per stream, how many launches it has seen.
+    pub launches: Mutex<Launches>,
     /// Per GPU: an event joining several ranks' streams around one launch.
     join: Mutex<HashMap<usize, Event>>,
+}
+
+/// What [`Clique::launches`] keeps.
+#[derive(Default)]
+pub struct Launches {
+    pub last_solo: HashMap<usize, Option<(usize, u32)>>,
+    pub per_stream: HashMap<usize, u64>,
 }
 
 /// A CUDA event handle owned by the clique.
@@ -164,7 +172,7 @@ impl Clique {
             scratch_bytes,
             words,
             conns: Mutex::new(Conns::default()),
-            last_solo: Mutex::new(HashMap::new()),
+            launches: Mutex::new(Launches::default()),
             join: Mutex::new(HashMap::new()),
         })
     }

@@ -6,10 +6,48 @@
 //! allocator: pool memory is not mapped for peers by `cuCtxEnablePeerAccess` (a peer
 //! kernel touching it faults), and IPC handles need it too. Everything is freed (or
 //! closed) explicitly on drop.
+//!
+//! Initialising and uploading go through a stream of Braid's own per GPU and wait for it:
+//! the driver's "synchronous" memset returns before the device memory is set, and its
+//! synchronous copy from pageable memory before the data has landed; both are ordered
+//! only on the legacy default stream, which the streams kernels run on do not wait for.
+//! A kernel launched right after could read what was there before.
 
 use crate::error::Result;
-use cudarc::driver::{result, sys, CudaContext, CudaStream};
-use std::sync::Arc;
+use cudarc::driver::{result, sys, CudaContext};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Braid's own stream of each GPU (by ordinal) for setting memory up, made on first use
+/// and kept for the process's life.
+static SETUP: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+
+/// Runs `f` with the setup stream of `ctx`'s GPU (the context bound), then waits for
+/// everything `f` enqueued on it.
+fn with_setup_stream(
+    ctx: &Arc<CudaContext>,
+    f: impl FnOnce(sys::CUstream) -> Result<()>,
+) -> Result<()> {
+    ctx.bind_to_thread()?;
+    let stream = {
+        let mut m = SETUP.lock().unwrap_or_else(|e| e.into_inner());
+        let m = m.get_or_insert_with(HashMap::new);
+        match m.get(&ctx.ordinal()) {
+            Some(&s) => s as sys::CUstream,
+            None => {
+                let s = result::stream::create(result::stream::StreamKind::NonBlocking)?;
+                m.insert(ctx.ordinal(), s as usize);
+                s
+            }
+        }
+    };
+    let r = f(stream);
+    // SAFETY: a live stream of this GPU's primary context.
+    let synced = unsafe { result::stream::synchronize(stream) };
+    r?;
+    synced?;
+    Ok(())
+}
 
 /// One `cuMemAlloc` allocation of one context, freed on drop.
 pub struct DeviceAlloc {
@@ -30,8 +68,7 @@ impl DeviceAlloc {
             ptr,
             len,
         };
-        // SAFETY: within the allocation.
-        unsafe { result::memset_d8_sync(ptr, fill, len)? };
+        a.fill(fill, len)?;
         Ok(a)
     }
 
@@ -39,24 +76,12 @@ impl DeviceAlloc {
         self.ptr
     }
 
-    /// Sets the first `n` bytes to `byte` (resets counters between resident launches).
+    /// Sets the first `n` bytes to `byte`, and waits until they are set.
     pub fn fill(&self, byte: u8, n: usize) -> Result<()> {
         assert!(n <= self.len, "fill larger than the allocation");
-        self.ctx.bind_to_thread()?;
+        let ptr = self.ptr;
         // SAFETY: `n` bytes lie in the allocation (asserted).
-        unsafe { result::memset_d8_sync(self.ptr, byte, n)? };
-        Ok(())
-    }
-
-    /// Enqueues setting the `n` bytes at `offset` to `byte` on `stream` (a stream of this
-    /// allocation's GPU); returns at once.
-    pub fn fill_async(&self, byte: u8, offset: usize, n: usize, stream: &CudaStream) -> Result<()> {
-        assert!(offset + n <= self.len, "fill larger than the allocation");
-        self.ctx.bind_to_thread()?;
-        // SAFETY: `n` bytes from `offset` lie in the allocation (asserted); the allocation
-        // lives until the `Resident` owning it is dropped, which synchronises first.
-        unsafe { result::memset_d8_async(self.ptr + offset as u64, byte, n, stream.cu_stream())? };
-        Ok(())
+        with_setup_stream(&self.ctx, |s| Ok(unsafe { result::memset_d8_async(ptr, byte, n, s)? }))
     }
 
     /// The allocation's size in bytes.
@@ -77,13 +102,13 @@ impl DeviceAlloc {
         Ok(h.reserved.map(|b| b as u8))
     }
 
-    /// Copies `data` to the start of the allocation.
+    /// Copies `data` to the start of the allocation, and waits until it has landed.
     pub fn upload(&self, data: &[u8]) -> Result<()> {
         assert!(data.len() <= self.len, "upload larger than the allocation");
-        self.ctx.bind_to_thread()?;
-        // SAFETY: `data` fits in the allocation (asserted).
-        unsafe { result::memcpy_htod_sync(self.ptr, data)? };
-        Ok(())
+        let ptr = self.ptr;
+        // SAFETY: `data` fits in the allocation (asserted) and outlives the wait that
+        // `with_setup_stream` ends with.
+        with_setup_stream(&self.ctx, |s| Ok(unsafe { result::memcpy_htod_async(ptr, data, s)? }))
     }
 
     /// Copies the first `n` bytes back to the host.

@@ -3,7 +3,7 @@
 //! (one per GPU for a group of ranks sharing it) whose arguments say where the caller's
 //! buffers are. Nothing on the launch path allocates, exchanges, compiles or verifies.
 
-use crate::clique::{Clique, MAX_GRID};
+use crate::clique::{Clique, Launches, MAX_GRID};
 use crate::device::DeviceAlloc;
 use crate::error::{CudaError, Result};
 use crate::kernel::{Variant, Wire, MAX_LOCAL, THREADS};
@@ -16,7 +16,7 @@ use braid_runtime::device_comm::{CallArgs, Engine, Launch, Stats};
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::policy::Target;
 use braid_runtime::RuntimeError;
-use cudarc::driver::{result, sys, DeviceRepr};
+use cudarc::driver::{result, sys};
 use std::sync::{Arc, Mutex};
 
 /// One rank of a communicator on its GPU.
@@ -29,9 +29,10 @@ pub struct CudaEngine {
 }
 
 /// What keeps one rank's calls in issue order across the streams they come on: the
-/// stream of its last call, and an event recorded right after its last kernel.
+/// stream its last call came on and that stream's launch count then, and an event for
+/// the rare stream change.
 struct Order {
-    last: Option<sys::CUstream>,
+    last: Option<(sys::CUstream, u64)>,
     event: Option<sys::CUevent>,
 }
 
@@ -67,9 +68,6 @@ struct KernelCall {
     per_segment: u32,
     avg_n: u32,
 }
-
-// SAFETY: plain old data with the C layout the kernel declares.
-unsafe impl DeviceRepr for LaunchParams {}
 
 impl KernelCall {
     fn of(a: &CallArgs) -> KernelCall {
@@ -123,41 +121,54 @@ impl CudaEngine {
             .map_or(1, |v| v.max(1) as u32)
     }
 
-    /// Before a launch on `lead` for a call that came on `own`: when the rank's previous
-    /// call came on another stream, `lead` waits for the event recorded right after that
-    /// call's kernel (only this rank's work: waiting for a whole stream could wait for a
-    /// rank that shares it and waits for us).
-    fn order_before(&self, lead: sys::CUstream, own: sys::CUstream) -> Result<()> {
-        let o = self.order.lock().unwrap();
-        if let (Some(last), Some(ev)) = (o.last, o.event) {
-            if last != own && last != lead && !capturing(lead)? {
-                // SAFETY: a live event and stream of this rank's context.
-                unsafe {
-                    result::stream::wait_event(lead, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?
-                };
-            }
+    /// Before a launch on `lead` of a call that came on `own`: when the rank's previous
+    /// call came on another stream `last`, `lead` must wait for that call's kernel. If
+    /// no launch of this communicator reached `last` since, an event recorded on `last`
+    /// now marks exactly that (the application's own work after it can only delay us);
+    /// otherwise another rank's call followed it there, and waiting for that one could
+    /// wait for this very call: refused. Nothing is recorded on the usual path, where a
+    /// rank keeps its stream.
+    fn order_before(&self, lead: sys::CUstream, own: sys::CUstream, seen: &Launches) -> Result<()> {
+        let mut o = self.order.lock().unwrap();
+        let Some((last, seq)) = o.last else {
+            return Ok(());
+        };
+        if last == own || last == lead {
+            return Ok(());
         }
+        if seen.per_stream.get(&(last as usize)).copied().unwrap_or(0) != seq {
+            return Err(CudaError::Invalid(format!(
+                "rank {}: this call came on another stream than the rank's previous one, and \
+                 another rank's call was enqueued behind that one: the new call cannot be \
+                 ordered after it without waiting for the other rank. Keep each rank on its \
+                 stream, or synchronise the old stream first",
+                self.rank()
+            )));
+        }
+        if capturing(last)? || capturing(lead)? {
+            return Ok(());
+        }
+        let ev = match o.event {
+            Some(e) => e,
+            None => {
+                let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
+                o.event = Some(e);
+                e
+            }
+        };
+        // SAFETY: a live event and streams of this rank's context.
+        unsafe {
+            result::event::record(ev, last)?;
+            result::stream::wait_event(lead, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?;
+        }
+        o.last = None;
         Ok(())
     }
 
-    /// After a launch on `lead`: records the rank's event there (not inside a graph
-    /// capture, where it would be a node of the graph) and remembers `own`.
-    fn order_after(&self, lead: sys::CUstream, own: sys::CUstream) -> Result<()> {
-        let mut o = self.order.lock().unwrap();
-        if !capturing(lead)? {
-            let ev = match o.event {
-                Some(e) => e,
-                None => {
-                    let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
-                    o.event = Some(e);
-                    e
-                }
-            };
-            // SAFETY: a live event and stream of this rank's context.
-            unsafe { result::event::record(ev, lead)? };
-        }
-        o.last = Some(own);
-        Ok(())
+    /// After a launch: the rank's call is complete, in stream order, on `own` (the
+    /// launch stream, or a stream joined to it after the launch) at launch `seq` there.
+    fn order_after(&self, own: sys::CUstream, seq: u64) {
+        self.order.lock().unwrap().last = Some((own, seq));
     }
 }
 
@@ -409,8 +420,8 @@ fn check_streams(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
     }
     let s = g[0].stream.raw();
     let ranks: Vec<u32> = g.iter().map(|c| c.engine.rank()).collect();
-    let mut last = clique.last_solo.lock().unwrap();
-    let entry = last.entry(device).or_insert(None);
+    let mut l = clique.launches.lock().unwrap();
+    let entry = l.last_solo.entry(device).or_insert(None);
     if let Some((stream, other)) = *entry {
         if stream == s as usize && !ranks.contains(&other) && ranks.len() < sharing {
             return Err(CudaError::Invalid(format!(
@@ -449,11 +460,14 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
     let others: Vec<sys::CUstream> = {
         let mut v: Vec<sys::CUstream> = g.iter().map(|c| c.stream.raw()).collect();
         v.retain(|&s| s != stream);
+        v.sort_by_key(|&s| s as usize);
         v.dedup();
         v
     };
+    let clique = lead.engine.clique().clone();
+    let mut seen = clique.launches.lock().unwrap();
     for c in g {
-        c.engine.order_before(stream, c.stream.raw())?;
+        c.engine.order_before(stream, c.stream.raw(), &seen)?;
     }
     let join = if others.is_empty() {
         None
@@ -494,8 +508,17 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
             }
         }
     }
+    let mut bumped: Vec<(sys::CUstream, u64)> = Vec::with_capacity(1 + others.len());
+    for s in std::iter::once(stream).chain(others.iter().copied()) {
+        let n = seen.per_stream.entry(s as usize).or_insert(0);
+        *n += 1;
+        bumped.push((s, *n));
+    }
+    drop(seen);
     for c in g {
-        c.engine.order_after(stream, c.stream.raw())?;
+        let own = c.stream.raw();
+        let seq = bumped.iter().find(|(s, _)| *s == own).map_or(0, |b| b.1);
+        c.engine.order_after(own, seq);
         c.engine.stats.launched(1);
     }
     Ok(())

@@ -222,7 +222,7 @@ impl RankCall {
         let sizes = spec.sizes(rank, n);
         let ctx = comm.context();
         let staged = Mem::new(ctx, Kind::Plain, input.len(), s)?;
-        upload(&staged, input)?;
+        upload(&staged, input, s)?;
         let (send, recv, input_at, output_at) = match mode {
             Mode::OutOfPlace => (
                 Mem::new(ctx, kind, sizes.send.unwrap_or(0), s)?,
@@ -275,12 +275,14 @@ impl RankCall {
     }
 }
 
-fn upload(m: &Mem, data: &[u8]) -> Result<(), String> {
+/// Enqueues copying `data` into `m` on `s` (ordered before the kernels that read it; the
+/// caller keeps `data` until the stream is synchronised).
+fn upload(m: &Mem, data: &[u8], s: &Stream) -> Result<(), String> {
     if data.is_empty() {
         return Ok(());
     }
-    // SAFETY: `data` fits the allocation (sized from it).
-    unsafe { cudarc::driver::result::memcpy_htod_sync(m.ptr(), data) }.map_err(|e| e.to_string())
+    // SAFETY: `data` fits the allocation (sized from it) and outlives the copy.
+    unsafe { cudarc::driver::result::memcpy_htod_async(m.ptr(), data, s.raw()) }.map_err(|e| e.to_string())
 }
 
 fn download(m: &Mem, n: usize) -> Result<Vec<u8>, String> {
@@ -295,6 +297,31 @@ fn bufs<'a>(v: &'a (RawDeviceMemory, Option<RawDeviceMemory>)) -> Bufs<'a> {
         Some(r) => Bufs::OutOfPlace { send: &v.0, recv: r },
         None => Bufs::InPlace(&v.0),
     }
+}
+
+/// Enqueues `spec` on every rank as one group (rank `r` on `streams[r]`, with `views[r]`).
+fn group_call(
+    comms: &[CudaComm],
+    streams: &[Stream],
+    views: &[(RawDeviceMemory, Option<RawDeviceMemory>)],
+    spec: &CallSpec,
+) -> Result<(), String> {
+    let items: Vec<GroupItem> = comms
+        .iter()
+        .zip(streams)
+        .zip(views)
+        .map(|((comm, stream), v)| GroupItem {
+            comm,
+            collective: spec.collective,
+            bufs: bufs(v),
+            count: spec.count,
+            dtype: spec.dtype,
+            op: spec.op,
+            root: spec.root,
+            stream,
+        })
+        .collect();
+    group(&items).map_err(|e| e.to_string())
 }
 
 /// Every rank's call of `spec` in `mode`, enqueued as one group between the
@@ -313,23 +340,7 @@ fn run_case(r: &Ranks, spec: &CallSpec, mode: Mode, kind: Kind, seed: u64) -> Re
         c.before(app, s)?;
     }
     let views: Vec<_> = calls.iter().map(RankCall::views).collect();
-    let items: Vec<GroupItem> = r
-        .comms
-        .iter()
-        .zip(&r.streams)
-        .zip(&views)
-        .map(|((comm, stream), v)| GroupItem {
-            comm,
-            collective: spec.collective,
-            bufs: bufs(v),
-            count: spec.count,
-            dtype: spec.dtype,
-            op: spec.op,
-            root: spec.root,
-            stream,
-        })
-        .collect();
-    group(&items).map_err(|e| e.to_string())?;
+    group_call(&r.comms, &r.streams, &views, spec)?;
     for ((c, app), s) in calls.iter().zip(&r.apps).zip(&r.streams) {
         c.after(app, s)?;
     }
@@ -488,23 +499,7 @@ fn graph_case(r: &Ranks, one: &Ranks, spec: &CallSpec, mode: Mode) -> Result<(),
         for ((c, app), s) in calls.iter().zip(&r.apps).zip(streams) {
             c.before(app, s)?;
         }
-        let items: Vec<GroupItem> = r
-            .comms
-            .iter()
-            .zip(streams)
-            .zip(&views)
-            .map(|((comm, stream), v)| GroupItem {
-                comm,
-                collective: spec.collective,
-                bufs: bufs(v),
-                count: spec.count,
-                dtype: spec.dtype,
-                op: spec.op,
-                root: spec.root,
-                stream,
-            })
-            .collect();
-        group(&items).map_err(|e| e.to_string())?;
+        group_call(&r.comms, streams, &views, spec)?;
         for ((c, app), s) in calls.iter().zip(&r.apps).zip(streams) {
             c.after(app, s)?;
         }
@@ -574,23 +569,7 @@ fn two_in_flight(gpus: usize) -> Result<Cases, String> {
     }
     for _ in 0..10 {
         for (r, v, s) in [(&a, &va, &sa), (&b, &vb, &sb)] {
-            let items: Vec<GroupItem> = r
-                .comms
-                .iter()
-                .zip(&r.streams)
-                .zip(v)
-                .map(|((comm, stream), v)| GroupItem {
-                    comm,
-                    collective: s.collective,
-                    bufs: bufs(v),
-                    count: s.count,
-                    dtype: s.dtype,
-                    op: s.op,
-                    root: None,
-                    stream,
-                })
-                .collect();
-            group(&items).map_err(|e| e.to_string())?;
+            group_call(&r.comms, &r.streams, v, s)?;
         }
     }
     for (calls, r) in [(&ca, &a), (&cb, &b)] {
@@ -643,25 +622,7 @@ fn counters(gpus: usize) -> Result<Cases, String> {
                 .map(|((cm, s), i)| RankCall::new(cm, s, &spec, Mode::OutOfPlace, Kind::Plain, i))
                 .collect::<Result<Vec<_>, _>>()?;
             let views: Vec<_> = calls.iter().map(RankCall::views).collect();
-            let call = || -> Result<(), String> {
-                let items: Vec<GroupItem> = r
-                    .comms
-                    .iter()
-                    .zip(&r.streams)
-                    .zip(&views)
-                    .map(|((comm, stream), v)| GroupItem {
-                        comm,
-                        collective: c,
-                        bufs: bufs(v),
-                        count,
-                        dtype: spec.dtype,
-                        op: spec.op,
-                        root: None,
-                        stream,
-                    })
-                    .collect();
-                group(&items).map_err(|e| e.to_string())
-            };
+            let call = || group_call(&r.comms, &r.streams, &views, &spec);
             call()?;
             let before: Vec<_> = r.comms.iter().map(|c| c.stats()).collect();
             for i in 0..1000 {
@@ -983,28 +944,23 @@ fn bench(path: &str) -> Result<Cases, String> {
         .map(|(c, i)| RankCall::new(c, s, &spec, Mode::OutOfPlace, Kind::Plain, i))
         .collect::<Result<Vec<_>, _>>()?;
     let views: Vec<_> = calls.iter().map(RankCall::views).collect();
-    let call = |streams: [&Stream; 2]| -> Result<(), String> {
-        let items: Vec<GroupItem> = r
-            .comms
-            .iter()
-            .zip(streams)
-            .zip(&views)
-            .map(|((comm, stream), v)| GroupItem {
-                comm,
-                collective: spec.collective,
-                bufs: bufs(v),
-                count: spec.count,
-                dtype: spec.dtype,
-                op: spec.op,
-                root: None,
-                stream,
-            })
-            .collect();
-        group(&items).map_err(|e| e.to_string())
-    };
     for c in &calls {
         c.before(&r.apps[0], s)?;
     }
+    s.synchronize().map_err(|e| e.to_string())?;
+    // Separate launches per rank first, each on its own stream (what two unrelated
+    // threads do), then both ranks as one group on one stream: the timed shape.
+    let s1 = &r.streams[1];
+    for _ in 0..10 {
+        r.comms[0]
+            .call(spec.collective, bufs(&views[0]), 2, spec.dtype, spec.op, None, s)
+            .map_err(|e| e.to_string())?;
+        r.comms[1]
+            .call(spec.collective, bufs(&views[1]), 2, spec.dtype, spec.op, None, s1)
+            .map_err(|e| e.to_string())?;
+    }
+    let same = [s.clone(), s.clone()];
+    let call = |_: [&Stream; 2]| group_call(&r.comms, &same, &views, &spec);
     for _ in 0..100 {
         call([s, s])?;
     }
@@ -1032,24 +988,24 @@ fn bench(path: &str) -> Result<Cases, String> {
     let g = Graph::capture(s, || (0..1000).try_for_each(|_| call([s, s])))?;
     g.launch(s)?;
     let graphed = per_call(&|| g.launch(s), 1000)?;
-    // Separate launches per rank, each on its own stream: what two unrelated threads get.
-    let s1 = &r.streams[1];
-    for _ in 0..10 {
-        r.comms[0]
-            .call(spec.collective, bufs(&views[0]), 2, spec.dtype, spec.op, None, s)
-            .map_err(|e| e.to_string())?;
-        r.comms[1]
-            .call(spec.collective, bufs(&views[1]), 2, spec.dtype, spec.op, None, s1)
-            .map_err(|e| e.to_string())?;
-    }
-    s.synchronize().map_err(|e| e.to_string())?;
-    s1.synchronize().map_err(|e| e.to_string())?;
     // The roofline: 2 ranks as 2 blocks of one hand-written launch.
     let ctx = r.comms[0].context();
     let scratch = Mem::new(ctx, Kind::Plain, 4096, s)?;
     scratch.fill_async(0, s)?;
     let (f, v, o) = (scratch.ptr(), scratch.ptr() + 1024, scratch.ptr() + 2048);
     let app = &r.apps[0];
+    // The bare launch of one kernel, as the host sees it: the floor of any per-call cost.
+    let mut bare = Vec::with_capacity(10_000);
+    for i in 0..10_000 {
+        let t = Instant::now();
+        app.roof(f, v, o, 2, s)?;
+        bare.push(t.elapsed().as_secs_f64() * 1e6);
+        if i % 500 == 499 {
+            s.synchronize().map_err(|e| e.to_string())?;
+        }
+    }
+    bare.sort_by(f64::total_cmp);
+    let launch_median = bare[bare.len() / 2];
     let roof_eager = per_call(&|| (0..1000).try_for_each(|_| app.roof(f, v, o, 2, s)), 1000)?;
     let rg = Graph::capture(s, || (0..1000).try_for_each(|_| app.roof(f, v, o, 2, s)))?;
     rg.launch(s)?;
@@ -1061,7 +1017,7 @@ fn bench(path: &str) -> Result<Cases, String> {
         }
     }
     let line = format!(
-        "{{\"what\": \"allreduce 8 B, 2 ranks on one GPU, one process\", \"host_us_median\": {median:.3}, \"host_us_p90\": {:.3}, \"eager_us\": {eager:.3}, \"graph_us\": {graphed:.3}, \"roofline_eager_us\": {roof_eager:.3}, \"roofline_graph_us\": {roof_graph:.3}, \"ratio_eager\": {:.3}, \"ratio_graph\": {:.3}}}\n",
+        "{{\"what\": \"allreduce 8 B, 2 ranks on one GPU, one process\", \"host_us_median\": {median:.3}, \"bare_launch_us_median\": {launch_median:.3}, \"host_us_p90\": {:.3}, \"eager_us\": {eager:.3}, \"graph_us\": {graphed:.3}, \"roofline_eager_us\": {roof_eager:.3}, \"roofline_graph_us\": {roof_graph:.3}, \"ratio_eager\": {:.3}, \"ratio_graph\": {:.3}}}\n",
         host[host.len() * 9 / 10],
         roof_eager / eager,
         roof_graph / graphed

@@ -331,16 +331,8 @@ fn sweep_cuda(
         for _ in 0..iters {
             total += p.run().map_err(rt)?.as_secs_f64();
         }
-        let spec = braid_runtime::call::CallSpec {
-            collective,
-            count,
-            dtype: args.dtype,
-            op: args.op,
-            root,
-        };
-        let (plan, proto) = comms[0]
-            .selection(&spec, Mode::OutOfPlace)
-            .map_err(|e| CliError::Runtime(format!("error: {e}")))?
+        let (plan, proto) = braid_cuda::check::selection(&comms[0], &case)
+            .map_err(rt)?
             .expect("a positive count has a plan");
         let bytes = p.bytes();
         drop(p);

@@ -154,14 +154,7 @@ fn run_cuda(
                 "error: rank {rank}: {bad} wrong element(s), first at element {i}: expected {w}, got {g}"
             )));
         }
-        let spec = braid_runtime::call::CallSpec {
-            collective,
-            count,
-            dtype: args.dtype,
-            op: args.op,
-            root,
-        };
-        let what = match comm.selection(&spec, braid_ir::Mode::OutOfPlace).map_err(|e| cuda(e.into()))? {
+        let what = match braid_cuda::check::selection(&comm, &case).map_err(cuda)? {
             Some((plan, proto)) => format!(
                 "{} x{} {}",
                 plan.name,
