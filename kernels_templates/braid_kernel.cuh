@@ -366,8 +366,13 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
   u64 tiles = 0;
   for (u64 w0 = 0; w0 < a.chunk_elems; w0 += a.round_elems) {
     const u64 w1 = min64(w0 + a.round_elems, a.chunk_elems);
+    // This replica's share of a whole round, cut to the window: the same place in every
+    // window (and in scratch), so replicas running ahead through the rounds never touch
+    // scratch another replica still uses (geometry.rs's `replica_range`).
     u64 lo, hi;
-    share(w0, w1, bd.replica, t.replicas, lo, hi);
+    share(w0, w0 + a.round_elems, bd.replica, t.replicas, lo, hi);
+    lo = min64(lo, w1);
+    hi = min64(hi, w1);
     c.w0 = w0;
     if (t.tiled) {
       for (u64 t0 = lo; t0 < hi; t0 += piece) {

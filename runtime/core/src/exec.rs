@@ -12,7 +12,7 @@ use crate::reduce::{finish_avg, reduce_into, reduce_pair};
 use crate::transport::Link;
 use braid_ir::Buf;
 use braid_plan::{Block, Execution, Slice, StepKind, Verified};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,26 +52,29 @@ pub struct Job<'a> {
     pub timeout: Duration,
 }
 
-/// Progress of the blocks of one replica on this rank, for cross-block dependencies.
+/// Progress of the blocks of one replica on this rank, for cross-block dependencies:
+/// block `b`'s counter holds the steps it completed in this call, `tiles_done * steps(b)
+/// + steps_done_in_tile`, as the GPU kernel counts.
 struct Progress {
-    done: Vec<AtomicU32>,
+    done: Vec<AtomicU64>,
     lock: Mutex<()>,
     changed: Condvar,
 }
 
 impl Progress {
-    fn wait(&self, block: u32, step: u32, fabric: &dyn Fabric, timeout: Duration) -> Result<()> {
+    /// Waits until `block` completed `target` steps.
+    fn wait(&self, block: u32, target: u64, fabric: &dyn Fabric, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let target = &self.done[block as usize];
+        let done = &self.done[block as usize];
         let mut guard = self.lock.lock().unwrap();
-        while target.load(Ordering::Acquire) <= step {
+        while done.load(Ordering::Acquire) < target {
             if let Some(r) = fabric.aborted() {
                 return Err(RuntimeError::Aborted(r));
             }
             if Instant::now() >= deadline {
                 return Err(RuntimeError::Timeout {
                     seconds: timeout.as_secs_f64(),
-                    what: format!("block {block} to finish step {step}"),
+                    what: format!("block {block} to complete {target} steps"),
                 });
             }
             guard = self.changed.wait_timeout(guard, POLL).unwrap().0;
@@ -79,16 +82,19 @@ impl Progress {
         Ok(())
     }
 
-    fn advance(&self, block: u32) {
-        self.done[block as usize].fetch_add(1, Ordering::Release);
+    fn set(&self, block: u32, steps: u64) {
+        self.done[block as usize].store(steps, Ordering::Release);
         let _g = self.lock.lock().unwrap();
         self.changed.notify_all();
     }
 }
 
 /// Runs this rank's blocks of `job.plan` to completion, then finishes `avg` on its
-/// output. On any error every other rank is aborted through `fabric` and the first error
-/// is returned.
+/// output. One thread per (replica, block) runs the block through every round and tile
+/// of the call on its own, as a GPU thread block does: blocks meet only through their
+/// dependencies, and, between rounds of a plan with scratch, a barrier of the replica's
+/// blocks (the next round reuses the scratch window). On any error every other rank is
+/// aborted through `fabric` and the first error is returned.
 pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
     let rank = fabric.rank();
     let plan = job.plan;
@@ -100,43 +106,37 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
         .max()
         .unwrap_or(1);
     let first_error: Mutex<Option<RuntimeError>> = Mutex::new(None);
-    for pass in passes(job) {
-        std::thread::scope(|scope| {
-            for &(k, range, window) in &pass {
-                let progress = Arc::new(Progress {
-                    done: blocks.iter().map(|_| AtomicU32::new(0)).collect(),
-                    lock: Mutex::new(()),
-                    changed: Condvar::new(),
-                });
-                for block in blocks {
-                    let progress = progress.clone();
-                    let first_error = &first_error;
-                    scope.spawn(move || {
-                        let channel = k as u32 * channels_per_replica + block.channel;
-                        let at = At { range, window };
-                        let r = run_block(job, fabric, block, at, channel, &progress);
-                        if let Err(e) = r {
-                            fabric.abort(&format!("rank {rank} failed: {e}"));
-                            let mut slot = first_error.lock().unwrap();
-                            // Keep the root cause, not the aborts it caused.
-                            let replace = match (&*slot, &e) {
-                                (None, _) => true,
-                                (Some(RuntimeError::Aborted(_)), RuntimeError::Aborted(_)) => false,
-                                (Some(RuntimeError::Aborted(_)), _) => true,
-                                _ => false,
-                            };
-                            if replace {
-                                *slot = Some(e);
-                            }
+    std::thread::scope(|scope| {
+        for k in 0..job.args.geometry.replicas {
+            let progress = Arc::new(Progress {
+                done: blocks.iter().map(|_| AtomicU64::new(0)).collect(),
+                lock: Mutex::new(()),
+                changed: Condvar::new(),
+            });
+            for block in blocks {
+                let progress = progress.clone();
+                let first_error = &first_error;
+                scope.spawn(move || {
+                    let channel = k as u32 * channels_per_replica + block.channel;
+                    let r = run_block(job, fabric, block, k, channel, &progress);
+                    if let Err(e) = r {
+                        fabric.abort(&format!("rank {rank} failed: {e}"));
+                        let mut slot = first_error.lock().unwrap();
+                        // Keep the root cause, not the aborts it caused.
+                        let replace = match (&*slot, &e) {
+                            (None, _) => true,
+                            (Some(RuntimeError::Aborted(_)), RuntimeError::Aborted(_)) => false,
+                            (Some(RuntimeError::Aborted(_)), _) => true,
+                            _ => false,
+                        };
+                        if replace {
+                            *slot = Some(e);
                         }
-                    });
-                }
+                    }
+                });
             }
-        });
-        if first_error.lock().unwrap().is_some() {
-            break;
         }
-    }
+    });
     if let Some(e) = first_error.into_inner().unwrap() {
         return Err(e);
     }
@@ -148,46 +148,33 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
     Ok(())
 }
 
-/// Where one pass runs a block: the element range of every chunk, and the round's window
-/// `[w0, w1)` it lies in (scratch chunk `c` holds the window at `c * round_elems`).
+/// Where a block runs its steps once: the element range of every chunk, and the round's
+/// window `[w0, w1)` it lies in (scratch chunk `c` holds the window at `c * round_elems`).
 #[derive(Clone, Copy, Debug)]
 struct At {
     range: (usize, usize),
     window: (usize, usize),
 }
 
-/// The passes over the data: each pass runs every block once per (replica, element range
-/// of every chunk) it lists, concurrently. Per round: a streaming plan is one pass with
-/// every replica; a tiled plan (MSCCL's model) replays the plan once per tile, each
-/// chunk's tile small enough to fill one slice, so that a message of `count` chunks is
-/// `count` slices.
-type Pass = Vec<(usize, (usize, usize), (usize, usize))>;
-
-fn passes(job: &Job) -> Vec<Pass> {
+/// Every `At` replica `k` runs its blocks over, in order: per round, its part of the
+/// window once (streaming) or once per tile of it, each tile small enough to fill one
+/// slice so that a message of `count` chunks is `count` slices (tiled: MSCCL's model).
+/// The second value says whether the round ends there.
+fn schedule(job: &Job, k: usize) -> Vec<(At, bool)> {
     let g = &job.args.geometry;
+    let tile = (SLICE_BYTES / g.elem).max(1);
     let mut out = Vec::new();
     for r in 0..g.rounds() {
         let window = g.round_range(r);
-        let replicas: Vec<(usize, (usize, usize))> = (0..g.replicas)
-            .map(|k| (k, g.replica_range(window, k)))
-            .collect();
+        let (a, b) = g.replica_range(r, k);
         match job.plan.execution {
-            Execution::Streaming => {
-                out.push(replicas.iter().map(|&(k, rg)| (k, rg, window)).collect());
-            }
+            Execution::Streaming => out.push((At { range: (a, b), window }, true)),
             Execution::Tiled => {
-                let tile = (SLICE_BYTES / g.elem).max(1);
-                let longest = replicas.iter().map(|(_, (a, b))| b - a).max().unwrap_or(0);
-                for t in 0..longest.div_ceil(tile) {
-                    out.push(
-                        replicas
-                            .iter()
-                            .filter_map(|&(k, (a, b))| {
-                                let lo = a + t * tile;
-                                (lo < b).then_some((k, (lo, (lo + tile).min(b)), window))
-                            })
-                            .collect(),
-                    );
+                let mut lo = a;
+                while lo < b {
+                    let hi = (lo + tile).min(b);
+                    out.push((At { range: (lo, hi), window }, hi == b));
+                    lo = hi;
                 }
             }
         }
@@ -272,11 +259,12 @@ unsafe fn padded<'t>(p: &Piece, tmp: &'t mut [u8]) -> &'t mut [u8] {
     t
 }
 
+/// Block `block` of replica `k` through the whole call (see [`run_rank`]).
 fn run_block(
     job: &Job,
     fabric: &dyn Fabric,
     block: &Block,
-    at: At,
+    k: usize,
     channel: u32,
     progress: &Progress,
 ) -> Result<()> {
@@ -291,9 +279,46 @@ fn run_block(
     };
     let mut tmp = vec![0u8; SLICE_BYTES];
     let mut tmp2 = vec![0u8; SLICE_BYTES];
-    for step in &block.steps {
+    let blocks = &job.plan.ranks[fabric.rank() as usize].blocks;
+    let schedule = schedule(job, k);
+    let last_round_end = schedule.iter().rposition(|(_, end)| *end);
+    let mut tiles = 0u64;
+    for (i, (at, round_end)) in schedule.into_iter().enumerate() {
+        let links = (&send, &recv);
+        run_steps(job, fabric, block, at, tiles, progress, links, (&mut tmp, &mut tmp2))?;
+        tiles += 1;
+        if round_end && job.plan.scratch_chunks > 0 && Some(i) != last_round_end {
+            // The next round reuses this round's scratch window: every block of the
+            // replica must be done with it first.
+            for (b, other) in blocks.iter().enumerate() {
+                let target = tiles * other.steps.len() as u64;
+                progress.wait(b as u32, target, fabric, job.timeout)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+type Links<'a> = (&'a Option<Arc<dyn Link>>, &'a Option<Arc<dyn Link>>);
+
+/// The block's steps once over `at`, as tile number `tiles` of the call.
+#[allow(clippy::too_many_arguments)]
+fn run_steps(
+    job: &Job,
+    fabric: &dyn Fabric,
+    block: &Block,
+    at: At,
+    tiles: u64,
+    progress: &Progress,
+    (send, recv): Links,
+    (tmp, tmp2): (&mut Vec<u8>, &mut Vec<u8>),
+) -> Result<()> {
+    let blocks = &job.plan.ranks[fabric.rank() as usize].blocks;
+    let n = block.steps.len() as u64;
+    for (i, step) in block.steps.iter().enumerate() {
         for d in &step.deps {
-            progress.wait(d.block, d.step, fabric, job.timeout)?;
+            let their = blocks[d.block as usize].steps.len() as u64;
+            progress.wait(d.block, tiles * their + u64::from(d.step) + 1, fabric, job.timeout)?;
         }
         if let Some(r) = fabric.aborted() {
             return Err(RuntimeError::Aborted(r));
@@ -328,8 +353,8 @@ fn run_block(
             // Some chunk is short: go through temporaries, padding read as zeros and
             // never written back.
             // SAFETY: as below.
-            unsafe { padded_step(step.kind, &src, &dst, &link_s, &link_r, deadline, (dt, op), &mut tmp, &mut tmp2)? };
-            progress.advance(block.id);
+            unsafe { padded_step(step.kind, &src, &dst, &link_s, &link_r, deadline, (dt, op), tmp, tmp2)? };
+            progress.set(block.id, tiles * n + i as u64 + 1);
             continue;
         }
         // SAFETY (all `bytes` calls below): regions are bounds-checked and the plan is
@@ -391,7 +416,7 @@ fn run_block(
                 StepKind::Nop => {}
             }
         }
-        progress.advance(block.id);
+        progress.set(block.id, tiles * n + i as u64 + 1);
     }
     Ok(())
 }

@@ -143,9 +143,16 @@ impl Geometry {
         (a, (a + self.round_elems).min(self.chunk_elems))
     }
 
-    /// The part of `[lo, hi)` replica `k` handles: whole vectors, as even as possible.
-    pub fn replica_range(&self, (lo, hi): (usize, usize), k: usize) -> (usize, usize) {
-        share(lo, hi, k, self.replicas, self.unit())
+    /// The part of round `r`'s window replica `k` handles: its share of a whole round
+    /// (whole vectors, as even as possible) cut to the window, so a short last round
+    /// leaves some replicas less or nothing. Each replica's part sits at the same place in
+    /// every round's window, and so in scratch: replicas run through the rounds
+    /// independently, and no replica's round ever touches scratch another replica is
+    /// still using for an earlier one.
+    pub fn replica_range(&self, r: usize, k: usize) -> (usize, usize) {
+        let (w0, w1) = self.round_range(r);
+        let (a, b) = share(w0, w0 + self.round_elems, k, self.replicas, self.unit());
+        (a.min(w1), b.min(w1))
     }
 
     /// Bytes of scratch one round of a plan with `scratch_chunks` chunks uses.
@@ -220,7 +227,7 @@ mod tests {
     #[test]
     fn replicas_take_whole_vectors_and_cover_the_range() {
         let g = Geometry::new(Collective::Allreduce, 2, 2, 0, 1000, 4, 3, 0);
-        let parts: Vec<_> = (0..3).map(|k| g.replica_range((0, 500), k)).collect();
+        let parts: Vec<_> = (0..3).map(|k| g.replica_range(0, k)).collect();
         assert_eq!(parts[0].0, 0);
         assert_eq!(parts[2].1, 500);
         for w in parts.windows(2) {
@@ -231,11 +238,32 @@ mod tests {
         let g = Geometry::new(Collective::Allreduce, 2, 2, 0, 8, 4, 8, 0);
         let lens: Vec<_> = (0..8)
             .map(|k| {
-                let (a, b) = g.replica_range((0, 4), k);
+                let (a, b) = g.replica_range(0, k);
                 b - a
             })
             .collect();
         assert_eq!(lens.iter().sum::<usize>(), 4);
+    }
+
+    #[test]
+    fn a_replica_keeps_its_place_in_every_round_window() {
+        // 2 scratch chunks of f32 in 1 KiB: rounds of 128 elements; 500 per chunk, so
+        // rounds of 128, 128, 128, 116; 3 replicas.
+        let g = Geometry::new(Collective::Allreduce, 2, 2, 2, 1000, 4, 3, 1024);
+        assert_eq!(g.rounds(), 4);
+        let full: Vec<_> = (0..3).map(|k| g.replica_range(0, k)).collect();
+        for r in 0..g.rounds() {
+            let (w0, w1) = g.round_range(r);
+            let mut covered = 0;
+            for (k, &(a0, b0)) in full.iter().enumerate() {
+                let (a, b) = g.replica_range(r, k);
+                // The same offsets in the window as in the first round, cut at its end.
+                assert_eq!(a - w0, a0.min(w1 - w0), "round {r} replica {k}");
+                assert!(b - w0 <= b0, "round {r} replica {k}");
+                covered += b - a;
+            }
+            assert_eq!(covered, w1 - w0, "round {r}");
+        }
     }
 
     #[test]

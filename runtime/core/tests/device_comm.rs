@@ -39,12 +39,16 @@ struct Ranks {
 }
 
 fn open(n: u32, scratch: usize, timeout: Duration) -> Ranks {
+    open_with(n, scratch, timeout, Policy::default())
+}
+
+fn open_with(n: u32, scratch: usize, timeout: Duration, policy: Policy) -> Ranks {
     let group = InProcGroup::new(n);
     let reg = registry(n);
     let comms = (0..n)
         .map(|r| {
             let e = HostEngine::with_scratch(Box::new(group.member(r)), timeout, scratch);
-            DeviceComm::new(e, reg.clone(), Policy::default())
+            DeviceComm::new(e, reg.clone(), policy)
         })
         .collect();
     let streams = (0..n).map(|_| HostStream::new()).collect();
@@ -226,6 +230,40 @@ fn a_small_scratch_runs_large_calls_in_rounds() {
     };
     let e = run(&tiny, &spec, Mode::OutOfPlace, 1).unwrap_err();
     assert!(e.contains("bytes of scratch"), "{e}");
+}
+
+#[test]
+fn replicas_run_ahead_through_rounds_without_touching_each_others_scratch() {
+    // Every block runs through the rounds on its own, as on a GPU; with several replicas
+    // and a scratch memory of a few rounds, a replica that runs ahead into a short last
+    // round must not reuse scratch another replica still reads (found on a GPU with
+    // tree_reduce on 8 ranks).
+    for replicas in [3u32, 4] {
+        let policy = Policy {
+            replicas: Some(replicas),
+            ..Policy::default()
+        };
+        let r = open_with(8, 4096, Duration::from_secs(60), policy);
+        for (c, root, count) in [
+            (Collective::Reduce, Some(0), 40_003usize),
+            (Collective::Reduce, Some(7), 40_003),
+            (Collective::ReduceScatter, None, 9_001),
+        ] {
+            for (d, o) in [(DType::F32, RedOp::Sum), (DType::Bf16, RedOp::Max)] {
+                let spec = CallSpec {
+                    collective: c,
+                    count,
+                    dtype: d,
+                    op: o,
+                    root,
+                };
+                for seed in 0..3 {
+                    run(&r, &spec, Mode::OutOfPlace, seed)
+                        .unwrap_or_else(|e| panic!("{replicas} replicas, {c} {root:?} {}: {e}", d.name()));
+                }
+            }
+        }
+    }
 }
 
 #[test]
