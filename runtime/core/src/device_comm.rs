@@ -126,6 +126,9 @@ pub struct Prepared<P> {
     pub inner: P,
 }
 
+/// A call ready to launch: its prepared plan and its arguments.
+type Planned<E> = (Arc<Prepared<<E as Engine>::Prepared>>, CallArgs);
+
 /// One rank's call for [`Engine::launch`].
 pub struct Launch<'a, E: Engine> {
     pub engine: &'a E,
@@ -317,7 +320,7 @@ impl<E: Engine> DeviceComm<E> {
         spec: &CallSpec,
         send: u64,
         recv: u64,
-    ) -> Result<Option<(Arc<Prepared<E::Prepared>>, CallArgs)>> {
+    ) -> Result<Option<Planned<E>>> {
         if let Some(e) = self.async_error() {
             return Err(RuntimeError::Aborted(e));
         }

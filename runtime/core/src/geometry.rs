@@ -83,6 +83,7 @@ impl Geometry {
     /// The geometry of a call with NCCL's `count` on a plan of `collective` with `chunks`
     /// = C, `scratch_chunks`, run with `replicas` replicas, when the communicator's scratch
     /// memory holds `scratch_bytes`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         collective: Collective,
         n_ranks: u32,

@@ -81,7 +81,10 @@ impl DeviceAlloc {
         assert!(n <= self.len, "fill larger than the allocation");
         let ptr = self.ptr;
         // SAFETY: `n` bytes lie in the allocation (asserted).
-        with_setup_stream(&self.ctx, |s| Ok(unsafe { result::memset_d8_async(ptr, byte, n, s)? }))
+        with_setup_stream(&self.ctx, |s| {
+            unsafe { result::memset_d8_async(ptr, byte, n, s)? };
+            Ok(())
+        })
     }
 
     /// The allocation's size in bytes.
@@ -108,7 +111,10 @@ impl DeviceAlloc {
         let ptr = self.ptr;
         // SAFETY: `data` fits in the allocation (asserted) and outlives the wait that
         // `with_setup_stream` ends with.
-        with_setup_stream(&self.ctx, |s| Ok(unsafe { result::memcpy_htod_async(ptr, data, s)? }))
+        with_setup_stream(&self.ctx, |s| {
+            unsafe { result::memcpy_htod_async(ptr, data, s)? };
+            Ok(())
+        })
     }
 
     /// Copies the first `n` bytes back to the host.

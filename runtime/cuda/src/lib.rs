@@ -36,3 +36,8 @@ pub use comm::{
 pub use engine::CudaEngine;
 pub use error::{CudaError, Result};
 pub use stream::Stream;
+
+/// `docs/api.md`, compiled (and, where no GPU is needed, run) as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/api.md")]
+pub struct ApiDocs;

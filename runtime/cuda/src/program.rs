@@ -163,7 +163,7 @@ pub fn check(plan: &Plan, rank: u32) -> Result<()> {
             }
         }
     }
-    if plan.collective.has_k() && !plan.chunks.is_multiple_of(n) {
+    if plan.collective.has_k() && plan.chunks % n != 0 {
         return bad(format!("{} chunks do not split over {n} ranks", plan.chunks));
     }
     Ok(())
