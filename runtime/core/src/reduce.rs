@@ -298,6 +298,27 @@ pub fn reduce_pair(dtype: DType, op: RedOp, dst: &mut [u8], a: &[u8], b: &[u8]) 
     with_type!(dtype, pair_typed(op, dst, a, b))
 }
 
+/// Every element of `input` times `scalar` (one element of `dtype`'s bytes), in the
+/// element type's arithmetic: what NCCL's PreMulSum applies to each rank's input before
+/// summing.
+///
+/// # Panics
+/// If `scalar` is not one element or `input` not a whole number of them.
+pub fn scale(dtype: DType, input: &[u8], scalar: &[u8]) -> Vec<u8> {
+    check_lens(dtype, "scale", dtype.size(), &[scalar.len()]);
+    check_lens(dtype, "scale", input.len(), &[]);
+    let mut out = input.to_vec();
+    with_type!(dtype, scale_typed(&mut out, scalar));
+    out
+}
+
+fn scale_typed<T: Element>(buf: &mut [u8], scalar: &[u8]) {
+    let k = T::load(scalar);
+    for e in buf.chunks_exact_mut(T::SIZE) {
+        T::store(T::prod(T::load(e), k), e);
+    }
+}
+
 /// Turns a sum of `n` contributions into their average, as NCCL's `ncclAvg` defines it:
 /// integers divide the wrapped sum by `n`, truncating toward zero (`SumPostDiv`); floats
 /// multiply by `1/n` rounded to the element type (`f16`/`bf16`: through `f32`, as

@@ -1,0 +1,107 @@
+//! NCCL's environment variables where they mean something here, each with a `BRAID_*`
+//! twin that wins: `NCCL_DEBUG` / `BRAID_DEBUG` (logging level, off by default as
+//! NCCL's), `NCCL_DEBUG_FILE` / `BRAID_DEBUG_FILE` (`%h` host, `%p` pid),
+//! `NCCL_P2P_DISABLE` / `BRAID_P2P_DISABLE`, `NCCL_P2P_LEVEL=LOC` (no peer to peer),
+//! `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS` / `BRAID_CHANNELS` (a replica count).
+//! Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
+
+use std::sync::Once;
+
+/// The variables this library reads.
+pub const HONOURED: &[&str] = &[
+    "NCCL_DEBUG",
+    "NCCL_DEBUG_FILE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_P2P_LEVEL",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    // Read by NCCL's own tools and the launchers, harmless here.
+    "NCCL_NVLS_ENABLE",
+];
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The `BRAID_*` variable, else its `NCCL_*` twin.
+pub fn twin(braid: &str, nccl: &str) -> Option<String> {
+    var(braid).or_else(|| var(nccl))
+}
+
+/// The level `NCCL_DEBUG` names, as a tracing filter.
+fn level(v: Option<&str>) -> &'static str {
+    match v.map(|s| s.trim().to_ascii_uppercase()).as_deref() {
+        Some("TRACE") => "trace",
+        Some("INFO") => "info",
+        Some("WARN") | Some("VERSION") => "warn",
+        Some("ERROR") => "error",
+        _ => "off",
+    }
+}
+
+/// `NCCL_DEBUG_FILE`'s name with `%h` and `%p` filled in.
+pub fn debug_file_name(pattern: &str, host: &str, pid: u32) -> String {
+    pattern.replace("%h", host).replace("%p", &pid.to_string())
+}
+
+static LOGGING: Once = Once::new();
+
+/// Starts logging once per process (never replacing a subscriber the application has).
+pub fn init_logging() {
+    LOGGING.call_once(|| {
+        let filter = level(twin("BRAID_DEBUG", "NCCL_DEBUG").as_deref());
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_target(true)
+            .without_time();
+        let file = twin("BRAID_DEBUG_FILE", "NCCL_DEBUG_FILE").and_then(|p| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "host".into());
+            std::fs::File::create(debug_file_name(&p, &host, std::process::id())).ok()
+        });
+        let _ = match file {
+            Some(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
+            None => builder.with_writer(std::io::stderr).try_init(),
+        };
+        for (k, _) in std::env::vars() {
+            if k.starts_with("NCCL_") && !HONOURED.contains(&k.as_str()) {
+                tracing::info!("{k} is set; Braid does not honour it (docs/pytorch.md)");
+            }
+        }
+    });
+}
+
+/// Whether connections must avoid peer to peer.
+pub fn p2p_disabled() -> bool {
+    if twin("BRAID_P2P_DISABLE", "NCCL_P2P_DISABLE").is_some_and(|v| !matches!(v.trim(), "0")) {
+        return true;
+    }
+    var("NCCL_P2P_LEVEL").is_some_and(|v| v.trim().eq_ignore_ascii_case("LOC") || v.trim() == "0")
+}
+
+/// A replica count every call uses, if one is asked for.
+pub fn channels() -> Option<u32> {
+    if let Some(v) = var("BRAID_CHANNELS") {
+        return v.trim().parse().ok();
+    }
+    let min = var("NCCL_MIN_NCHANNELS").and_then(|v| v.trim().parse::<u32>().ok());
+    let max = var("NCCL_MAX_NCHANNELS").and_then(|v| v.trim().parse::<u32>().ok());
+    match (min, max) {
+        (Some(a), Some(b)) if a == b && a > 0 => Some(a),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_and_file_names() {
+        assert_eq!(level(None), "off");
+        assert_eq!(level(Some("info")), "info");
+        assert_eq!(level(Some("WARN")), "warn");
+        assert_eq!(debug_file_name("/tmp/nccl.%h.%p.log", "n1", 42), "/tmp/nccl.n1.42.log");
+    }
+}

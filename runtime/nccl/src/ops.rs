@@ -1,0 +1,342 @@
+//! Running calls: at once, or when the thread's outermost group ends (NCCL's
+//! `ncclGroupStart` / `ncclGroupEnd`: calls of several communicators, and sends and
+//! receives, all in flight together, so that exchanges inside a group never deadlock).
+
+use crate::abi::{self, ncclRedOp_t};
+use crate::comm::{Backend, Comm};
+use crate::errors::{Failure, Res};
+use braid_ir::{Collective, Mode};
+use braid_runtime::call::CallSpec;
+use braid_runtime::comm::Buffers;
+use braid_runtime::device_comm::{enqueue_group, GroupCall};
+use braid_runtime::dtype::{DType, RedOp};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// One call, as the application made it.
+pub enum Op {
+    Coll {
+        comm: Arc<Comm>,
+        spec: CallSpec,
+        /// `ncclRedOpCreatePreMulSum`'s scalar (host bytes of the dtype), if the op is one.
+        premul: Option<Vec<u8>>,
+        send: u64,
+        recv: u64,
+        stream: usize,
+    },
+    P2p {
+        comm: Arc<Comm>,
+        send: bool,
+        buf: u64,
+        count: usize,
+        dtype: DType,
+        peer: u32,
+        stream: usize,
+    },
+}
+
+impl Op {
+    fn comm(&self) -> &Arc<Comm> {
+        match self {
+            Op::Coll { comm, .. } | Op::P2p { comm, .. } => comm,
+        }
+    }
+}
+
+struct Group {
+    depth: u32,
+    ops: Vec<Op>,
+    /// The first error of a call inside the group: the group's end reports it.
+    error: Option<Failure>,
+}
+
+thread_local! {
+    static GROUP: RefCell<Group> = const { RefCell::new(Group { depth: 0, ops: Vec::new(), error: None }) };
+}
+
+pub fn group_start() {
+    GROUP.with(|g| g.borrow_mut().depth += 1);
+}
+
+/// Ends a group level; at the outermost, runs (or, `simulate`, drops) what it collected.
+pub fn group_end(simulate: bool) -> Res<()> {
+    let (ops, error) = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Failure::usage("ncclGroupEnd without ncclGroupStart"));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok((Vec::new(), None));
+        }
+        Ok((std::mem::take(&mut g.ops), g.error.take()))
+    })?;
+    if let Some(e) = error {
+        return Err(e);
+    }
+    if simulate {
+        return Ok(());
+    }
+    run(ops)
+}
+
+/// Runs `op` now, or keeps it for the end of the thread's group.
+pub fn submit(op: Op) -> Res<()> {
+    let in_group = GROUP.with(|g| g.borrow().depth > 0);
+    if in_group {
+        GROUP.with(|g| g.borrow_mut().ops.push(op));
+        Ok(())
+    } else {
+        run(vec![op])
+    }
+}
+
+/// Records a failure of a call inside a group (the group's end returns it too).
+pub fn note_group_error(f: &Failure) {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 && g.error.is_none() {
+            g.error = Some(f.clone());
+        }
+    });
+}
+
+/// The op a collective runs and, for a PreMulSum op, its scalar.
+pub fn resolve_op(comm: &Comm, op: ncclRedOp_t, reduces: bool) -> Res<(RedOp, Option<Vec<u8>>)> {
+    if !reduces {
+        return Ok((RedOp::Sum, None));
+    }
+    if let Some(o) = abi::red_op(op) {
+        return Ok((o, None));
+    }
+    match comm.premul.lock().unwrap().get(&op) {
+        Some((scalar, _)) => Ok((RedOp::Sum, Some(scalar.clone()))),
+        None => Err(Failure::invalid(format!(
+            "reduction op {op} is neither built in nor made by ncclRedOpCreatePreMulSum on this communicator"
+        ))),
+    }
+}
+
+fn run(ops: Vec<Op>) -> Res<()> {
+    if ops.is_empty() {
+        return Ok(());
+    }
+    for op in &ops {
+        if let Some(f) = op.comm().async_error() {
+            return Err(f);
+        }
+        op.comm().ready()?;
+    }
+    let (cuda, host): (Vec<Op>, Vec<Op>) = ops
+        .into_iter()
+        .partition(|o| matches!(o.comm().ready(), Ok(Backend::Cuda(_))));
+    if !cuda.is_empty() {
+        run_cuda(&cuda)?;
+    }
+    if !host.is_empty() {
+        run_host(host)?;
+    }
+    Ok(())
+}
+
+fn run_cuda(ops: &[Op]) -> Res<()> {
+    let mut streams = Vec::with_capacity(ops.len());
+    for op in ops {
+        match op {
+            Op::P2p { .. } => {
+                return Err(Failure::usage(
+                    "ncclSend / ncclRecv: point-to-point is not served by Braid's CUDA backend yet",
+                ))
+            }
+            Op::Coll { premul: Some(_), .. } => {
+                return Err(Failure::usage(
+                    "a ncclRedOpCreatePreMulSum op: not served by Braid's CUDA backend yet",
+                ))
+            }
+            Op::Coll { comm, stream, .. } => {
+                // SAFETY: the application's stream of the communicator's device (NCCL's
+                // contract), alive until the call completes; 0 is the legacy stream.
+                streams.push(unsafe {
+                    braid_cuda::Stream::from_raw(*stream as cudarc::driver::sys::CUstream, comm.device.max(0) as usize)
+                });
+            }
+        }
+    }
+    let calls: Vec<GroupCall<braid_cuda::CudaEngine>> = ops
+        .iter()
+        .zip(&streams)
+        .map(|(op, stream)| match op {
+            Op::Coll {
+                comm,
+                spec,
+                send,
+                recv,
+                ..
+            } => {
+                let Ok(Backend::Cuda(c)) = comm.ready() else {
+                    unreachable!("partitioned by backend")
+                };
+                GroupCall {
+                    comm: c,
+                    spec: *spec,
+                    send: *send,
+                    recv: *recv,
+                    stream,
+                }
+            }
+            Op::P2p { .. } => unreachable!("refused above"),
+        })
+        .collect();
+    // SAFETY: NCCL's contract: the buffers are device memory of the communicator's GPU
+    // holding the call's sizes, alive until the call completes on its stream.
+    unsafe { enqueue_group(&calls) }?;
+    Ok(())
+}
+
+/// The host backend: each communicator's calls in its own thread (they wait for each
+/// other's ranks), in order, its sends and receives together; all complete before this
+/// returns.
+fn run_host(ops: Vec<Op>) -> Res<()> {
+    let mut per_comm: Vec<(Arc<Comm>, Vec<Op>)> = Vec::new();
+    for op in ops {
+        let c = op.comm().clone();
+        match per_comm.iter_mut().find(|(k, _)| Arc::ptr_eq(k, &c)) {
+            Some((_, v)) => v.push(op),
+            None => per_comm.push((c, vec![op])),
+        }
+    }
+    let results: Vec<Res<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = per_comm
+            .iter()
+            .map(|(comm, ops)| s.spawn(move || run_host_comm(comm, ops)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Failure::new(abi::INTERNAL_ERROR, "a rank's thread panicked")))
+            })
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
+/// # Safety (of the slices made here)
+/// NCCL's contract: the addresses hold the call's sizes and nothing else uses them
+/// during the call.
+fn run_host_comm(comm: &Comm, ops: &[Op]) -> Res<()> {
+    let Ok(Backend::Host(c)) = comm.ready() else {
+        unreachable!("partitioned by backend")
+    };
+    for op in ops {
+        if let Op::Coll {
+            spec,
+            premul,
+            send,
+            recv,
+            ..
+        } = op
+        {
+            host_collective(c, comm, spec, premul.as_deref(), *send, *recv)?;
+        }
+    }
+    let p2p: Vec<&Op> = ops.iter().filter(|o| matches!(o, Op::P2p { .. })).collect();
+    if p2p.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: see the function's contract.
+    let slices: Vec<(bool, &mut [u8], usize, DType, u32)> = p2p
+        .iter()
+        .map(|o| match o {
+            Op::P2p {
+                send,
+                buf,
+                count,
+                dtype,
+                peer,
+                ..
+            } => (*send, unsafe { bytes_mut(*buf, count * dtype.size()) }, *count, *dtype, *peer),
+            Op::Coll { .. } => unreachable!("filtered"),
+        })
+        .collect();
+    let mut error = None;
+    c.group(|g| {
+        for (send, buf, count, dtype, peer) in slices {
+            if send {
+                g.send(buf, count, dtype, peer);
+            } else {
+                g.recv(buf, count, dtype, peer);
+            }
+        }
+    })
+    .unwrap_or_else(|e| error = Some(e));
+    match error {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// `n` bytes at `p` (an empty slice for none).
+///
+/// # Safety
+/// `p` must point at `n` bytes nothing else uses meanwhile.
+unsafe fn bytes_mut<'a>(p: u64, n: usize) -> &'a mut [u8] {
+    if p == 0 || n == 0 {
+        &mut []
+    } else {
+        std::slice::from_raw_parts_mut(p as *mut u8, n)
+    }
+}
+
+fn host_collective(
+    c: &braid_runtime::Communicator,
+    comm: &Comm,
+    spec: &CallSpec,
+    premul: Option<&[u8]>,
+    send: u64,
+    recv: u64,
+) -> Res<()> {
+    let (rank, n) = (comm.rank, comm.n);
+    let sizes = spec.sizes(rank, n);
+    // PreMulSum: each rank's input times the scalar, then a sum (NCCL's definition).
+    let mut scaled = None;
+    let mode = spec.mode_of(rank, n, send, recv);
+    if let (Some(scalar), Some(len)) = (premul, sizes.send) {
+        // SAFETY: NCCL's contract for the send buffer.
+        let input = unsafe { bytes_mut(send, len) }.to_vec();
+        scaled = Some(braid_runtime::reduce::scale(spec.dtype, &input, scalar));
+    }
+    let result = match mode {
+        Mode::InPlace => {
+            let (big, _) = match spec.collective {
+                Collective::ReduceScatter => (send, recv),
+                Collective::Allgather => (recv, send),
+                _ => (send, recv),
+            };
+            // SAFETY: the one buffer of an in-place call holds the larger size.
+            let buf = unsafe { bytes_mut(big, sizes.larger) };
+            if let Some(s) = &scaled {
+                let (at, _) = spec.in_place_buffers(rank, 0);
+                buf[at as usize..at as usize + s.len()].copy_from_slice(s);
+            }
+            c.call(spec.collective, Buffers::InPlace(buf), spec.count, spec.dtype, spec.op, spec.root)
+        }
+        Mode::OutOfPlace => {
+            // SAFETY: NCCL's contract; distinct buffers out of place.
+            let s_buf: &[u8] = match &scaled {
+                Some(s) => s,
+                None => unsafe { bytes_mut(send, sizes.send.unwrap_or(0)) },
+            };
+            let r_buf = unsafe { bytes_mut(recv, sizes.recv.unwrap_or(0)) };
+            c.call(
+                spec.collective,
+                Buffers::OutOfPlace { send: s_buf, recv: r_buf },
+                spec.count,
+                spec.dtype,
+                spec.op,
+                spec.root,
+            )
+        }
+    };
+    result.map_err(Failure::from)
+}
