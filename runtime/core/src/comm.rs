@@ -81,11 +81,21 @@ impl Communicator {
         timeout: Duration,
     ) -> Result<Communicator> {
         let boot = crate::bootstrap::Bootstrap::init(id, rank, n, timeout)?;
-        Ok(Communicator::new(
+        Ok(Communicator::with_bootstrap(Arc::new(boot), registry, timeout))
+    }
+
+    /// One rank of the group `boot` joined; the application may keep using `boot` for
+    /// its own agreements (in the same order on every rank), as `ncclCommSplit` does.
+    pub fn with_bootstrap(
+        boot: Arc<crate::bootstrap::Bootstrap>,
+        registry: Arc<Registry>,
+        timeout: Duration,
+    ) -> Communicator {
+        Communicator::new(
             Box::new(crate::net_fabric::NetFabric::new(boot)),
             registry,
             timeout,
-        ))
+        )
     }
 
     /// One rank of a group started by a launcher (torchrun, Open MPI, Slurm), from the

@@ -41,14 +41,15 @@ impl FlushLink for ShmLink {
 type LinkKey = (bool, u32, u32);
 
 pub struct NetFabric {
-    boot: Bootstrap,
+    boot: Arc<Bootstrap>,
     /// (sends?, peer, channel) → link.
     links: Mutex<HashMap<LinkKey, Arc<dyn FlushLink>>>,
     reason: Mutex<Option<String>>,
 }
 
 impl NetFabric {
-    pub fn new(boot: Bootstrap) -> NetFabric {
+    pub fn new(boot: impl Into<Arc<Bootstrap>>) -> NetFabric {
+        let boot = boot.into();
         NetFabric {
             boot,
             links: Mutex::new(HashMap::new()),

@@ -9,6 +9,7 @@
 
 use crate::abi;
 use crate::errors::{Failure, Res};
+use crate::forward;
 use braid_cuda::CudaComm;
 use braid_plan::Verified;
 use braid_runtime::bootstrap::{Bootstrap, UniqueId};
@@ -35,7 +36,9 @@ pub struct Comm {
     /// non-blocking one); the init's failure otherwise.
     pub backend: OnceLock<Res<Backend>>,
     /// The bootstrap of a one-rank-per-process communicator (for `ncclCommSplit`).
-    pub boot: Option<Arc<Bootstrap>>,
+    pub boot: OnceLock<Arc<Bootstrap>>,
+    /// Forwarding to the real NCCL (set with the backend).
+    pub forward: OnceLock<forward::Slot>,
     /// Reduction ops made by `ncclRedOpCreatePreMulSum`: id -> (scalar bytes, dtype).
     pub premul: Mutex<HashMap<i32, (Vec<u8>, i32)>>,
     /// The last error of a call on this communicator.
@@ -45,13 +48,15 @@ pub struct Comm {
 }
 
 impl Comm {
-    pub fn new(rank: u32, n: u32, device: i32, boot: Option<Arc<Bootstrap>>) -> Comm {
+    /// A communicator not made yet (the init functions fill it in).
+    pub fn new(rank: u32, n: u32, device: i32) -> Comm {
         Comm {
             rank,
             n,
             device,
             backend: OnceLock::new(),
-            boot,
+            boot: OnceLock::new(),
+            forward: OnceLock::new(),
             premul: Mutex::new(HashMap::new()),
             last_error: Mutex::new(CString::default()),
             failed: Mutex::new(None),
@@ -89,7 +94,25 @@ impl Comm {
             CString::new(text.replace('\0', " ")).unwrap_or_default();
     }
 
+    /// Forwarding's state (the communicator is ready).
+    pub fn forward(&self) -> Res<&forward::Slot> {
+        self.ready()?;
+        self.forward
+            .get()
+            .ok_or_else(|| Failure::new(abi::INTERNAL_ERROR, "a ready communicator without forwarding state"))
+    }
+
+    /// Records a failure that leaves the communicator unusable (a peer's failure).
+    pub fn fail(&self, f: &Failure) {
+        if f.code == abi::REMOTE_ERROR {
+            self.failed.lock().unwrap().get_or_insert(f.clone());
+        }
+    }
+
     pub fn abort(&self, reason: &str) {
+        if let Some(fw) = self.forward.get() {
+            fw.release(true);
+        }
         if let Some(Ok(b)) = self.backend.get() {
             match b {
                 Backend::Cuda(c) => c.abort(reason),
@@ -237,60 +260,121 @@ pub fn cuda_options() -> Res<braid_cuda::Options> {
     Ok(o)
 }
 
-/// Rank `rank` of `n` in this process joining `id`'s group (blocking).
-pub fn init_rank(id: &UniqueId, rank: u32, n: u32) -> Res<Comm> {
-    let registry = registry(n)?;
-    if host_backend() {
-        let c = Communicator::init_rank(id, rank, n, registry, timeout())?;
-        let comm = Comm::new(rank, n, -1, None);
-        let _ = comm.backend.set(Ok(Backend::Host(c)));
-        return Ok(comm);
+/// A communicator of rank `rank` of `n` to be made on the calling thread's device (or
+/// on the host).
+pub fn shell(rank: u32, n: u32) -> Comm {
+    Comm::new(rank, n, if host_backend() { -1 } else { current_device() })
+}
+
+/// Runs `f` with `device`'s primary context current on this thread (a no-op for the
+/// host, -1), restoring the thread's context afterwards.
+pub fn on_device<T>(device: i32, f: impl FnOnce() -> T) -> T {
+    if device < 0 || !braid_cuda::driver_present() {
+        return f();
     }
-    if !braid_cuda::driver_present() {
+    use cudarc::driver::sys;
+    let mut before = std::ptr::null_mut();
+    // SAFETY: an out-parameter.
+    unsafe { sys::cuCtxGetCurrent(&mut before) };
+    if let Ok(ctx) = cudarc::driver::CudaContext::new(device as usize) {
+        let _ = ctx.bind_to_thread();
+    }
+    let r = f();
+    // SAFETY: the context that was current before (possibly none).
+    unsafe { sys::cuCtxSetCurrent(before) };
+    r
+}
+
+/// Rank `rank` of `n` in this process joining `id`'s group (blocking): fills `shell`
+/// (made by [`Comm::new`]) in; on failure, the error is both returned and left in it.
+pub fn init_rank(shell: &Comm, id: &UniqueId) -> Res<()> {
+    let made = make_rank(shell, id);
+    let result = made.as_ref().map(drop).map_err(Clone::clone);
+    let _ = shell.backend.set(made);
+    result
+}
+
+fn make_rank(shell: &Comm, id: &UniqueId) -> Res<Backend> {
+    let (rank, n) = (shell.rank, shell.n);
+    let registry = registry(n)?;
+    let host = host_backend();
+    if !host && !braid_cuda::driver_present() {
         return Err(Failure::new(
             abi::UNHANDLED_CUDA_ERROR,
             "no CUDA driver on this machine (BRAID_BACKEND=host runs on host memory)",
         ));
     }
-    let device = current_device().max(0);
-    let opts = cuda_options()?;
-    let boot = Arc::new(Bootstrap::init(id, rank, n, opts.timeout)?);
-    let c = CudaComm::with_bootstrap(boot.clone(), device as usize, registry, &opts)?;
-    let comm = Comm::new(rank, n, device, Some(boot));
-    let _ = comm.backend.set(Ok(Backend::Cuda(c)));
-    Ok(comm)
+    let timeout = if host { timeout() } else { cuda_options()?.timeout };
+    let boot = Arc::new(Bootstrap::init(id, rank, n, timeout)?);
+    let backend = if host {
+        Backend::Host(Communicator::with_bootstrap(boot.clone(), registry, timeout))
+    } else {
+        let opts = cuda_options()?;
+        Backend::Cuda(CudaComm::with_bootstrap(boot.clone(), shell.device.max(0) as usize, registry, &opts)?)
+    };
+    // The real NCCL's id for forwarding: rank 0 makes one if it has a real NCCL and
+    // sends it (or nothing) to all.
+    let lib = forward::configured();
+    let mine = match (&lib, rank) {
+        (Some(Ok(l)), 0) => match l.unique_id() {
+            Ok(id) => id.internal.iter().map(|&c| c as u8).collect(),
+            Err(e) => {
+                tracing::warn!("forwarding disabled: {}", e.message);
+                Vec::new()
+            }
+        },
+        _ => Vec::new(),
+    };
+    let got = boot.broadcast_from(0, &mine)?;
+    let real_id = (got.len() == UNIQUE_ID_BYTES_USIZE).then(|| {
+        let mut id = abi::ncclUniqueId { internal: [0; abi::UNIQUE_ID_BYTES] };
+        for (d, s) in id.internal.iter_mut().zip(&got) {
+            *d = *s as std::ffi::c_char;
+        }
+        id
+    });
+    let _ = shell.boot.set(boot);
+    let _ = shell.forward.set(forward::Slot::new(lib, forward::How::Rank { id: real_id, rank, n }));
+    Ok(backend)
 }
+
+const UNIQUE_ID_BYTES_USIZE: usize = abi::UNIQUE_ID_BYTES;
 
 /// One communicator per device of `devices`, all in this process.
 pub fn init_all(devices: &[i32]) -> Res<Vec<Comm>> {
     let n = devices.len() as u32;
     let registry = registry(n)?;
-    if host_backend() {
-        return Ok(Communicator::create_local(n, registry, timeout())
+    let backends: Vec<Backend> = if host_backend() {
+        Communicator::create_local(n, registry, timeout())
             .into_iter()
-            .enumerate()
-            .map(|(r, c)| {
-                let comm = Comm::new(r as u32, n, -1, None);
-                let _ = comm.backend.set(Ok(Backend::Host(c)));
-                comm
-            })
-            .collect());
-    }
-    if !braid_cuda::driver_present() {
-        return Err(Failure::new(
-            abi::UNHANDLED_CUDA_ERROR,
-            "no CUDA driver on this machine (BRAID_BACKEND=host runs on host memory)",
-        ));
-    }
-    let ds: Vec<usize> = devices.iter().map(|&d| d as usize).collect();
-    let comms = CudaComm::init_all(&ds, registry, &cuda_options()?)?;
-    Ok(comms
+            .map(Backend::Host)
+            .collect()
+    } else {
+        if !braid_cuda::driver_present() {
+            return Err(Failure::new(
+                abi::UNHANDLED_CUDA_ERROR,
+                "no CUDA driver on this machine (BRAID_BACKEND=host runs on host memory)",
+            ));
+        }
+        let ds: Vec<usize> = devices.iter().map(|&d| d as usize).collect();
+        CudaComm::init_all(&ds, registry, &cuda_options()?)?
+            .into_iter()
+            .map(Backend::Cuda)
+            .collect()
+    };
+    let host = host_backend();
+    let lib = forward::configured();
+    let group = forward::AllGroup::new(devices.to_vec());
+    Ok(backends
         .into_iter()
-        .zip(devices)
         .enumerate()
-        .map(|(r, (c, &d))| {
-            let comm = Comm::new(r as u32, n, d, None);
-            let _ = comm.backend.set(Ok(Backend::Cuda(c)));
+        .map(|(r, b)| {
+            let comm = Comm::new(r as u32, n, if host { -1 } else { devices[r] });
+            let _ = comm.forward.set(forward::Slot::new(
+                lib.clone(),
+                forward::How::All { group: group.clone(), index: r },
+            ));
+            let _ = comm.backend.set(Ok(b));
             comm
         })
         .collect())

@@ -12,6 +12,7 @@ pub mod abi;
 pub mod comm;
 pub mod env;
 pub mod errors;
+pub mod forward;
 pub mod ops;
 
 use abi::*;
@@ -147,31 +148,28 @@ fn init_rank_config(
         non_null(newcomm, "comm")?;
         let (rank, n) = check_ranks(nranks, rank)?;
         let id = id_of(&id)?;
-        if blocking(config)? {
-            let c = comm::init_rank(&id, rank, n)?;
-            let h = comm::register(Arc::new(c));
+        let blocking = blocking(config)?;
+        let shell = Arc::new(comm::shell(rank, n));
+        if blocking && !ops::in_group() {
+            comm::init_rank(&shell, &id)?;
+            let h = comm::register(shell);
             return out(newcomm, "comm", h as ncclComm_t);
         }
-        // Non-blocking: the handle now, the communicator when its init finishes;
-        // ncclCommGetAsyncError says ncclInProgress until then.
-        let shell = Arc::new(Comm::new(rank, n, comm::current_device(), None));
+        // The handle now, the communicator later: at the group's end (a blocking init
+        // inside ncclGroupStart / ncclGroupEnd, so that one thread can make several
+        // ranks), or in the background (non-blocking: ncclCommGetAsyncError says
+        // ncclInProgress until it is made).
         let h = comm::register(shell.clone());
         out(newcomm, "comm", h as ncclComm_t)?;
-        let device = comm::current_device();
+        if blocking {
+            ops::defer_init(shell, id);
+            return Ok(());
+        }
         std::thread::spawn(move || {
-            if device >= 0 && braid_cuda::driver_present() {
-                // The init runs on the device the caller had current.
-                if let Ok(ctx) = cudarc::driver::CudaContext::new(device as usize) {
-                    let _ = ctx.bind_to_thread();
-                }
-            }
-            let made = comm::init_rank(&id, rank, n).map(|c| {
-                c.backend
-                    .into_inner()
-                    .expect("init_rank sets the backend")
-                    .expect("init_rank succeeded")
-            });
-            let _ = shell.backend.set(made);
+            let device = shell.device;
+            comm::on_device(device, || {
+                let _ = comm::init_rank(&shell, &id);
+            })
         });
         nonblocking_started = true;
         Ok(())
@@ -266,7 +264,11 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
         if comm.is_null() {
             return Ok(());
         }
-        comm::unregister(key(comm)).map(drop)
+        let c = comm::unregister(key(comm))?;
+        if let Some(fw) = c.forward.get() {
+            fw.release(false);
+        }
+        Ok(())
     })
 }
 
@@ -339,7 +341,7 @@ pub extern "C" fn ncclCommSplit(
         if color < SPLIT_NOCOLOR {
             return Err(Failure::invalid(format!("color {color} is negative")));
         }
-        let Some(boot) = &c.boot else {
+        let Some(boot) = c.boot.get() else {
             return Err(Failure::usage(
                 "ncclCommSplit: Braid splits communicators of one rank per process (ncclCommInitRank); this one was made by ncclCommInitAll",
             ));
@@ -373,8 +375,9 @@ pub extern "C" fn ncclCommSplit(
         };
         let leader_rank = members[0].1 as usize;
         let id = UniqueId::from_bytes(&ids[leader_rank])?;
-        let made = comm::init_rank(&id, new_rank as u32, members.len() as u32)?;
-        let h = comm::register(Arc::new(made));
+        let made = Arc::new(comm::Comm::new(new_rank as u32, members.len() as u32, c.device));
+        comm::init_rank(&made, &id)?;
+        let h = comm::register(made);
         out(newcomm, "newcomm", h as ncclComm_t)
     })
 }
@@ -579,6 +582,28 @@ pub extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclRes
 
 // ---- collectives ----------------------------------------------------------------------
 
+/// The call as the real NCCL takes it (for forwarding).
+#[allow(clippy::too_many_arguments)]
+fn forward_call(
+    collective: Collective,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    op: ncclRedOp_t,
+    root: c_int,
+) -> forward::Call {
+    let (send, recv) = (send as u64, recv as u64);
+    match collective {
+        Collective::Allreduce => forward::Call::AllReduce { send, recv, count, dtype, op },
+        Collective::ReduceScatter => forward::Call::ReduceScatter { send, recv, count, dtype, op },
+        Collective::Reduce => forward::Call::Reduce { send, recv, count, dtype, op, root },
+        Collective::Broadcast => forward::Call::Broadcast { send, recv, count, dtype, root },
+        Collective::Allgather => forward::Call::AllGather { send, recv, count, dtype },
+        Collective::Alltoall => forward::Call::AlltoAll { send, recv, count, dtype },
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn collective(
     what: &str,
@@ -593,22 +618,53 @@ fn collective(
     stream: cudaStream_t,
 ) -> ncclResult_t {
     with_comm(what, comm, |c| {
-        let dtype = dtype(datatype, collective.reduces()).map_err(Failure::invalid)?;
-        let (red, premul) = ops::resolve_op(c, op, collective.reduces())?;
-        let root = match root {
+        let reduces = collective.reduces();
+        let root_checked = match root {
             None => None,
             Some(r) if r >= 0 && (r as u32) < c.n => Some(r as u32),
             Some(r) => return Err(Failure::invalid(format!("root {r} is not a rank of {}", c.n))),
         };
-        if count > (isize::MAX as usize) / dtype.size() / c.n.max(1) as usize {
-            return Err(Failure::invalid(format!("count {count} overflows the buffer size")));
+        // What Braid does not serve goes to the real NCCL, checked as NCCL would.
+        let fp8_reduction = reduces && matches!(datatype, FLOAT8_E4M3 | FLOAT8_E5M2);
+        let (red, premul) = ops::resolve_op(c, op, reduces)?;
+        let cuda = matches!(c.ready()?, comm::Backend::Cuda(_));
+        let why = if fp8_reduction {
+            Some("fp8 reductions")
+        } else if premul.is_some() && cuda {
+            Some("ncclRedOpCreatePreMulSum ops on the CUDA backend")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            forward::available(c.forward()?, what)?;
+            check_count(count, 1, c.n)?;
+            let at_root = root_checked.is_none_or(|r| r == c.rank);
+            let (sends, receives) = match collective {
+                Collective::Broadcast => (at_root, true),
+                Collective::Reduce => (true, at_root),
+                _ => (true, true),
+            };
+            check_buffers(count, send, recv, sends, receives)?;
+            let premul = premul.map(|s| {
+                let d = c.premul.lock().unwrap().get(&op).map(|(_, d)| *d).unwrap_or(datatype);
+                (s, d)
+            });
+            return ops::submit(ops::Op::Fwd {
+                comm: c.clone(),
+                call: forward_call(collective, send, recv, count, datatype, op, root.unwrap_or(0)),
+                stream: stream as usize,
+                premul,
+                why,
+            });
         }
+        let dtype = dtype(datatype, reduces).map_err(Failure::invalid)?;
+        check_count(count, dtype.size(), c.n)?;
         let spec = CallSpec {
             collective,
             count,
             dtype,
             op: red,
-            root,
+            root: root_checked,
         };
         let sizes = spec.sizes(c.rank, c.n);
         if count > 0 {
@@ -628,6 +684,25 @@ fn collective(
             stream: stream as usize,
         })
     })
+}
+
+/// Refuses counts whose buffers would not fit in the address space.
+fn check_count(count: usize, elem: usize, n: u32) -> Res<()> {
+    if count > (isize::MAX as usize) / elem.max(1) / n.max(1) as usize {
+        return Err(Failure::invalid(format!("count {count} overflows the buffer size")));
+    }
+    Ok(())
+}
+
+/// Refuses null buffers a forwarded call would use on this rank.
+fn check_buffers(count: usize, send: *const c_void, recv: *mut c_void, sends: bool, receives: bool) -> Res<()> {
+    if count > 0 && sends && send.is_null() {
+        return Err(Failure::invalid("sendbuff is NULL"));
+    }
+    if count > 0 && receives && recv.is_null() {
+        return Err(Failure::invalid("recvbuff is NULL"));
+    }
+    Ok(())
 }
 
 #[no_mangle]
@@ -720,38 +795,69 @@ pub extern "C" fn ncclAlltoAll(
     collective("ncclAlltoAll", Collective::Alltoall, sendbuff, recvbuff, count, datatype, 0, None, comm, stream)
 }
 
-fn unserved_rooted(what: &str, comm: ncclComm_t) -> ncclResult_t {
-    with_comm(what, comm, |_| {
-        Err(Failure::usage(format!(
-            "{what} is not served by Braid yet (send/recv from every rank, inside a group, do the same)"
-        )))
+/// Gather and Scatter: Braid has no plans for them; they go to the real NCCL.
+#[allow(clippy::too_many_arguments)]
+fn rooted_forwarded(
+    what: &str,
+    gather: bool,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+) -> ncclResult_t {
+    with_comm(what, comm, |c| {
+        forward::available(c.forward()?, what)?;
+        let elem = dtype(datatype, false).map_err(Failure::invalid)?.size();
+        if root < 0 || root as u32 >= c.n {
+            return Err(Failure::invalid(format!("root {root} is not a rank of {}", c.n)));
+        }
+        check_count(count, elem, c.n)?;
+        let at_root = root as u32 == c.rank;
+        let (sends, receives) = if gather { (true, at_root) } else { (at_root, true) };
+        check_buffers(count, send, recv, sends, receives)?;
+        let (send, recv) = (send as u64, recv as u64);
+        let call = if gather {
+            forward::Call::Gather { send, recv, count, dtype: datatype, root }
+        } else {
+            forward::Call::Scatter { send, recv, count, dtype: datatype, root }
+        };
+        ops::submit(ops::Op::Fwd {
+            comm: c.clone(),
+            call,
+            stream: stream as usize,
+            premul: None,
+            why: "Braid has no gather or scatter plans",
+        })
     })
 }
 
 #[no_mangle]
 pub extern "C" fn ncclGather(
-    _sendbuff: *const c_void,
-    _recvbuff: *mut c_void,
-    _count: usize,
-    _datatype: ncclDataType_t,
-    _root: c_int,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
     comm: ncclComm_t,
-    _stream: cudaStream_t,
+    stream: cudaStream_t,
 ) -> ncclResult_t {
-    unserved_rooted("ncclGather", comm)
+    rooted_forwarded("ncclGather", true, sendbuff, recvbuff, count, datatype, root, comm, stream)
 }
 
 #[no_mangle]
 pub extern "C" fn ncclScatter(
-    _sendbuff: *const c_void,
-    _recvbuff: *mut c_void,
-    _count: usize,
-    _datatype: ncclDataType_t,
-    _root: c_int,
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    count: usize,
+    datatype: ncclDataType_t,
+    root: c_int,
     comm: ncclComm_t,
-    _stream: cudaStream_t,
+    stream: cudaStream_t,
 ) -> ncclResult_t {
-    unserved_rooted("ncclScatter", comm)
+    rooted_forwarded("ncclScatter", false, sendbuff, recvbuff, count, datatype, root, comm, stream)
 }
 
 // ---- point to point and groups --------------------------------------------------------
@@ -780,6 +886,22 @@ fn p2p(
         }
         if count > 0 && buf.is_null() {
             return Err(Failure::invalid("the buffer is NULL"));
+        }
+        if matches!(c.ready()?, comm::Backend::Cuda(_)) {
+            forward::available(c.forward()?, what)?;
+            let (buf, peer) = (buf as u64, peer);
+            let call = if send {
+                forward::Call::Send { buf, count, dtype: datatype, peer }
+            } else {
+                forward::Call::Recv { buf, count, dtype: datatype, peer }
+            };
+            return ops::submit(ops::Op::Fwd {
+                comm: c.clone(),
+                call,
+                stream: stream as usize,
+                premul: None,
+                why: "point to point on the CUDA backend",
+            });
         }
         ops::submit(ops::Op::P2p {
             comm: c.clone(),

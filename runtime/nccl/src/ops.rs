@@ -5,6 +5,8 @@
 use crate::abi::{self, ncclRedOp_t};
 use crate::comm::{Backend, Comm};
 use crate::errors::{Failure, Res};
+use crate::forward;
+use braid_runtime::bootstrap::UniqueId;
 use braid_ir::{Collective, Mode};
 use braid_runtime::call::CallSpec;
 use braid_runtime::comm::Buffers;
@@ -33,12 +35,20 @@ pub enum Op {
         peer: u32,
         stream: usize,
     },
+    /// A call Braid does not serve, for the real NCCL (`forward`).
+    Fwd {
+        comm: Arc<Comm>,
+        call: forward::Call,
+        stream: usize,
+        premul: Option<(Vec<u8>, std::ffi::c_int)>,
+        why: &'static str,
+    },
 }
 
 impl Op {
     fn comm(&self) -> &Arc<Comm> {
         match self {
-            Op::Coll { comm, .. } | Op::P2p { comm, .. } => comm,
+            Op::Coll { comm, .. } | Op::P2p { comm, .. } | Op::Fwd { comm, .. } => comm,
         }
     }
 }
@@ -46,34 +56,67 @@ impl Op {
 struct Group {
     depth: u32,
     ops: Vec<Op>,
+    /// Blocking inits made inside the group: they join at its end.
+    inits: Vec<(Arc<Comm>, UniqueId)>,
     /// The first error of a call inside the group: the group's end reports it.
     error: Option<Failure>,
 }
 
 thread_local! {
-    static GROUP: RefCell<Group> = const { RefCell::new(Group { depth: 0, ops: Vec::new(), error: None }) };
+    static GROUP: RefCell<Group> = const { RefCell::new(Group { depth: 0, ops: Vec::new(), inits: Vec::new(), error: None }) };
 }
 
 pub fn group_start() {
     GROUP.with(|g| g.borrow_mut().depth += 1);
 }
 
+/// Whether the calling thread is inside a group.
+pub fn in_group() -> bool {
+    GROUP.with(|g| g.borrow().depth > 0)
+}
+
+/// Makes `shell` at the end of the thread's group (several ranks of one thread join
+/// together there).
+pub fn defer_init(shell: Arc<Comm>, id: UniqueId) {
+    GROUP.with(|g| g.borrow_mut().inits.push((shell, id)));
+}
+
+/// Makes the communicators of deferred inits, each on a thread of its own (they join
+/// each other's groups); the first failure is returned, each failure left in its
+/// communicator.
+fn run_inits(inits: Vec<(Arc<Comm>, UniqueId)>) -> Res<()> {
+    let results: Vec<Res<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = inits
+            .iter()
+            .map(|(shell, id)| s.spawn(move || crate::comm::on_device(shell.device, || crate::comm::init_rank(shell, id))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Failure::new(abi::INTERNAL_ERROR, "an init thread panicked"))))
+            .collect()
+    });
+    results.into_iter().collect()
+}
+
 /// Ends a group level; at the outermost, runs (or, `simulate`, drops) what it collected.
 pub fn group_end(simulate: bool) -> Res<()> {
-    let (ops, error) = GROUP.with(|g| {
+    let (ops, inits, error) = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             return Err(Failure::usage("ncclGroupEnd without ncclGroupStart"));
         }
         g.depth -= 1;
         if g.depth > 0 {
-            return Ok((Vec::new(), None));
+            return Ok((Vec::new(), Vec::new(), None));
         }
-        Ok((std::mem::take(&mut g.ops), g.error.take()))
+        Ok((std::mem::take(&mut g.ops), std::mem::take(&mut g.inits), g.error.take()))
     })?;
+    // Inits join even in a failed or simulated group: other ranks wait for them.
+    let inited = run_inits(inits);
     if let Some(e) = error {
         return Err(e);
     }
+    inited?;
     if simulate {
         return Ok(());
     }
@@ -127,6 +170,7 @@ fn run(ops: Vec<Op>) -> Res<()> {
         }
         op.comm().ready()?;
     }
+    let (fwd, ops): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(|o| matches!(o, Op::Fwd { .. }));
     let (cuda, host): (Vec<Op>, Vec<Op>) = ops
         .into_iter()
         .partition(|o| matches!(o.comm().ready(), Ok(Backend::Cuda(_))));
@@ -136,7 +180,26 @@ fn run(ops: Vec<Op>) -> Res<()> {
     if !host.is_empty() {
         run_host(host)?;
     }
+    if !fwd.is_empty() {
+        run_forwarded(&fwd)?;
+    }
     Ok(())
+}
+
+fn run_forwarded(ops: &[Op]) -> Res<()> {
+    let mut calls = Vec::with_capacity(ops.len());
+    for op in ops {
+        if let Op::Fwd { comm, call, stream, premul, why } = op {
+            calls.push(forward::Forwarded {
+                slot: comm.forward()?,
+                call: call.clone(),
+                stream: *stream,
+                premul: premul.clone(),
+                why,
+            });
+        }
+    }
+    forward::run(calls, crate::comm::timeout())
 }
 
 fn run_cuda(ops: &[Op]) -> Res<()> {
@@ -153,6 +216,7 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
                     "a ncclRedOpCreatePreMulSum op: not served by Braid's CUDA backend yet",
                 ))
             }
+            Op::Fwd { .. } => unreachable!("partitioned in run"),
             Op::Coll { comm, stream, .. } => {
                 // SAFETY: the application's stream of the communicator's device (NCCL's
                 // contract), alive until the call completes; 0 is the legacy stream.
@@ -184,7 +248,7 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
                     stream,
                 }
             }
-            Op::P2p { .. } => unreachable!("refused above"),
+            Op::P2p { .. } | Op::Fwd { .. } => unreachable!("refused or partitioned above"),
         })
         .collect();
     // SAFETY: NCCL's contract: the buffers are device memory of the communicator's GPU
@@ -256,7 +320,7 @@ fn run_host_comm(comm: &Comm, ops: &[Op]) -> Res<()> {
                 peer,
                 ..
             } => (*send, unsafe { bytes_mut(*buf, count * dtype.size()) }, *count, *dtype, *peer),
-            Op::Coll { .. } => unreachable!("filtered"),
+            Op::Coll { .. } | Op::Fwd { .. } => unreachable!("filtered"),
         })
         .collect();
     let mut error = None;
