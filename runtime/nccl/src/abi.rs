@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn layouts_are_nccl_2_28s() {
         assert_eq!(std::mem::size_of::<ncclUniqueId>(), 128);
-        assert_eq!(std::mem::size_of::<ncclConfig_t>(), 88);
+        assert_eq!(std::mem::size_of::<ncclConfig_t>(), 80);
         assert_eq!(std::mem::offset_of!(ncclConfig_t, blocking), 16);
         assert_eq!(std::mem::offset_of!(ncclConfig_t, netName), 32);
         assert_eq!(std::mem::offset_of!(ncclConfig_t, commName), 48);

@@ -161,6 +161,23 @@ pub fn resolve_op(comm: &Comm, op: ncclRedOp_t, reduces: bool) -> Res<(RedOp, Op
 }
 
 fn run(ops: Vec<Op>) -> Res<()> {
+    let (fwd, own): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(|o| matches!(o, Op::Fwd { .. }));
+    let comms: Vec<Arc<Comm>> = own.iter().map(|o| o.comm().clone()).collect();
+    if let Err(e) = run_own(own) {
+        // A peer's failure leaves every communicator of the call unusable (a failed
+        // forwarded call leaves Braid's communicators as they were).
+        for c in &comms {
+            c.fail(&e);
+        }
+        return Err(e);
+    }
+    if !fwd.is_empty() {
+        run_forwarded(&fwd)?;
+    }
+    Ok(())
+}
+
+fn run_own(ops: Vec<Op>) -> Res<()> {
     if ops.is_empty() {
         return Ok(());
     }
@@ -170,7 +187,6 @@ fn run(ops: Vec<Op>) -> Res<()> {
         }
         op.comm().ready()?;
     }
-    let (fwd, ops): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(|o| matches!(o, Op::Fwd { .. }));
     let (cuda, host): (Vec<Op>, Vec<Op>) = ops
         .into_iter()
         .partition(|o| matches!(o.comm().ready(), Ok(Backend::Cuda(_))));
@@ -179,9 +195,6 @@ fn run(ops: Vec<Op>) -> Res<()> {
     }
     if !host.is_empty() {
         run_host(host)?;
-    }
-    if !fwd.is_empty() {
-        run_forwarded(&fwd)?;
     }
     Ok(())
 }

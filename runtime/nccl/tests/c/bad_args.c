@@ -4,6 +4,7 @@
  * call must return an error code and leave a message for ncclGetLastError; none may
  * crash or hang. Prints one line per call; exits 1 if any call succeeded or left no
  * message. */
+#define _POSIX_C_SOURCE 200112L
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,12 @@ static void expect_fail(const char* what, ncclResult_t rc, ncclComm_t comm) {
 /* The team struct of NCCL's device API. */
 typedef struct { int nRanks, rank, stride; } team_t;
 extern team_t ncclTeamWorld(ncclComm_t);
+extern team_t ncclTeamLsa(ncclComm_t);
+extern team_t ncclTeamRail(ncclComm_t);
 extern int ncclTeamRankToWorld(ncclComm_t, team_t, int);
+extern int ncclTeamRankToLsa(ncclComm_t, team_t, int);
+extern void ncclResetDebugInit(void);
+extern void ncclResetDebugInitInternal(void);
 extern int ncclLLA2ACalcSlots(int, int);
 extern ncclResult_t ncclLsaBarrierCreateRequirement(team_t, int, void*, void*);
 extern ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, team_t, int, void*, void*);
@@ -143,11 +149,18 @@ int main(void) {
     printf("FAIL the device API's int functions must say -1\n");
     failures++;
   }
-  team = ncclTeamWorld((ncclComm_t)0x1234);
-  if (team.nRanks != 0) {
-    printf("FAIL ncclTeamWorld of a bogus handle has %d ranks\n", team.nRanks);
+  if (ncclTeamRankToLsa((ncclComm_t)0x1234, team, 0) != -1) {
+    printf("FAIL ncclTeamRankToLsa of a bogus handle is not -1\n");
     failures++;
   }
+  team = ncclTeamWorld((ncclComm_t)0x1234);
+  if (team.nRanks != 0 || ncclTeamLsa(NULL).nRanks != 0 || ncclTeamRail(NULL).nRanks != 0) {
+    printf("FAIL a team of a bogus handle has ranks\n");
+    failures++;
+  }
+  /* Void functions: they must simply return. */
+  ncclResetDebugInit();
+  ncclResetDebugInitInternal();
 
   /* Every communicator call on handles that are not communicators. */
   every_call("NULL comm", NULL);

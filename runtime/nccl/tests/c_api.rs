@@ -1,0 +1,100 @@
+//! C programs of the project's own, compiled and linked against the library in
+//! `cargo test`, run without a GPU: every function with bad arguments (an error code and
+//! a message each time), and NCCL's semantics on the host backend (`tests/c/host_api.c`
+//! says what each section checks).
+
+mod support;
+
+use std::time::Duration;
+use support::{run, setup, succeeded};
+
+const HOST: (&str, &str) = ("BRAID_BACKEND", "host");
+
+#[test]
+fn every_function_with_bad_arguments_fails_with_a_message() {
+    let lib = setup("bad-args");
+    let program = lib.program("bad_args.c");
+    let out = succeeded("bad_args", run(&program, &[], &[], Duration::from_secs(120)));
+    let last = out.lines().last().unwrap_or_default();
+    let calls: usize = last.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(last.ends_with(" 0 failures") && calls >= 100, "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+fn host_section(section: &str, extra: &[(&str, &str)], expect_ok_lines: usize) -> String {
+    host_section_in(&setup(section), section, extra, expect_ok_lines)
+}
+
+fn host_section_in(lib: &support::CLib, section: &str, extra: &[(&str, &str)], expect_ok_lines: usize) -> String {
+    let program = lib.program("host_api.c");
+    let mut env = vec![HOST];
+    env.extend_from_slice(extra);
+    let out = succeeded(section, run(&program, &[section], &env, Duration::from_secs(300)));
+    assert!(out.ends_with("done\n"), "{out}");
+    let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
+    assert_eq!(oks, expect_ok_lines, "{out}");
+    out
+}
+
+#[test]
+fn every_collective_type_op_and_mode_over_2_3_and_4_ranks() {
+    let out = host_section("matrix", &[], 3);
+    assert!(out.contains("matrix over 4 ranks: 1080 collectives"), "{out}");
+}
+
+#[test]
+fn send_recv_rings_premulsum_and_simulated_groups() {
+    host_section("groups", &[], 2);
+}
+
+#[test]
+fn ranks_as_threads_nonblocking_init_split_and_inits_inside_a_group() {
+    host_section("threads", &[], 3);
+}
+
+#[test]
+fn ranks_as_processes() {
+    host_section("processes", &[], 2);
+}
+
+#[test]
+fn a_peer_that_aborts_is_a_remote_error() {
+    let out = host_section("abort", &[("BRAID_TIMEOUT", "30")], 1);
+    assert!(out.contains("rank 0 saw: ncclAllReduce: "), "{out}");
+}
+
+#[test]
+fn without_a_real_nccl_forwarded_calls_fail_with_a_message() {
+    host_section("no-forward", &[], 1);
+    host_section("forward-self", &[("BRAID_NCCL_LIB", "libnccl.so.2")], 1);
+}
+
+#[test]
+fn unserved_calls_are_forwarded_to_the_real_nccl() {
+    let lib = setup("forward");
+    let fake = lib.shared("fake_nccl.c", "libfakenccl.so");
+    let log = lib.work.join("fake.log");
+    let out = host_section_in(
+        &lib,
+        "forward",
+        &[
+            ("BRAID_NCCL_LIB", fake.to_str().unwrap()),
+            ("FAKE_NCCL_LOG", log.to_str().unwrap()),
+            ("BRAID_TIMEOUT", "3"),
+        ],
+        2,
+    );
+    assert!(out.contains("did not finish within BRAID_TIMEOUT"), "{out}");
+    // The calls reached the real library: its own log says so.
+    let log = std::fs::read_to_string(&log).expect("the fake NCCL's log");
+    for line in [
+        "init all 3 ranks",
+        "gather rank 2 root 1",
+        "scatter rank 0 root 0",
+        "init rank 1 of 2",
+        "gather rank 1 root 0",
+        "abort rank 0 of 2",
+    ] {
+        assert!(log.contains(line), "the fake NCCL never saw {line:?}:\n{log}");
+    }
+}
