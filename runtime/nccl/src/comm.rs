@@ -254,6 +254,9 @@ pub fn new_unique_id() -> Res<UniqueId> {
 pub fn cuda_options() -> Res<braid_cuda::Options> {
     let mut o = braid_cuda::Options::from_env()?;
     o.p2p_disable = o.p2p_disable || crate::env::p2p_disabled();
+    if let Some(b) = crate::env::buffsize().map_err(Failure::invalid)? {
+        o.scratch_bytes = b;
+    }
     if o.policy.replicas.is_none() {
         o.policy.replicas = crate::env::channels();
     }

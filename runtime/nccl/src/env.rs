@@ -1,6 +1,10 @@
 //! NCCL's environment variables where they mean something here, each with a `BRAID_*`
 //! twin that wins: `NCCL_DEBUG` / `BRAID_DEBUG` (logging level, off by default as
-//! NCCL's), `NCCL_DEBUG_FILE` / `BRAID_DEBUG_FILE` (`%h` host, `%p` pid),
+//! NCCL's), `NCCL_DEBUG_SUBSYS` / `BRAID_DEBUG_SUBSYS` (which parts log: INIT, COLL,
+//! P2P, NET, BOOTSTRAP, ENV, TUNING, ALLOC, ALL; `^` excludes),
+//! `NCCL_DEBUG_FILE` / `BRAID_DEBUG_FILE` (`%h` host, `%p` pid),
+//! `NCCL_BUFFSIZE` / `BRAID_SCRATCH_BYTES` (staging memory: NCCL's is per connection and
+//! channel, Braid's plans stage through one scratch buffer per rank, which this sizes),
 //! `NCCL_P2P_DISABLE` / `BRAID_P2P_DISABLE`, `NCCL_P2P_LEVEL=LOC` (no peer to peer),
 //! `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS` / `BRAID_CHANNELS` (a replica count).
 //! Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
@@ -10,7 +14,9 @@ use std::sync::Once;
 /// The variables this library reads.
 pub const HONOURED: &[&str] = &[
     "NCCL_DEBUG",
+    "NCCL_DEBUG_SUBSYS",
     "NCCL_DEBUG_FILE",
+    "NCCL_BUFFSIZE",
     "NCCL_P2P_DISABLE",
     "NCCL_P2P_LEVEL",
     "NCCL_MIN_NCHANNELS",
@@ -39,6 +45,60 @@ fn level(v: Option<&str>) -> &'static str {
     }
 }
 
+/// The tracing targets behind one of NCCL's subsystems (`NCCL_DEBUG_SUBSYS`).
+fn subsystem_targets(name: &str) -> &'static [&'static str] {
+    match name {
+        "INIT" => &["nccl::comm", "braid_runtime::bootstrap", "braid_cuda::comm", "braid_cuda::clique"],
+        "COLL" => &[
+            "braid_runtime::device_comm",
+            "braid_runtime::registry",
+            "braid_runtime::policy",
+            "nccl::ops",
+            "nccl::forward",
+        ],
+        "P2P" => &["nccl::ops", "nccl::forward", "braid_cuda::transport"],
+        "NET" => &["braid_runtime::net_fabric", "braid_runtime::tcp_link", "braid_runtime::shm_link"],
+        "BOOTSTRAP" => &["braid_runtime::bootstrap"],
+        "ENV" => &["nccl::env", "nccl::forward"],
+        "TUNING" => &["braid_runtime::policy", "braid_runtime::registry", "braid_runtime::device_comm"],
+        "ALLOC" => &["braid_cuda::device", "braid_cuda::modules"],
+        _ => &[],
+    }
+}
+
+/// The tracing filter for a level and an `NCCL_DEBUG_SUBSYS` value: the level for the
+/// subsystems named (all when none or `ALL`), warnings from everything else.
+fn filter(level: &str, subsys: Option<&str>) -> String {
+    let list = subsys.map(|s| s.trim().to_ascii_uppercase()).unwrap_or_default();
+    if level == "off" || list.is_empty() || list == "ALL" {
+        return level.to_string();
+    }
+    let (exclude, names) = match list.strip_prefix('^') {
+        Some(rest) => (true, rest.to_string()),
+        None => (false, list),
+    };
+    let quiet = if matches!(level, "error") { "error" } else { "warn" };
+    let mut directives = vec![if exclude { level } else { quiet }.to_string()];
+    for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        for t in subsystem_targets(name) {
+            directives.push(format!("{t}={}", if exclude { quiet } else { level }));
+        }
+    }
+    directives.join(",")
+}
+
+/// `NCCL_BUFFSIZE` as the size of each rank's scratch, when `BRAID_SCRATCH_BYTES` is unset.
+pub fn buffsize() -> Result<Option<usize>, String> {
+    if var("BRAID_SCRATCH_BYTES").is_some() {
+        return Ok(None);
+    }
+    let Some(v) = var("NCCL_BUFFSIZE") else { return Ok(None) };
+    match v.trim().parse::<usize>() {
+        Ok(b) if b >= 1 << 16 => Ok(Some(b)),
+        _ => Err(format!("NCCL_BUFFSIZE={v}: Braid needs a byte count of at least 65536")),
+    }
+}
+
 /// `NCCL_DEBUG_FILE`'s name with `%h` and `%p` filled in.
 pub fn debug_file_name(pattern: &str, host: &str, pid: u32) -> String {
     pattern.replace("%h", host).replace("%p", &pid.to_string())
@@ -49,7 +109,10 @@ static LOGGING: Once = Once::new();
 /// Starts logging once per process (never replacing a subscriber the application has).
 pub fn init_logging() {
     LOGGING.call_once(|| {
-        let filter = level(twin("BRAID_DEBUG", "NCCL_DEBUG").as_deref());
+        let filter = filter(
+            level(twin("BRAID_DEBUG", "NCCL_DEBUG").as_deref()),
+            twin("BRAID_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS").as_deref(),
+        );
         let builder = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_target(true)
@@ -61,8 +124,12 @@ pub fn init_logging() {
             std::fs::File::create(debug_file_name(&p, &host, std::process::id())).ok()
         });
         let _ = match file {
-            Some(f) => builder.with_writer(std::sync::Mutex::new(f)).try_init(),
-            None => builder.with_writer(std::io::stderr).try_init(),
+            Some(f) => builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).try_init(),
+            None => {
+                use std::io::IsTerminal;
+                let ansi = std::io::stderr().is_terminal();
+                builder.with_ansi(ansi).with_writer(std::io::stderr).try_init()
+            }
         };
         for (k, _) in std::env::vars() {
             if k.starts_with("NCCL_") && !HONOURED.contains(&k.as_str()) {
@@ -103,5 +170,22 @@ mod tests {
         assert_eq!(level(Some("info")), "info");
         assert_eq!(level(Some("WARN")), "warn");
         assert_eq!(debug_file_name("/tmp/nccl.%h.%p.log", "n1", 42), "/tmp/nccl.n1.42.log");
+    }
+
+    #[test]
+    fn subsystems_pick_targets() {
+        assert_eq!(filter("info", None), "info");
+        assert_eq!(filter("info", Some("ALL")), "info");
+        assert_eq!(filter("off", Some("INIT")), "off");
+        let f = filter("info", Some("init,ENV"));
+        assert!(f.starts_with("warn,nccl::comm=info,"), "{f}");
+        assert!(f.contains("nccl::env=info"), "{f}");
+        assert!(!f.contains("device_comm"), "{f}");
+        let f = filter("info", Some("^COLL"));
+        assert!(f.starts_with("info,") && f.contains("braid_runtime::device_comm=warn"), "{f}");
+        // Every directive parses.
+        for s in ["INIT,COLL,P2P,NET,BOOTSTRAP,ENV,TUNING,ALLOC", "^INIT", "NOPE"] {
+            tracing_subscriber::EnvFilter::try_new(filter("trace", Some(s))).unwrap();
+        }
     }
 }

@@ -98,3 +98,50 @@ fn unserved_calls_are_forwarded_to_the_real_nccl() {
         assert!(log.contains(line), "the fake NCCL never saw {line:?}:\n{log}");
     }
 }
+
+/// `NCCL_DEBUG=INFO` (to `NCCL_DEBUG_FILE`) shows which plan served each call, a plan of
+/// the user's from `BRAID_PLANS` among them, and names a set `NCCL_*` variable Braid does
+/// not honour; `NCCL_DEBUG_SUBSYS` narrows what is logged.
+#[test]
+fn the_log_shows_user_plans_serving_calls() {
+    let lib = setup("log");
+    let plan = lib.work.join("my_ring.braid");
+    let source = std::fs::read_to_string(support::crate_dir().join("../../algorithms/ring_allreduce.braid")).unwrap();
+    std::fs::write(&plan, source.replace("algorithm ring_allreduce", "algorithm my_ring_allreduce")).unwrap();
+    let program = lib.program("host_api.c");
+    let log_pattern = lib.work.join("nccl.%p.log");
+    let logs = |subsys: &str| -> String {
+        for e in std::fs::read_dir(&lib.work).unwrap().flatten() {
+            if e.file_name().to_string_lossy().starts_with("nccl.") {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
+        let env = [
+            HOST,
+            ("BRAID_PLANS", plan.to_str().unwrap()),
+            ("NCCL_DEBUG", "INFO"),
+            ("NCCL_DEBUG_SUBSYS", subsys),
+            ("NCCL_DEBUG_FILE", log_pattern.to_str().unwrap()),
+            ("NCCL_ALGO", "Ring"),
+        ];
+        succeeded("groups", run(&program, &["groups"], &env, Duration::from_secs(120)));
+        let mut text = String::new();
+        for e in std::fs::read_dir(&lib.work).unwrap().flatten() {
+            if e.file_name().to_string_lossy().starts_with("nccl.") {
+                text += &std::fs::read_to_string(e.path()).unwrap();
+            }
+        }
+        text
+    };
+    let all = logs("ALL");
+    assert!(all.contains("NCCL_ALGO is set; Braid does not honour it"), "{all}");
+    assert!(all.contains("user plan from BRAID_PLANS plan=my_ring_allreduce"), "{all}");
+    assert!(
+        all.lines().any(|l| l.contains("allreduce of 1332 bytes (outofplace, f32 sum)") && l.contains("plan=my_ring_allreduce")),
+        "{all}"
+    );
+    assert!(!all.contains('\x1b'), "colour codes in a log file");
+    let quiet = logs("^COLL");
+    assert!(quiet.contains("NCCL_ALGO is set"), "{quiet}");
+    assert!(!quiet.contains("allreduce of 1332 bytes"), "{quiet}");
+}
