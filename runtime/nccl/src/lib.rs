@@ -5,6 +5,13 @@
 //! yet returns `ncclInvalidUsage` with a message naming it (`ncclGetLastError`); nothing
 //! here exits the process or lets a panic cross into C. `docs/pytorch.md` tells how to
 //! use it.
+//!
+//! # Safety
+//! Every exported function is `unsafe` to call from Rust: its pointer arguments must be
+//! what NCCL's API says (null where NCCL allows it, else valid for the sizes the call
+//! implies, device memory of the communicator's GPU on the CUDA backend). Handles
+//! (communicators, register handles, ops) are checked against tables of live ones, so a
+//! stale or foreign handle is an error, not a dereference.
 
 #![allow(non_snake_case, non_camel_case_types, clippy::missing_safety_doc)]
 
@@ -58,17 +65,17 @@ fn out<T>(p: *mut T, name: &str, v: T) -> Res<()> {
 // ---- version, errors ------------------------------------------------------------------
 
 #[no_mangle]
-pub extern "C" fn ncclGetVersion(version: *mut c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclGetVersion(version: *mut c_int) -> ncclResult_t {
     guard("ncclGetVersion", || out(version, "version", VERSION_CODE))
 }
 
 #[no_mangle]
-pub extern "C" fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
+pub unsafe extern "C" fn ncclGetErrorString(result: ncclResult_t) -> *const c_char {
     error_string(result).as_ptr()
 }
 
 #[no_mangle]
-pub extern "C" fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
+pub unsafe extern "C" fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
     if !comm.is_null() {
         if let Ok(c) = comm::lookup(key(comm)) {
             let text = c.last_error.lock().unwrap().clone();
@@ -81,15 +88,15 @@ pub extern "C" fn ncclGetLastError(comm: ncclComm_t) -> *const c_char {
 }
 
 #[no_mangle]
-pub extern "C" fn ncclResetDebugInit() {}
+pub unsafe extern "C" fn ncclResetDebugInit() {}
 
 #[no_mangle]
-pub extern "C" fn ncclResetDebugInitInternal() {}
+pub unsafe extern "C" fn ncclResetDebugInitInternal() {}
 
 // ---- unique ids and communicators -----------------------------------------------------
 
 #[no_mangle]
-pub extern "C" fn ncclGetUniqueId(unique_id: *mut ncclUniqueId) -> ncclResult_t {
+pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut ncclUniqueId) -> ncclResult_t {
     guard("ncclGetUniqueId", || {
         non_null(unique_id, "uniqueId")?;
         let id = comm::new_unique_id()?;
@@ -182,7 +189,7 @@ fn init_rank_config(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommInitRank(
+pub unsafe extern "C" fn ncclCommInitRank(
     newcomm: *mut ncclComm_t,
     nranks: c_int,
     comm_id: ncclUniqueId,
@@ -192,7 +199,7 @@ pub extern "C" fn ncclCommInitRank(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommInitRankConfig(
+pub unsafe extern "C" fn ncclCommInitRankConfig(
     newcomm: *mut ncclComm_t,
     nranks: c_int,
     comm_id: ncclUniqueId,
@@ -204,7 +211,7 @@ pub extern "C" fn ncclCommInitRankConfig(
 
 /// Several ids spread NCCL's bootstrap over several roots; Braid's has one, the first.
 #[no_mangle]
-pub extern "C" fn ncclCommInitRankScalable(
+pub unsafe extern "C" fn ncclCommInitRankScalable(
     newcomm: *mut ncclComm_t,
     nranks: c_int,
     myrank: c_int,
@@ -223,7 +230,7 @@ pub extern "C" fn ncclCommInitRankScalable(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommInitAll(
+pub unsafe extern "C" fn ncclCommInitAll(
     comms: *mut ncclComm_t,
     ndev: c_int,
     devlist: *const c_int,
@@ -253,13 +260,13 @@ pub extern "C" fn ncclCommInitAll(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t {
     // Calls complete in stream order; nothing is pending on the host.
     with_comm("ncclCommFinalize", comm, |c| c.ready().map(|_| ()))
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
     guard("ncclCommDestroy", || {
         if comm.is_null() {
             return Ok(());
@@ -273,7 +280,7 @@ pub extern "C" fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t {
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
     guard("ncclCommAbort", || {
         if comm.is_null() {
             return Ok(());
@@ -285,7 +292,7 @@ pub extern "C" fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t {
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommRevoke(comm: ncclComm_t, revoke_flags: c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommRevoke(comm: ncclComm_t, revoke_flags: c_int) -> ncclResult_t {
     with_comm("ncclCommRevoke", comm, |_| {
         Err(Failure::usage(format!(
             "ncclCommRevoke (flags {revoke_flags}) is not served by Braid yet"
@@ -294,7 +301,7 @@ pub extern "C" fn ncclCommRevoke(comm: ncclComm_t, revoke_flags: c_int) -> ncclR
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, async_error: *mut ncclResult_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, async_error: *mut ncclResult_t) -> ncclResult_t {
     with_comm("ncclCommGetAsyncError", comm, |c| {
         non_null(async_error, "asyncError")?;
         let state = match c.backend.get() {
@@ -312,24 +319,24 @@ pub extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, async_error: *mut nccl
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> ncclResult_t {
     with_comm("ncclCommCount", comm, |c| out(count, "count", c.n as c_int))
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
     with_comm("ncclCommCuDevice", comm, |c| out(device, "device", c.device))
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
     with_comm("ncclCommUserRank", comm, |c| out(rank, "rank", c.rank as c_int))
 }
 
 /// Splits a one-rank-per-process communicator by color, ranked by key (NCCL's
 /// semantics); ranks with `NCCL_SPLIT_NOCOLOR` get no communicator.
 #[no_mangle]
-pub extern "C" fn ncclCommSplit(
+pub unsafe extern "C" fn ncclCommSplit(
     comm: ncclComm_t,
     color: c_int,
     split_key: c_int,
@@ -383,7 +390,7 @@ pub extern "C" fn ncclCommSplit(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommShrink(
+pub unsafe extern "C" fn ncclCommShrink(
     comm: ncclComm_t,
     _exclude_ranks_list: *mut c_int,
     _exclude_ranks_count: c_int,
@@ -399,7 +406,7 @@ pub extern "C" fn ncclCommShrink(
 // ---- memory and registration -------------------------------------------------------
 
 #[no_mangle]
-pub extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
+pub unsafe extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult_t {
     guard("ncclMemAlloc", || {
         non_null(ptr, "ptr")?;
         let p = memory::alloc(size)?;
@@ -408,13 +415,13 @@ pub extern "C" fn ncclMemAlloc(ptr: *mut *mut c_void, size: usize) -> ncclResult
 }
 
 #[no_mangle]
-pub extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> ncclResult_t {
     guard("ncclMemFree", || memory::free(ptr))
 }
 
 /// Braid needs no registration: a handle that stands for the buffer.
 #[no_mangle]
-pub extern "C" fn ncclCommRegister(
+pub unsafe extern "C" fn ncclCommRegister(
     comm: ncclComm_t,
     buff: *mut c_void,
     size: usize,
@@ -428,12 +435,12 @@ pub extern "C" fn ncclCommRegister(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
     with_comm("ncclCommDeregister", comm, |_| memory::release_handle(handle, "handle"))
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommWindowRegister(
+pub unsafe extern "C" fn ncclCommWindowRegister(
     comm: ncclComm_t,
     buff: *mut c_void,
     size: usize,
@@ -448,7 +455,7 @@ pub extern "C" fn ncclCommWindowRegister(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
     with_comm("ncclCommWindowDeregister", comm, |_| memory::release_handle(win, "win"))
 }
 
@@ -538,7 +545,7 @@ mod memory {
 // ---- reduction ops --------------------------------------------------------------------
 
 #[no_mangle]
-pub extern "C" fn ncclRedOpCreatePreMulSum(
+pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
     op: *mut ncclRedOp_t,
     scalar: *mut c_void,
     datatype: ncclDataType_t,
@@ -569,7 +576,7 @@ pub extern "C" fn ncclRedOpCreatePreMulSum(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t {
     with_comm("ncclRedOpDestroy", comm, |c| {
         if c.premul.lock().unwrap().remove(&op).is_none() {
             return Err(Failure::invalid(format!(
@@ -706,7 +713,7 @@ fn check_buffers(count: usize, send: *const c_void, recv: *mut c_void, sends: bo
 }
 
 #[no_mangle]
-pub extern "C" fn ncclAllReduce(
+pub unsafe extern "C" fn ncclAllReduce(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
     count: usize,
@@ -719,7 +726,7 @@ pub extern "C" fn ncclAllReduce(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclReduce(
+pub unsafe extern "C" fn ncclReduce(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
     count: usize,
@@ -733,7 +740,7 @@ pub extern "C" fn ncclReduce(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclBroadcast(
+pub unsafe extern "C" fn ncclBroadcast(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
     count: usize,
@@ -747,7 +754,7 @@ pub extern "C" fn ncclBroadcast(
 
 /// The in-place broadcast of NCCL's older API.
 #[no_mangle]
-pub extern "C" fn ncclBcast(
+pub unsafe extern "C" fn ncclBcast(
     buff: *mut c_void,
     count: usize,
     datatype: ncclDataType_t,
@@ -759,7 +766,7 @@ pub extern "C" fn ncclBcast(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclAllGather(
+pub unsafe extern "C" fn ncclAllGather(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
     sendcount: usize,
@@ -771,7 +778,7 @@ pub extern "C" fn ncclAllGather(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclReduceScatter(
+pub unsafe extern "C" fn ncclReduceScatter(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
     recvcount: usize,
@@ -784,7 +791,7 @@ pub extern "C" fn ncclReduceScatter(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclAlltoAll(
+pub unsafe extern "C" fn ncclAlltoAll(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
     count: usize,
@@ -835,7 +842,7 @@ fn rooted_forwarded(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclGather(
+pub unsafe extern "C" fn ncclGather(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
     count: usize,
@@ -848,7 +855,7 @@ pub extern "C" fn ncclGather(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclScatter(
+pub unsafe extern "C" fn ncclScatter(
     sendbuff: *const c_void,
     recvbuff: *mut c_void,
     count: usize,
@@ -916,7 +923,7 @@ fn p2p(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclSend(
+pub unsafe extern "C" fn ncclSend(
     sendbuff: *const c_void,
     count: usize,
     datatype: ncclDataType_t,
@@ -928,7 +935,7 @@ pub extern "C" fn ncclSend(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclRecv(
+pub unsafe extern "C" fn ncclRecv(
     recvbuff: *mut c_void,
     count: usize,
     datatype: ncclDataType_t,
@@ -940,7 +947,7 @@ pub extern "C" fn ncclRecv(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclGroupStart() -> ncclResult_t {
+pub unsafe extern "C" fn ncclGroupStart() -> ncclResult_t {
     guard("ncclGroupStart", || {
         ops::group_start();
         Ok(())
@@ -948,14 +955,14 @@ pub extern "C" fn ncclGroupStart() -> ncclResult_t {
 }
 
 #[no_mangle]
-pub extern "C" fn ncclGroupEnd() -> ncclResult_t {
+pub unsafe extern "C" fn ncclGroupEnd() -> ncclResult_t {
     guard("ncclGroupEnd", || ops::group_end(false))
 }
 
 /// Ends the group without running it. Braid has no cost model yet: the estimated time
 /// is NCCL's "undefined" (-1).
 #[no_mangle]
-pub extern "C" fn ncclGroupSimulateEnd(sim_info: *mut ncclSimInfo_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclGroupSimulateEnd(sim_info: *mut ncclSimInfo_t) -> ncclResult_t {
     guard("ncclGroupSimulateEnd", || {
         if !sim_info.is_null() {
             // SAFETY: a non-null struct the caller initialised (checked by its magic).
@@ -974,14 +981,14 @@ pub extern "C" fn ncclGroupSimulateEnd(sim_info: *mut ncclSimInfo_t) -> ncclResu
 // ---- the device API (NCCL 2.28): not served -------------------------------------------
 
 #[no_mangle]
-pub extern "C" fn ncclDevCommCreate(comm: ncclComm_t, _reqs: *const c_void, _out: *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclDevCommCreate(comm: ncclComm_t, _reqs: *const c_void, _out: *mut c_void) -> ncclResult_t {
     with_comm("ncclDevCommCreate", comm, |_| {
         Err(Failure::usage("NCCL's device API (ncclDevCommCreate) is not served by Braid"))
     })
 }
 
 #[no_mangle]
-pub extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, _dev_comm: *const c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, _dev_comm: *const c_void) -> ncclResult_t {
     with_comm("ncclDevCommDestroy", comm, |_| {
         Err(Failure::usage("NCCL's device API (ncclDevCommDestroy) is not served by Braid"))
     })
@@ -994,7 +1001,7 @@ fn unserved_device_api(what: &str) -> ncclResult_t {
 }
 
 #[no_mangle]
-pub extern "C" fn ncclLsaBarrierCreateRequirement(
+pub unsafe extern "C" fn ncclLsaBarrierCreateRequirement(
     _team: ncclTeam_t,
     _n_barriers: c_int,
     _out_handle: *mut c_void,
@@ -1004,7 +1011,7 @@ pub extern "C" fn ncclLsaBarrierCreateRequirement(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclGinBarrierCreateRequirement(
+pub unsafe extern "C" fn ncclGinBarrierCreateRequirement(
     _comm: ncclComm_t,
     _team: ncclTeam_t,
     _n_barriers: c_int,
@@ -1015,7 +1022,7 @@ pub extern "C" fn ncclGinBarrierCreateRequirement(
 }
 
 #[no_mangle]
-pub extern "C" fn ncclLLA2ACreateRequirement(
+pub unsafe extern "C" fn ncclLLA2ACreateRequirement(
     _n_blocks: c_int,
     _n_slots: c_int,
     _out_handle: *mut c_void,
@@ -1027,7 +1034,7 @@ pub extern "C" fn ncclLLA2ACreateRequirement(
 /// Slots an LL all-to-all of `max_elts` elements of `max_elt_size` bytes needs; the
 /// device API is not served, so no size is valid: -1.
 #[no_mangle]
-pub extern "C" fn ncclLLA2ACalcSlots(_max_elts: c_int, _max_elt_size: c_int) -> c_int {
+pub unsafe extern "C" fn ncclLLA2ACalcSlots(_max_elts: c_int, _max_elt_size: c_int) -> c_int {
     errors::set_last("ncclLLA2ACalcSlots: NCCL's device API is not served by Braid");
     -1
 }
@@ -1048,19 +1055,19 @@ fn team_of(comm: ncclComm_t) -> ncclTeam_t {
 
 /// Every rank of the communicator.
 #[no_mangle]
-pub extern "C" fn ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t {
+pub unsafe extern "C" fn ncclTeamWorld(comm: ncclComm_t) -> ncclTeam_t {
     team_of(comm)
 }
 
 /// The ranks that share memory: Braid's communicators are one node, so every rank.
 #[no_mangle]
-pub extern "C" fn ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
+pub unsafe extern "C" fn ncclTeamLsa(comm: ncclComm_t) -> ncclTeam_t {
     team_of(comm)
 }
 
 /// This rank's rail across nodes: one node, so itself alone.
 #[no_mangle]
-pub extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
+pub unsafe extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
     match comm::lookup(key(comm)) {
         Ok(c) => ncclTeam_t {
             nRanks: 1,
@@ -1077,7 +1084,7 @@ pub extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
 /// The world rank of rank `rank` of `team` (as seen from this rank); -1 if not a
 /// communicator.
 #[no_mangle]
-pub extern "C" fn ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
+pub unsafe extern "C" fn ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
     match comm::lookup(key(comm)) {
         Ok(c) => c.rank as c_int + (rank - team.rank) * team.stride,
         Err(_) => -1,
@@ -1086,6 +1093,6 @@ pub extern "C" fn ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: 
 
 /// The rank in the shared-memory team (all ranks here) of rank `rank` of `team`.
 #[no_mangle]
-pub extern "C" fn ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
+pub unsafe extern "C" fn ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
     ncclTeamRankToWorld(comm, team, rank)
 }

@@ -48,7 +48,7 @@ fn defines_every_symbol_nccls_library_exports() {
 }
 
 #[test]
-fn the_header_has_ncclS_values_and_layouts() {
+fn the_header_spells_nccl_2_28_values_and_layouts() {
     // The program is all static assertions: that it compiles and runs is the check.
     let lib = support::setup("abi");
     let program = lib.program("abi_check.c");
