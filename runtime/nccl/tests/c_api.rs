@@ -1,6 +1,6 @@
 //! C programs of the project's own, compiled and linked against the library in
 //! `cargo test`, run without a GPU: every function with bad arguments (an error code and
-//! a message each time), and NCCL's semantics on the host backend (`tests/c/host_api.c`
+//! a message each time), and NCCL's semantics on the host backend (`tests/c/nccl_api.c`
 //! says what each section checks).
 
 mod support;
@@ -26,7 +26,7 @@ fn host_section(section: &str, extra: &[(&str, &str)], expect_ok_lines: usize) -
 }
 
 fn host_section_in(lib: &support::CLib, section: &str, extra: &[(&str, &str)], expect_ok_lines: usize) -> String {
-    let program = lib.program("host_api.c");
+    let program = lib.program("nccl_api.c");
     let mut env = vec![HOST];
     env.extend_from_slice(extra);
     let out = succeeded(section, run(&program, &[section], &env, Duration::from_secs(300)));
@@ -108,7 +108,7 @@ fn the_log_shows_user_plans_serving_calls() {
     let plan = lib.work.join("my_ring.braid");
     let source = std::fs::read_to_string(support::crate_dir().join("../../algorithms/ring_allreduce.braid")).unwrap();
     std::fs::write(&plan, source.replace("algorithm ring_allreduce", "algorithm my_ring_allreduce")).unwrap();
-    let program = lib.program("host_api.c");
+    let program = lib.program("nccl_api.c");
     let log_pattern = lib.work.join("nccl.%p.log");
     let logs = |subsys: &str| -> String {
         for e in std::fs::read_dir(&lib.work).unwrap().flatten() {

@@ -1,5 +1,7 @@
-/* NCCL's semantics through Braid's libnccl.so.2 on the host backend (BRAID_BACKEND=host:
- * "device" buffers are host memory), so that they are checked on machines without a GPU:
+/* NCCL's semantics through Braid's libnccl.so.2, on the host backend (BRAID_BACKEND=host:
+ * "device" buffers are host memory; CI runs it so, without a GPU) or, compiled with
+ * -DBRAID_CUDA against NCCL's own nccl.h and CUDA's runtime, on GPUs (rank r on GPU
+ * r % BRAID_TEST_GPUS, default 1: several ranks share one GPU):
  *
  *   every collective x data type x op x in and out of place x odd counts, ncclCommInitAll
  *   over 2, 3 and 4 ranks driven from one thread through groups; grouped send/recv rings;
@@ -7,9 +9,10 @@
  *   ranks of one thread inside a group); ranks as processes; ncclCommSplit; a peer that
  *   aborts (ncclRemoteError through the call and ncclCommGetAsyncError); forwarding what
  *   Braid does not serve to a real NCCL (a fake one, FAKE_NCCL names it), and the
- *   error without one.
+ *   error without one (host only: the stand-in works on host memory); on GPUs,
+ *   forwarding to the real NCCL (section forward-real).
  *
- * Usage: host_api [section]   (all sections without an argument). Exits 1 at the first
+ * Usage: nccl_api [section]   (all sections without an argument). Exits 1 at the first
  * wrong result, printing it. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -22,6 +25,82 @@
 #include <unistd.h>
 
 #include "nccl.h"
+
+/* ---- memory and streams of the backend ------------------------------------------- */
+
+#ifdef BRAID_CUDA
+#include <cuda_runtime.h>
+#define CUDACHECK(call)                                                                            \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess) {                                                                       \
+      printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));           \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+static const int on_gpu = 1;
+static int device_of(int rank) {
+  const char* v = getenv("BRAID_TEST_GPUS");
+  int n = v != NULL ? atoi(v) : 1;
+  return rank % (n > 0 ? n : 1);
+}
+static void use_device(int rank) { CUDACHECK(cudaSetDevice(device_of(rank))); }
+static cudaStream_t new_stream(int rank) {
+  cudaStream_t s;
+  use_device(rank);
+  CUDACHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+static void free_stream(cudaStream_t s) { CUDACHECK(cudaStreamDestroy(s)); }
+static void sync_stream(cudaStream_t s) { CUDACHECK(cudaStreamSynchronize(s)); }
+static void* dev_alloc(int rank, size_t bytes) {
+  void* p;
+  use_device(rank);
+  CUDACHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+static void dev_free(void* p) { CUDACHECK(cudaFree(p)); }
+static void to_dev(void* d, const void* h, size_t bytes) { CUDACHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice)); }
+static void to_host(void* h, const void* d, size_t bytes) { CUDACHECK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost)); }
+#else
+static const int on_gpu = 0;
+static int device_of(int rank) { (void)rank; return -1; }
+static void use_device(int rank) { (void)rank; }
+static cudaStream_t new_stream(int rank) { (void)rank; return NULL; }
+static void free_stream(cudaStream_t s) { (void)s; }
+static void sync_stream(cudaStream_t s) { (void)s; }
+static void* dev_alloc(int rank, size_t bytes) { (void)rank; return calloc(bytes, 1); }
+static void dev_free(void* p) { free(p); }
+static void to_dev(void* d, const void* h, size_t bytes) { memcpy(d, h, bytes); }
+static void to_host(void* h, const void* d, size_t bytes) { memcpy(h, d, bytes); }
+#endif
+
+/* A buffer of rank `rank`: `d` for the library, `h` its host image. */
+typedef struct {
+  void* h;
+  void* d;
+  size_t bytes;
+} buf_t;
+
+static buf_t buf_new(int rank, size_t bytes) {
+  buf_t b;
+  b.bytes = bytes > 0 ? bytes : 1;
+  b.h = calloc(b.bytes, 1);
+  b.d = dev_alloc(rank, b.bytes);
+  to_dev(b.d, b.h, b.bytes);
+  return b;
+}
+static void push(buf_t* b) { to_dev(b->d, b->h, b->bytes); }
+static void pull(buf_t* b) { to_host(b->h, b->d, b->bytes); }
+static void buf_free(buf_t* b) {
+  free(b->h);
+  dev_free(b->d);
+}
+/* The devices of ranks 0..n-1 (ncclCommInitAll's list). */
+static void devices(int* list, int n) {
+  int r;
+  for (r = 0; r < n; r++) list[r] = on_gpu ? device_of(r) : 0;
+}
 
 #define CHECK(call)                                                                          \
   do {                                                                                       \
@@ -180,11 +259,10 @@ static const char* coll_names[N_COLLS] = {"allreduce", "reduce", "broadcast", "b
 
 /* Runs collective `c` of `count` (per NCCL's meaning) on all `n` communicators; checks
  * every rank's result. */
-static void run_one(ncclComm_t* comms, int n, coll_t c, ncclDataType_t t, ncclRedOp_t op, size_t count,
-                    int in_place, int root) {
-  void* send[8];
-  void* recv[8];
-  size_t send_elems, recv_elems, i;
+static void run_one(ncclComm_t* comms, cudaStream_t* streams, int n, coll_t c, ncclDataType_t t, ncclRedOp_t op,
+                    size_t count, int in_place, int root) {
+  buf_t send[8], recv[8];
+  size_t send_elems, recv_elems, i, ts = type_size(t);
   int r;
   char what[160];
   snprintf(what, sizeof what, "%s n=%d dtype=%d op=%d count=%zu %s root=%d", coll_names[c], n, (int)t,
@@ -197,33 +275,42 @@ static void run_one(ncclComm_t* comms, int n, coll_t c, ncclDataType_t t, ncclRe
   }
   for (r = 0; r < n; r++) {
     size_t big = send_elems > recv_elems ? send_elems : recv_elems;
-    send[r] = calloc(big + 1, type_size(t));
-    recv[r] = in_place ? send[r] : calloc(recv_elems + 1, type_size(t));
+    send[r] = buf_new(r, (big + 1) * ts);
+    if (!in_place) recv[r] = buf_new(r, (recv_elems + 1) * ts);
     for (i = 0; i < send_elems; i++) {
       size_t at = (c == ALLGATHER && in_place) ? r * count + i : i;
-      put(send[r], t, at, value(r, i, op));
+      put(send[r].h, t, at, value(r, i, op));
     }
-    if (!in_place) put(recv[r], t, recv_elems, 99); /* a guard past the end */
+    push(&send[r]);
+    if (!in_place) {
+      put(recv[r].h, t, recv_elems, 99); /* a guard past the end */
+      push(&recv[r]);
+    }
   }
   CHECK(ncclGroupStart());
   for (r = 0; r < n; r++) {
-    void* s = (c == ALLGATHER && in_place) ? (char*)send[r] + r * count * type_size(t) : send[r];
-    void* d = (c == REDUCESCATTER && in_place) ? (char*)send[r] + r * count * type_size(t) : recv[r];
+    char* base = send[r].d;
+    void* s = (c == ALLGATHER && in_place) ? base + r * count * ts : base;
+    void* d = in_place ? ((c == REDUCESCATTER) ? base + r * count * ts : base) : recv[r].d;
+    cudaStream_t st = streams[r];
     switch (c) {
-      case ALLREDUCE: CHECK(ncclAllReduce(s, d, count, t, op, comms[r], NULL)); break;
-      case REDUCE: CHECK(ncclReduce(s, d, count, t, op, root, comms[r], NULL)); break;
-      case BROADCAST: CHECK(ncclBroadcast(s, d, count, t, root, comms[r], NULL)); break;
-      case BCAST: CHECK(ncclBcast(d, count, t, root, comms[r], NULL)); break;
-      case ALLGATHER: CHECK(ncclAllGather(s, d, count, t, comms[r], NULL)); break;
-      case REDUCESCATTER: CHECK(ncclReduceScatter(s, d, count, t, op, comms[r], NULL)); break;
-      case ALLTOALL: CHECK(ncclAlltoAll(s, d, count, t, comms[r], NULL)); break;
+      case ALLREDUCE: CHECK(ncclAllReduce(s, d, count, t, op, comms[r], st)); break;
+      case REDUCE: CHECK(ncclReduce(s, d, count, t, op, root, comms[r], st)); break;
+      case BROADCAST: CHECK(ncclBroadcast(s, d, count, t, root, comms[r], st)); break;
+      case BCAST: CHECK(ncclBcast(d, count, t, root, comms[r], st)); break;
+      case ALLGATHER: CHECK(ncclAllGather(s, d, count, t, comms[r], st)); break;
+      case REDUCESCATTER: CHECK(ncclReduceScatter(s, d, count, t, op, comms[r], st)); break;
+      case ALLTOALL: CHECK(ncclAlltoAll(s, d, count, t, comms[r], st)); break;
       default: break;
     }
   }
   CHECK(ncclGroupEnd());
   for (r = 0; r < n; r++) {
-    const void* out = (c == REDUCESCATTER && in_place) ? (char*)send[r] + r * count * type_size(t) : recv[r];
-    if (c == BCAST) out = send[r];
+    const char* out;
+    sync_stream(streams[r]);
+    pull(&send[r]);
+    if (!in_place) pull(&recv[r]);
+    out = in_place ? (const char*)send[r].h + (c == REDUCESCATTER ? r * count * ts : 0) : recv[r].h;
     for (i = 0; i < recv_elems; i++) {
       double want;
       switch (c) {
@@ -241,19 +328,22 @@ static void run_one(ncclComm_t* comms, int n, coll_t c, ncclDataType_t t, ncclRe
       /* value() is exact in every type, so only reductions need a tolerance. */
       expect_close(get(out, t, i), want, t, what, i);
     }
-    if (!in_place) EXPECT(get(recv[r], t, recv_elems) == 99, "%s: rank %d wrote past its buffer", what, r);
+    if (!in_place) EXPECT(get(recv[r].h, t, recv_elems) == 99, "%s: rank %d wrote past its buffer", what, r);
   }
   for (r = 0; r < n; r++) {
-    if (!in_place) free(recv[r]);
-    free(send[r]);
+    if (!in_place) buf_free(&recv[r]);
+    buf_free(&send[r]);
   }
 }
 
 static void matrix(int n) {
   ncclComm_t comms[8];
+  cudaStream_t streams[8];
   const size_t counts[3] = {1, 7, 1001};
-  int c, ti, oi, ci, ip, calls = 0, rank, count;
-  CHECK(ncclCommInitAll(comms, n, NULL));
+  int c, ti, oi, ci, ip, calls = 0, rank, count, devs[8] = {0};
+  devices(devs, n);
+  CHECK(ncclCommInitAll(comms, n, devs));
+  for (rank = 0; rank < n; rank++) streams[rank] = new_stream(rank);
   for (rank = 0; rank < n; rank++) {
     int dev;
     CHECK(ncclCommUserRank(comms[rank], &dev));
@@ -261,7 +351,7 @@ static void matrix(int n) {
     CHECK(ncclCommCount(comms[rank], &count));
     EXPECT(count == n, "ncclCommCount is %d, not %d", count, n);
     CHECK(ncclCommCuDevice(comms[rank], &dev));
-    EXPECT(dev == -1, "ncclCommCuDevice on the host backend is %d", dev);
+    EXPECT(dev == device_of(rank), "ncclCommCuDevice of comms[%d] is %d", rank, dev);
   }
   for (c = 0; c < N_COLLS; c++)
     for (ti = 0; ti < n_types; ti++)
@@ -273,11 +363,14 @@ static void matrix(int n) {
             int root = (c == REDUCE || c == BROADCAST || c == BCAST) ? (int)((ci + 1) % n) : 0;
             if (c == BCAST && ip == 0) continue;    /* ncclBcast is in place only */
             if (c == ALLTOALL && ip == 1) continue; /* NCCL defines no in-place all-to-all */
-            run_one(comms, n, (coll_t)c, types[ti], ops[oi], counts[ci], ip, root);
+            run_one(comms, streams, n, (coll_t)c, types[ti], ops[oi], counts[ci], ip, root);
             calls++;
           }
       }
-  for (rank = 0; rank < n; rank++) CHECK(ncclCommDestroy(comms[rank]));
+  for (rank = 0; rank < n; rank++) {
+    CHECK(ncclCommDestroy(comms[rank]));
+    free_stream(streams[rank]);
+  }
   printf("ok   matrix over %d ranks: %d collectives\n", n, calls);
 }
 
@@ -285,30 +378,37 @@ static void matrix(int n) {
 
 static void ring_and_premul(int n) {
   ncclComm_t comms[8];
-  float* buf[8];
-  float* got[8];
+  cudaStream_t streams[8];
+  buf_t buf[8], got[8];
   ncclRedOp_t premul[8];
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   const size_t count = 333;
   size_t i;
-  int r;
-  CHECK(ncclCommInitAll(comms, n, NULL));
+  int r, devs[8] = {0};
+  devices(devs, n);
+  CHECK(ncclCommInitAll(comms, n, devs));
   for (r = 0; r < n; r++) {
-    buf[r] = malloc(count * sizeof(float));
-    got[r] = malloc(count * sizeof(float));
-    for (i = 0; i < count; i++) buf[r][i] = (float)(r * 1000 + i);
+    streams[r] = new_stream(r);
+    buf[r] = buf_new(r, count * sizeof(float));
+    got[r] = buf_new(r, count * sizeof(float));
+    for (i = 0; i < count; i++) ((float*)buf[r].h)[i] = (float)(r * 1000 + i);
+    push(&buf[r]);
   }
   /* Every rank sends to the next and receives from the previous, all in one group. */
   CHECK(ncclGroupStart());
   for (r = 0; r < n; r++) {
-    CHECK(ncclSend(buf[r], count, ncclFloat, (r + 1) % n, comms[r], NULL));
-    CHECK(ncclRecv(got[r], count, ncclFloat, (r + n - 1) % n, comms[r], NULL));
+    CHECK(ncclSend(buf[r].d, count, ncclFloat, (r + 1) % n, comms[r], streams[r]));
+    CHECK(ncclRecv(got[r].d, count, ncclFloat, (r + n - 1) % n, comms[r], streams[r]));
   }
   CHECK(ncclGroupEnd());
-  for (r = 0; r < n; r++)
-    for (i = 0; i < count; i++)
-      EXPECT(got[r][i] == (float)(((r + n - 1) % n) * 1000 + i), "ring: rank %d element %zu is %g", r, i,
-             got[r][i]);
+  for (r = 0; r < n; r++) {
+    sync_stream(streams[r]);
+    pull(&got[r]);
+    for (i = 0; i < count; i++) {
+      float g = ((float*)got[r].h)[i];
+      EXPECT(g == (float)(((r + n - 1) % n) * 1000 + i), "ring: rank %d element %zu is %g", r, i, g);
+    }
+  }
   /* PreMulSum: each input times the rank's scalar (2), then summed. */
   for (r = 0; r < n; r++) {
     float two = 2.0f;
@@ -316,27 +416,40 @@ static void ring_and_premul(int n) {
     EXPECT(premul[r] >= ncclNumOps, "a PreMulSum op is %d, a built-in op's value", (int)premul[r]);
   }
   CHECK(ncclGroupStart());
-  for (r = 0; r < n; r++) CHECK(ncclAllReduce(buf[r], got[r], count, ncclFloat, premul[r], comms[r], NULL));
-  CHECK(ncclGroupEnd());
   for (r = 0; r < n; r++)
+    CHECK(ncclAllReduce(buf[r].d, got[r].d, count, ncclFloat, premul[r], comms[r], streams[r]));
+  CHECK(ncclGroupEnd());
+  for (r = 0; r < n; r++) {
+    sync_stream(streams[r]);
+    pull(&got[r]);
     for (i = 0; i < count; i++) {
-      float want = 0;
+      float want = 0, g = ((float*)got[r].h)[i];
       int q;
       for (q = 0; q < n; q++) want += 2.0f * (float)(q * 1000 + i);
-      EXPECT(got[r][i] == want, "premulsum: rank %d element %zu is %g, expected %g", r, i, got[r][i], want);
+      EXPECT(g == want, "premulsum: rank %d element %zu is %g, expected %g", r, i, g, want);
     }
+  }
   for (r = 0; r < n; r++) CHECK(ncclRedOpDestroy(premul[r], comms[r]));
   /* A simulated group runs nothing. */
-  for (r = 0; r < n; r++) got[r][0] = -1;
+  for (r = 0; r < n; r++) {
+    ((float*)got[r].h)[0] = -1;
+    push(&got[r]);
+  }
   CHECK(ncclGroupStart());
-  for (r = 0; r < n; r++) CHECK(ncclAllReduce(buf[r], got[r], count, ncclFloat, ncclSum, comms[r], NULL));
+  for (r = 0; r < n; r++)
+    CHECK(ncclAllReduce(buf[r].d, got[r].d, count, ncclFloat, ncclSum, comms[r], streams[r]));
   CHECK(ncclGroupSimulateEnd(&sim));
-  for (r = 0; r < n; r++) EXPECT(got[r][0] == -1, "ncclGroupSimulateEnd ran the group");
+  for (r = 0; r < n; r++) {
+    sync_stream(streams[r]);
+    pull(&got[r]);
+    EXPECT(((float*)got[r].h)[0] == -1, "ncclGroupSimulateEnd ran the group");
+  }
   for (r = 0; r < n; r++) {
     CHECK(ncclCommFinalize(comms[r]));
     CHECK(ncclCommDestroy(comms[r]));
-    free(buf[r]);
-    free(got[r]);
+    buf_free(&buf[r]);
+    buf_free(&got[r]);
+    free_stream(streams[r]);
   }
   printf("ok   send/recv ring, PreMulSum and a simulated group over %d ranks\n", n);
 }
@@ -351,6 +464,7 @@ typedef struct {
 
 static ncclComm_t init_rank(const rank_arg_t* a) {
   ncclComm_t comm = NULL;
+  use_device(a->rank);
   if (a->nonblocking) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     ncclResult_t rc, state = ncclInProgress;
@@ -365,20 +479,38 @@ static ncclComm_t init_rank(const rank_arg_t* a) {
   return comm;
 }
 
+/* An all-reduce of 5 doubles (x[i] = rank + i) on `comm`; the result's host image. */
+static void allreduce5(ncclComm_t comm, int rank, ncclRedOp_t op, double* out) {
+  buf_t x = buf_new(rank, 5 * sizeof(double)), y = buf_new(rank, 5 * sizeof(double));
+  cudaStream_t st = new_stream(rank);
+  int i;
+  for (i = 0; i < 5; i++) ((double*)x.h)[i] = rank + i;
+  push(&x);
+  CHECK(ncclAllReduce(x.d, y.d, 5, ncclDouble, op, comm, st));
+  sync_stream(st);
+  pull(&y);
+  memcpy(out, y.h, 5 * sizeof(double));
+  buf_free(&x);
+  buf_free(&y);
+  free_stream(st);
+}
+
 static void* thread_rank(void* p) {
   const rank_arg_t* a = p;
   ncclComm_t comm = init_rank(a), sub = NULL, solo = NULL;
-  double x[5], y[5];
-  int i, r, n;
-  for (i = 0; i < 5; i++) x[i] = a->rank + i;
-  CHECK(ncclAllReduce(x, y, 5, ncclDouble, ncclMax, comm, NULL));
+  double y[5];
+  int i, r, n, q;
+  allreduce5(comm, a->rank, ncclMax, y);
   for (i = 0; i < 5; i++) EXPECT(y[i] == a->n - 1 + i, "thread allreduce: %g", y[i]);
   /* Split: all in one color ranked by descending key; then each alone. */
   CHECK(ncclCommSplit(comm, 7, a->n - a->rank, &sub, NULL));
   CHECK(ncclCommUserRank(sub, &r));
   CHECK(ncclCommCount(sub, &n));
   EXPECT(r == a->n - 1 - a->rank && n == a->n, "split: rank %d of %d is rank %d of %d", a->rank, a->n, r, n);
-  CHECK(ncclAllReduce(x, y, 5, ncclDouble, ncclSum, sub, NULL));
+  CHECK(ncclCommCuDevice(sub, &q));
+  EXPECT(q == device_of(a->rank), "a split communicator is on device %d", q);
+  allreduce5(sub, a->rank, ncclSum, y);
+  for (i = 0; i < 5; i++) EXPECT(y[i] == a->n * (a->n - 1) / 2 + a->n * i, "split allreduce: %g", y[i]);
   CHECK(ncclCommSplit(comm, a->rank, 0, &solo, NULL));
   CHECK(ncclCommCount(solo, &n));
   EXPECT(n == 1, "a split of one color per rank has %d ranks", n);
@@ -418,24 +550,70 @@ static void ranks_as_threads(int n) {
 /* Several ranks made by one thread: blocking inits inside a group join at its end. */
 static void ranks_of_one_thread(int n) {
   ncclComm_t comms[8];
+  cudaStream_t streams[8];
+  buf_t v[8], out[8];
   ncclUniqueId id;
-  int r, v[8], out[8];
+  int r;
   CHECK(ncclGetUniqueId(&id));
   CHECK(ncclGroupStart());
-  for (r = 0; r < n; r++) CHECK(ncclCommInitRank(&comms[r], n, id, r));
-  CHECK(ncclGroupEnd());
-  CHECK(ncclGroupStart());
   for (r = 0; r < n; r++) {
-    v[r] = r + 1;
-    CHECK(ncclAllReduce(&v[r], &out[r], 1, ncclInt, ncclSum, comms[r], NULL));
+    use_device(r);
+    CHECK(ncclCommInitRank(&comms[r], n, id, r));
   }
   CHECK(ncclGroupEnd());
-  for (r = 0; r < n; r++) EXPECT(out[r] == n * (n + 1) / 2, "one-thread ranks: %d", out[r]);
-  for (r = 0; r < n; r++) CHECK(ncclCommDestroy(comms[r]));
+  for (r = 0; r < n; r++) {
+    streams[r] = new_stream(r);
+    v[r] = buf_new(r, sizeof(int));
+    out[r] = buf_new(r, sizeof(int));
+    *(int*)v[r].h = r + 1;
+    push(&v[r]);
+  }
+  CHECK(ncclGroupStart());
+  for (r = 0; r < n; r++) CHECK(ncclAllReduce(v[r].d, out[r].d, 1, ncclInt, ncclSum, comms[r], streams[r]));
+  CHECK(ncclGroupEnd());
+  for (r = 0; r < n; r++) {
+    sync_stream(streams[r]);
+    pull(&out[r]);
+    EXPECT(*(int*)out[r].h == n * (n + 1) / 2, "one-thread ranks: %d", *(int*)out[r].h);
+    CHECK(ncclCommDestroy(comms[r]));
+    buf_free(&v[r]);
+    buf_free(&out[r]);
+    free_stream(streams[r]);
+  }
   printf("ok   %d ranks made by one thread inside a group\n", n);
 }
 
 /* ---- ranks as processes ----------------------------------------------------------- */
+
+static void rank_process(ncclUniqueId id, int r, int n) {
+  ncclComm_t comm;
+  cudaStream_t st;
+  buf_t x, y;
+  int i, q;
+  use_device(r);
+  CHECK(ncclCommInitRank(&comm, n, id, r));
+  st = new_stream(r);
+  x = buf_new(r, 100 * sizeof(float));
+  y = buf_new(r, 100 * n * sizeof(float));
+  for (i = 0; i < 100; i++) ((float*)x.h)[i] = (float)(r * 100 + i);
+  push(&x);
+  CHECK(ncclAllGather(x.d, y.d, 100, ncclFloat, comm, st));
+  sync_stream(st);
+  pull(&y);
+  for (q = 0; q < n; q++)
+    for (i = 0; i < 100; i++) EXPECT(((float*)y.h)[q * 100 + i] == (float)(q * 100 + i), "process allgather");
+  CHECK(ncclGroupStart());
+  CHECK(ncclSend(x.d, 100, ncclFloat, (r + 1) % n, comm, st));
+  CHECK(ncclRecv(y.d, 100, ncclFloat, (r + n - 1) % n, comm, st));
+  CHECK(ncclGroupEnd());
+  sync_stream(st);
+  pull(&y);
+  for (i = 0; i < 100; i++) EXPECT(((float*)y.h)[i] == (float)(((r + n - 1) % n) * 100 + i), "process ring");
+  CHECK(ncclCommDestroy(comm));
+  buf_free(&x);
+  buf_free(&y);
+  free_stream(st);
+}
 
 static void ranks_as_processes(int n) {
   ncclUniqueId id;
@@ -446,20 +624,7 @@ static void ranks_as_processes(int n) {
   for (r = 0; r < n; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
-      ncclComm_t comm;
-      float x[100], y[100 * 8];
-      int i, q;
-      CHECK(ncclCommInitRank(&comm, n, id, r));
-      for (i = 0; i < 100; i++) x[i] = (float)(r * 100 + i);
-      CHECK(ncclAllGather(x, y, 100, ncclFloat, comm, NULL));
-      for (q = 0; q < n; q++)
-        for (i = 0; i < 100; i++) EXPECT(y[q * 100 + i] == (float)(q * 100 + i), "process allgather");
-      CHECK(ncclGroupStart());
-      CHECK(ncclSend(x, 100, ncclFloat, (r + 1) % n, comm, NULL));
-      CHECK(ncclRecv(y, 100, ncclFloat, (r + n - 1) % n, comm, NULL));
-      CHECK(ncclGroupEnd());
-      for (i = 0; i < 100; i++) EXPECT(y[i] == (float)(((r + n - 1) % n) * 100 + i), "process ring");
-      CHECK(ncclCommDestroy(comm));
+      rank_process(id, r, n);
       _exit(0);
     }
   }
@@ -480,16 +645,30 @@ static void* aborting_rank(void* p) {
     usleep(300 * 1000);
     CHECK(ncclCommAbort(comm));
   } else {
-    float x[1024] = {0};
-    ncclResult_t rc = ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, comm, NULL), state = ncclSuccess;
-    EXPECT(rc == ncclRemoteError, "an allreduce whose peer aborted returned %d, not ncclRemoteError", (int)rc);
-    EXPECT(strlen(ncclGetLastError(comm)) > 0, "no message after a peer's abort");
-    CHECK(ncclCommGetAsyncError(comm, &state));
+    buf_t x = buf_new(0, 1024 * sizeof(float));
+    cudaStream_t st = new_stream(0);
+    ncclResult_t rc = ncclAllReduce(x.d, x.d, 1024, ncclFloat, ncclSum, comm, st), state = ncclSuccess;
+    if (on_gpu && rc == ncclSuccess) {
+      /* Enqueued: the failure shows in ncclCommGetAsyncError once the kernel gives up. */
+      int waited;
+      for (waited = 0; waited < 120000 && state == ncclSuccess; waited += 10) {
+        CHECK(ncclCommGetAsyncError(comm, &state));
+        usleep(10 * 1000);
+      }
+    } else {
+      EXPECT(rc == ncclRemoteError, "an allreduce whose peer aborted returned %d, not ncclRemoteError", (int)rc);
+      EXPECT(strlen(ncclGetLastError(comm)) > 0, "no message after a peer's abort");
+      CHECK(ncclCommGetAsyncError(comm, &state));
+    }
     EXPECT(state == ncclRemoteError, "ncclCommGetAsyncError says %d after a peer's abort", (int)state);
-    rc = ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, comm, NULL);
+    rc = ncclAllReduce(x.d, x.d, 1024, ncclFloat, ncclSum, comm, st);
     EXPECT(rc == ncclRemoteError, "a failed communicator accepted another call (%d)", (int)rc);
     printf("     rank 0 saw: %s\n", ncclGetLastError(comm));
-    CHECK(ncclCommDestroy(comm));
+    CHECK(ncclCommAbort(comm));
+    if (!on_gpu) {
+      buf_free(&x);
+      free_stream(st);
+    }
   }
   return NULL;
 }
@@ -513,24 +692,100 @@ static void peer_abort(void) {
 
 /* ---- forwarding ------------------------------------------------------------------- */
 
+/* An int all-reduce over one-thread communicators (rank r gives r + 1): checks the sum. */
+static void int_allreduce(ncclComm_t* comms, int n, const char* what) {
+  buf_t v[8];
+  cudaStream_t st[8];
+  int r;
+  for (r = 0; r < n; r++) {
+    st[r] = new_stream(r);
+    v[r] = buf_new(r, sizeof(int));
+    *(int*)v[r].h = r + 1;
+    push(&v[r]);
+  }
+  CHECK(ncclGroupStart());
+  for (r = 0; r < n; r++) CHECK(ncclAllReduce(v[r].d, v[r].d, 1, ncclInt, ncclSum, comms[r], st[r]));
+  CHECK(ncclGroupEnd());
+  for (r = 0; r < n; r++) {
+    sync_stream(st[r]);
+    pull(&v[r]);
+    EXPECT(*(int*)v[r].h == n * (n + 1) / 2, "%s: rank %d has %d", what, r, *(int*)v[r].h);
+    buf_free(&v[r]);
+    free_stream(st[r]);
+  }
+}
+
 static void forward_without_nccl(void) {
   ncclComm_t comms[2];
-  int v[2] = {1, 2}, out[4], r;
+  int r, devs[2] = {0};
+  buf_t x = buf_new(0, 64);
   ncclResult_t rc;
-  CHECK(ncclCommInitAll(comms, 2, NULL));
-  rc = ncclGather(&v[0], out, 1, ncclInt, 0, comms[0], NULL);
+  devices(devs, 2);
+  CHECK(ncclCommInitAll(comms, 2, devs));
+  rc = ncclGather(x.d, x.d, 1, ncclInt, 0, comms[0], NULL);
   EXPECT(rc == ncclInvalidUsage, "ncclGather without a real NCCL returned %d", (int)rc);
   EXPECT(strstr(ncclGetLastError(comms[0]), "BRAID_NCCL_LIB") != NULL, "the message does not say how: %s",
          ncclGetLastError(comms[0]));
-  rc = ncclAllReduce(&v[0], out, 1, ncclFloat8e4m3, ncclSum, comms[0], NULL);
+  rc = ncclAllReduce(x.d, x.d, 1, ncclFloat8e4m3, ncclSum, comms[0], NULL);
   EXPECT(rc == ncclInvalidUsage, "an fp8 sum without a real NCCL returned %d", (int)rc);
   /* Braid's own calls are unaffected. */
-  CHECK(ncclGroupStart());
-  for (r = 0; r < 2; r++) CHECK(ncclAllReduce(&v[r], &out[r], 1, ncclInt, ncclSum, comms[r], NULL));
-  CHECK(ncclGroupEnd());
-  EXPECT(out[0] == 3 && out[1] == 3, "allreduce after a refused forward: %d %d", out[0], out[1]);
+  int_allreduce(comms, 2, "allreduce after a refused forward");
   for (r = 0; r < 2; r++) CHECK(ncclCommDestroy(comms[r]));
+  buf_free(&x);
   printf("ok   without a real NCCL, a forwarded call is ncclInvalidUsage with a message\n");
+}
+
+/* On GPUs, with BRAID_NCCL_LIB naming NCCL: a gather of one rank is served by it; over
+ * two ranks it is served where NCCL accepts the GPUs (one each) and otherwise fails
+ * (NCCL refuses two ranks on one GPU) with Braid's communicator unaffected. */
+static void forward_real(void) {
+  ncclComm_t comms[2];
+  int r, devs[2] = {0}, two_gpus = device_of(1) != device_of(0);
+  buf_t x[2], all[2];
+  cudaStream_t st[2];
+  ncclResult_t rc = ncclSuccess;
+  devices(devs, 2);
+  CHECK(ncclCommInitAll(comms, 1, devs));
+  x[0] = buf_new(0, sizeof(int));
+  all[0] = buf_new(0, sizeof(int));
+  st[0] = new_stream(0);
+  *(int*)x[0].h = 42;
+  push(&x[0]);
+  CHECK(ncclGather(x[0].d, all[0].d, 1, ncclInt, 0, comms[0], st[0]));
+  sync_stream(st[0]);
+  pull(&all[0]);
+  EXPECT(*(int*)all[0].h == 42, "a forwarded gather of one rank gave %d", *(int*)all[0].h);
+  CHECK(ncclCommDestroy(comms[0]));
+  CHECK(ncclCommInitAll(comms, 2, devs));
+  for (r = 1; r < 2; r++) {
+    x[r] = buf_new(r, sizeof(int));
+    all[r] = buf_new(r, 2 * sizeof(int));
+    st[r] = new_stream(r);
+    *(int*)x[r].h = 42 + r;
+    push(&x[r]);
+  }
+  buf_free(&all[0]);
+  all[0] = buf_new(0, 2 * sizeof(int));
+  CHECK(ncclGroupStart());
+  for (r = 0; r < 2; r++) ncclGather(x[r].d, all[r].d, 1, ncclInt, 0, comms[r], st[r]);
+  rc = ncclGroupEnd();
+  if (two_gpus) {
+    EXPECT(rc == ncclSuccess, "a forwarded gather over two GPUs returned %d: %s", (int)rc, ncclGetLastError(NULL));
+    sync_stream(st[0]);
+    pull(&all[0]);
+    EXPECT(((int*)all[0].h)[0] == 42 && ((int*)all[0].h)[1] == 43, "forwarded gather over two GPUs");
+  } else {
+    EXPECT(rc != ncclSuccess, "NCCL accepted two ranks on one GPU");
+    printf("     two ranks on one GPU: %s\n", ncclGetLastError(NULL));
+  }
+  int_allreduce(comms, 2, "allreduce beside a forwarded gather");
+  for (r = 0; r < 2; r++) {
+    CHECK(ncclCommDestroy(comms[r]));
+    buf_free(&x[r]);
+    buf_free(&all[r]);
+    free_stream(st[r]);
+  }
+  printf("ok   forwarding to the real NCCL on GPUs (%s)\n", two_gpus ? "two GPUs" : "one GPU");
 }
 
 /* BRAID_NCCL_LIB names Braid's own library: refused with a message. */
@@ -633,8 +888,9 @@ int main(int argc, char** argv) {
   if (SECTION("threads")) ranks_as_threads(2), ranks_as_threads(3), ranks_of_one_thread(3);
   if (SECTION("abort")) peer_abort();
   if (SECTION("no-forward")) forward_without_nccl();
+  if (on_gpu && strcmp(section, "forward-real") == 0) forward_real();
   if (strcmp(section, "forward-self") == 0) forward_to_self();
-  if (strcmp(section, "forward") == 0) forward_init_all(3), forward_threads();
+  if (!on_gpu && strcmp(section, "forward") == 0) forward_init_all(3), forward_threads();
   printf("done\n");
   return 0;
 }
