@@ -882,11 +882,8 @@ fn p2p(
 ) -> ncclResult_t {
     with_comm(what, comm, |c| {
         let dtype = dtype(datatype, false).map_err(Failure::invalid)?;
-        if peer < 0 || peer as u32 >= c.n || peer as u32 == c.rank {
-            return Err(Failure::invalid(format!(
-                "peer {peer} is not another rank of {} (this is rank {})",
-                c.n, c.rank
-            )));
+        if peer < 0 || peer as u32 >= c.n {
+            return Err(Failure::invalid(format!("peer {peer} is not a rank of {}", c.n)));
         }
         if count > (isize::MAX as usize) / dtype.size() {
             return Err(Failure::invalid(format!("count {count} overflows the buffer size")));
@@ -894,7 +891,9 @@ fn p2p(
         if count > 0 && buf.is_null() {
             return Err(Failure::invalid("the buffer is NULL"));
         }
-        if matches!(c.ready()?, comm::Backend::Cuda(_)) {
+        // To itself Braid copies (on either backend); to another rank on the CUDA
+        // backend, the real NCCL serves it.
+        if peer as u32 != c.rank && matches!(c.ready()?, comm::Backend::Cuda(_)) {
             forward::available(c.forward()?, what)?;
             let (buf, peer) = (buf as u64, peer);
             let call = if send {

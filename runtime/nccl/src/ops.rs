@@ -187,6 +187,10 @@ fn run_own(ops: Vec<Op>) -> Res<()> {
         }
         op.comm().ready()?;
     }
+    let (to_self, ops): (Vec<Op>, Vec<Op>) = ops
+        .into_iter()
+        .partition(|o| matches!(o, Op::P2p { comm, peer, .. } if *peer == comm.rank));
+    run_self(&to_self)?;
     let (cuda, host): (Vec<Op>, Vec<Op>) = ops
         .into_iter()
         .partition(|o| matches!(o.comm().ready(), Ok(Backend::Cuda(_))));
@@ -195,6 +199,55 @@ fn run_own(ops: Vec<Op>) -> Res<()> {
     }
     if !host.is_empty() {
         run_host(host)?;
+    }
+    Ok(())
+}
+
+/// Sends to the rank itself, each matched with the same rank's receive from itself in
+/// order (NCCL's rule): a copy, on the stream of the receive.
+fn run_self(ops: &[Op]) -> Res<()> {
+    let mut done = vec![false; ops.len()];
+    for (i, recv) in ops.iter().enumerate() {
+        let Op::P2p { comm, send: false, buf: dst, count, dtype, stream, .. } = recv else { continue };
+        let matched = ops.iter().enumerate().find(|(j, o)| {
+            !done[*j] && matches!(o, Op::P2p { comm: c, send: true, .. } if Arc::ptr_eq(c, comm))
+        });
+        let Some((j, Op::P2p { buf: src, count: sent, dtype: sent_type, .. })) = matched else {
+            return Err(Failure::usage(format!("rank {}: a receive from itself without a send to itself", comm.rank)));
+        };
+        let bytes = count * dtype.size();
+        if sent * sent_type.size() != bytes {
+            return Err(Failure::invalid(format!(
+                "rank {}: a send to itself of {} bytes meets a receive of {bytes}",
+                comm.rank,
+                sent * sent_type.size()
+            )));
+        }
+        done[j] = true;
+        done[i] = true;
+        if bytes == 0 || src == dst {
+            continue;
+        }
+        match comm.ready()? {
+            Backend::Host(_) => {
+                // SAFETY: NCCL's contract: both buffers hold `bytes`, nothing else uses them.
+                unsafe { std::ptr::copy(*src as *const u8, *dst as *mut u8, bytes) }
+            }
+            Backend::Cuda(_) => {
+                use cudarc::driver::sys;
+                // SAFETY: device buffers of `bytes` under NCCL's contract, on the caller's
+                // stream of the communicator's device (made current for the call).
+                let rc = crate::comm::on_device(comm.device, || unsafe {
+                    sys::cuMemcpyAsync(*dst, *src, bytes, *stream as sys::CUstream)
+                });
+                if rc != sys::CUresult::CUDA_SUCCESS {
+                    return Err(Failure::new(abi::UNHANDLED_CUDA_ERROR, format!("a copy to itself: {rc:?}")));
+                }
+            }
+        }
+    }
+    if let Some((o, _)) = ops.iter().zip(&done).find(|(_, d)| !**d) {
+        return Err(Failure::usage(format!("rank {}: a send to itself without a receive from itself", o.comm().rank)));
     }
     Ok(())
 }

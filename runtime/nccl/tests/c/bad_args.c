@@ -179,7 +179,7 @@ int main(void) {
   expect_fail("ncclAllReduce(unknown op)", ncclAllReduce(buf, buf, 4, ncclFloat, (ncclRedOp_t)77, comm, NULL), comm);
   expect_fail("ncclAllReduce(NULL sendbuff)", ncclAllReduce(NULL, buf, 4, ncclFloat, ncclSum, comm, NULL), comm);
   expect_fail("ncclBroadcast(root 3 of 1)", ncclBroadcast(buf, buf, 4, ncclFloat, 3, comm, NULL), comm);
-  expect_fail("ncclSend(to itself)", ncclSend(buf, 4, ncclFloat, 0, comm, NULL), comm);
+  expect_fail("ncclSend(to itself, no receive)", ncclSend(buf, 4, ncclFloat, 0, comm, NULL), comm);
   expect_fail("ncclCommDeregister(never registered)", ncclCommDeregister(comm, (void*)0x40), comm);
   expect_fail("ncclRedOpDestroy(never made)", ncclRedOpDestroy((ncclRedOp_t)9, comm), comm);
   expect_fail("ncclCommCount(NULL out)", ncclCommCount(comm, NULL), comm);

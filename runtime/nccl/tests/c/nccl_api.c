@@ -409,6 +409,21 @@ static void ring_and_premul(int n) {
       EXPECT(g == (float)(((r + n - 1) % n) * 1000 + i), "ring: rank %d element %zu is %g", r, i, g);
     }
   }
+  /* Each rank to itself (a copy, NCCL's send/recv to self), beside a ring step. */
+  CHECK(ncclGroupStart());
+  for (r = 0; r < n; r++) {
+    CHECK(ncclSend(buf[r].d, count, ncclFloat, r, comms[r], streams[r]));
+    CHECK(ncclRecv(got[r].d, count, ncclFloat, r, comms[r], streams[r]));
+  }
+  CHECK(ncclGroupEnd());
+  for (r = 0; r < n; r++) {
+    sync_stream(streams[r]);
+    pull(&got[r]);
+    for (i = 0; i < count; i++) {
+      float g = ((float*)got[r].h)[i];
+      EXPECT(g == (float)(r * 1000 + i), "send to self: rank %d element %zu is %g", r, i, g);
+    }
+  }
   /* PreMulSum: each input times the rank's scalar (2), then summed. */
   for (r = 0; r < n; r++) {
     float two = 2.0f;
