@@ -30,7 +30,11 @@ pub struct Mem {
 
 // SAFETY: the plan verifier proved that steps touching one location are ordered by
 // happens-before, and every step is bounds-checked against `len` before it runs, so
-// block threads never access the same bytes concurrently unless both only read.
+// block threads never access the same bytes concurrently unless both only read. The
+// executor follows one protocol for that memory: bytes a step only reads are borrowed
+// shared (`shared`), bytes it writes exclusively (`exclusive`), and a step never holds
+// both over the same bytes; the caller's input (read-only: the verifier rejects plans
+// that write it) is only ever read.
 unsafe impl Send for Mem {}
 unsafe impl Sync for Mem {}
 
@@ -142,7 +146,7 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
     }
     if job.args.avg_ranks > 0 && job.mem.len[1] > 0 {
         // SAFETY: the output region of this call, which no block touches any more.
-        let out = unsafe { bytes(job.mem.base[1], job.mem.len[1]) };
+        let out = unsafe { exclusive(job.mem.base[1], job.mem.len[1]) };
         finish_avg(job.dtype, out, job.args.avg_ranks);
     }
     Ok(())
@@ -240,21 +244,32 @@ fn pieces(regions: &[Piece]) -> Vec<Piece> {
     v
 }
 
-/// Borrows raw memory the verifier proved no other thread touches meanwhile.
+/// Borrows bytes a step writes: the verifier proved that no other thread reads or writes
+/// them meanwhile.
 ///
 /// # Safety
-/// `p..p+n` must lie in one of the call's buffers (checked by `regions`).
-unsafe fn bytes<'a>(p: *mut u8, n: usize) -> &'a mut [u8] {
+/// `p..p+n` must lie in one of the call's writable buffers (checked by `regions`), and
+/// nothing else may access it while the borrow lives.
+unsafe fn exclusive<'a>(p: *mut u8, n: usize) -> &'a mut [u8] {
     std::slice::from_raw_parts_mut(p, n)
+}
+
+/// Borrows bytes a step only reads (other threads may read them too, none writes).
+///
+/// # Safety
+/// `p..p+n` must lie in one of the call's buffers (checked by `regions`), and nothing
+/// may write it while the borrow lives.
+unsafe fn shared<'a>(p: *const u8, n: usize) -> &'a [u8] {
+    std::slice::from_raw_parts(p, n)
 }
 
 /// A piece's existing bytes followed by zeros for its padding, in `tmp`.
 ///
 /// # Safety
-/// As [`bytes`] for the piece's valid part.
+/// As [`shared`] for the piece's valid part.
 unsafe fn padded<'t>(p: &Piece, tmp: &'t mut [u8]) -> &'t mut [u8] {
     let t = &mut tmp[..p.len];
-    t[..p.valid].copy_from_slice(bytes(p.ptr, p.valid));
+    t[..p.valid].copy_from_slice(shared(p.ptr, p.valid));
     t[p.valid..].fill(0);
     t
 }
@@ -357,31 +372,33 @@ fn run_steps(
             progress.set(block.id, tiles * n + i as u64 + 1);
             continue;
         }
-        // SAFETY (all `bytes` calls below): regions are bounds-checked and the plan is
-        // race-free, so no other thread accesses these bytes during this step.
+        // SAFETY (all borrows below): regions are bounds-checked and the plan is
+        // race-free: bytes this step writes are touched by no other thread during it,
+        // bytes it reads are written by none; each borrow ends before the next one of
+        // the same bytes begins.
         unsafe {
             match step.kind {
                 StepKind::Send => {
                     for p in src.as_ref().unwrap() {
-                        link_s()?.send(bytes(p.ptr, p.len), deadline())?;
+                        link_s()?.send(shared(p.ptr, p.len), deadline())?;
                     }
                 }
                 StepKind::Recv => {
                     for p in dst.as_ref().unwrap() {
-                        link_r()?.recv(bytes(p.ptr, p.len), deadline())?;
+                        link_r()?.recv(exclusive(p.ptr, p.len), deadline())?;
                     }
                 }
                 StepKind::RecvCopySend => {
                     for p in dst.as_ref().unwrap() {
-                        link_r()?.recv(bytes(p.ptr, p.len), deadline())?;
-                        link_s()?.send(bytes(p.ptr, p.len), deadline())?;
+                        link_r()?.recv(exclusive(p.ptr, p.len), deadline())?;
+                        link_s()?.send(shared(p.ptr, p.len), deadline())?;
                     }
                 }
                 StepKind::RecvReduceSend => {
                     for p in src.as_ref().unwrap() {
                         let t = &mut tmp[..p.len];
                         link_r()?.recv(t, deadline())?;
-                        reduce_into(dt, op, t, bytes(p.ptr, p.len));
+                        reduce_into(dt, op, t, shared(p.ptr, p.len));
                         link_s()?.send(t, deadline())?;
                     }
                 }
@@ -392,12 +409,13 @@ fn run_steps(
                         let t = &mut tmp[..n];
                         link_r()?.recv(t, deadline())?;
                         if s.ptr == d.ptr {
-                            reduce_into(dt, op, bytes(d.ptr, n), t);
+                            reduce_into(dt, op, exclusive(d.ptr, n), t);
                         } else {
-                            reduce_pair(dt, op, bytes(d.ptr, n), bytes(s.ptr, n), t);
+                            // Distinct chunks are disjoint (the verifier's rule).
+                            reduce_pair(dt, op, exclusive(d.ptr, n), shared(s.ptr, n), t);
                         }
                         if forward {
-                            link_s()?.send(bytes(d.ptr, n), deadline())?;
+                            link_s()?.send(shared(d.ptr, n), deadline())?;
                         }
                     }
                 }
@@ -410,7 +428,14 @@ fn run_steps(
                 }
                 StepKind::Reduce => {
                     for (s, d) in src.as_ref().unwrap().iter().zip(dst.as_ref().unwrap()) {
-                        reduce_into(dt, op, bytes(d.ptr, d.len), bytes(s.ptr, s.len));
+                        if s.ptr == d.ptr {
+                            // x (+) x: the operand through a temporary, never aliased.
+                            let t = &mut tmp[..s.len];
+                            t.copy_from_slice(shared(s.ptr, s.len));
+                            reduce_into(dt, op, exclusive(d.ptr, d.len), t);
+                        } else {
+                            reduce_into(dt, op, exclusive(d.ptr, d.len), shared(s.ptr, s.len));
+                        }
                     }
                 }
                 StepKind::Nop => {}
@@ -480,7 +505,7 @@ unsafe fn padded_step<'l>(
         }
         if let Some(d) = d {
             if kind != StepKind::Send && kind != StepKind::RecvReduceSend {
-                bytes(d.ptr, d.valid).copy_from_slice(&x[..d.valid]);
+                exclusive(d.ptr, d.valid).copy_from_slice(&x[..d.valid]);
             }
         }
         if sends {

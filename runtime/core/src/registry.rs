@@ -74,10 +74,16 @@ impl Registry {
 
     /// Registers every file of `BRAID_PLANS`.
     pub fn add_env(&self) -> Result<()> {
-        if let Ok(list) = std::env::var("BRAID_PLANS") {
-            for p in list.split(':').filter(|p| !p.is_empty()) {
-                self.add_file(std::path::Path::new(p))?;
-            }
+        match std::env::var("BRAID_PLANS") {
+            Ok(list) => self.add_list(&list),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Registers every file of a `:`-separated list (`BRAID_PLANS`' syntax).
+    pub fn add_list(&self, list: &str) -> Result<()> {
+        for p in list.split(':').filter(|p| !p.is_empty()) {
+            self.add_file(std::path::Path::new(p))?;
         }
         Ok(())
     }

@@ -66,9 +66,10 @@ fn braid_plans_are_preferred_and_bad_ones_refused() {
         &[],
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
-    std::env::set_var("BRAID_PLANS", plan.to_str().unwrap());
+    // BRAID_PLANS' syntax, passed as a value: tests run in parallel threads, and the
+    // process environment is not theirs to change.
     let reg = Registry::new().with_provider(library("nvswitch:4"));
-    reg.add_env().unwrap();
+    reg.add_list(plan.to_str().unwrap()).unwrap();
     let chosen = reg
         .select(Collective::Allreduce, 4, None, Mode::OutOfPlace, 1 << 26)
         .unwrap();
@@ -81,13 +82,10 @@ fn braid_plans_are_preferred_and_bad_ones_refused() {
     let text =
         std::fs::read_to_string(root().join("tests/plans/bad/race_dropped_dep.json")).unwrap();
     std::fs::write(&bad, text).unwrap();
-    std::env::set_var(
-        "BRAID_PLANS",
-        format!("{}:{}", plan.display(), bad.display()),
-    );
-    let err = Registry::new().add_env().unwrap_err();
+    let err = Registry::new()
+        .add_list(&format!("{}:{}", plan.display(), bad.display()))
+        .unwrap_err();
     assert!(err.to_string().contains("fails verification"), "{err}");
-    std::env::remove_var("BRAID_PLANS");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
