@@ -110,7 +110,7 @@ fn wrong_secret_is_refused_and_the_group_still_forms() {
         .collect();
     members.into_iter().for_each(|h| h.join().unwrap());
     match intruder.join().unwrap() {
-        Err(RuntimeError::Bootstrap(m)) => assert!(m.contains("wrong secret"), "{m}"),
+        Err(RuntimeError::Bootstrap(m)) => assert!(m.contains("does not know this group's secret"), "{m}"),
         other => panic!("intruder was not refused: {other:?}"),
     }
 }
@@ -655,4 +655,53 @@ fn process_rank_entry() {
     assert_eq!(buf, [((env.rank + n - 1) % n) as u8; 1000]);
     b.barrier().unwrap();
     println!("rank ok");
+}
+
+/// 200 connections to the rendezvous port that never say anything, opened while rank 0
+/// waits for the others: every handshake has its own thread and deadline, so a 4-rank
+/// group still forms at once, and its links work although 200 more idle connections sit
+/// on rank 0's listener.
+#[test]
+fn silent_connections_do_not_hold_up_the_join() {
+    let (id, _root) = UniqueId::new(loopback()).unwrap();
+    let n = 4;
+    let root = {
+        let id = id.clone();
+        thread::spawn(move || Bootstrap::init(&id, 0, n, T).unwrap())
+    };
+    let silent: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| std::net::TcpStream::connect(id.addr()).unwrap())
+        .collect();
+    let start = Instant::now();
+    let mut handles = vec![root];
+    handles.extend((1..n).map(|r| {
+        let id = id.clone();
+        thread::spawn(move || Bootstrap::init(&id, r, n, T).unwrap())
+    }));
+    let boots: Vec<Bootstrap> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let formed = start.elapsed();
+    // More silent connections, now on the link listener rank 0 keeps; links still work.
+    let more: Vec<std::net::TcpStream> = (0..200)
+        .map(|_| std::net::TcpStream::connect(boots[0].peer_addr(0).unwrap()).unwrap())
+        .collect();
+    let tx = TcpLink::connect_sender(&boots[1], 0, 3, 2).unwrap();
+    let rx = TcpLink::accept_receiver(&boots[0], 1, 3).unwrap();
+    tx.send(b"through", Instant::now() + T).unwrap();
+    let mut got = [0u8; 7];
+    rx.recv(&mut got, Instant::now() + T).unwrap();
+    assert_eq!(&got, b"through");
+    assert!(formed < Duration::from_secs(5), "the group took {formed:?} to form");
+    drop((silent, more));
+}
+
+/// Every rank learns the same random job nonce from rank 0; another group gets another.
+#[test]
+fn the_job_nonce_is_shared_and_fresh() {
+    let a = group(3);
+    let b = group(2);
+    let na = a[0].job_nonce();
+    assert_eq!(na.len(), 32);
+    assert!(a.iter().all(|x| x.job_nonce() == na));
+    assert_ne!(b[0].job_nonce(), na);
+    assert_eq!(b[1].job_nonce(), b[0].job_nonce());
 }

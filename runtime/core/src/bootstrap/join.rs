@@ -1,31 +1,97 @@
 //! Forming the group: rank 0 accepts one authenticated join per other rank, then tells
 //! everyone where everyone listens.
 //!
-//! A joiner sends `Hello { kind: Join, secret, a: rank, b: n_ranks, addr: its listener }`.
-//! The root closes connections with a bad hello or secret silently (logged), answers a
-//! duplicate rank, an out-of-range rank or a different `n_ranks` with `REFUSED` and a
-//! reason, and counts only valid joins. When all `n_ranks - 1` are in, each joiner gets
-//! `WELCOME` with the address table; if the deadline passes first, the joiners already
-//! in get `ERROR` naming the missing ranks, so they fail as promptly as the root.
+//! A joiner opens with `Hello { kind: Join, a: rank, b: n_ranks, addr: its listener }`
+//! and the challenge-response of `handshake.rs`. The root runs every handshake on a
+//! thread of its own with its own deadline, so connections that stay silent (or many of
+//! them) cannot hold up real ranks; a connection that fails the handshake is closed
+//! silently (logged). Authenticated joins are judged in order: a duplicate rank, an
+//! out-of-range rank or a different `n_ranks` is answered with `REFUSED` and a reason.
+//! When all `n_ranks - 1` are in, each joiner gets `WELCOME` with the address table and
+//! the job's random nonce; if the deadline passes first, the joiners already in get
+//! `ERROR` naming the missing ranks, so they fail as promptly as the root.
 
+use super::handshake::{self, Accepted};
 use super::io::{prepare, Wait};
-use super::wire::{
-    decode_error, get_addr, kind, put_addr, secrets_equal, Frame, Hello, HelloKind, ADDR_LEN,
-};
+use super::wire::{decode_error, get_addr, kind, put_addr, Frame, Hello, HelloKind, ADDR_LEN, NONCE_LEN};
 use crate::error::{Result, RuntimeError};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-/// How long one connection may take to present its hello before it is dropped.
+/// How long one connection may take to complete its handshake before it is dropped.
 pub(crate) const HANDSHAKE: Duration = Duration::from_secs(2);
 /// How often an idle listener is polled.
 pub(crate) const ACCEPT_POLL: Duration = Duration::from_millis(5);
+/// Handshakes in flight at once; further connections are closed at once until some end.
+pub(crate) const MAX_HANDSHAKES: usize = 1024;
 
 /// A joined rank as the root holds it: its control stream and where it listens.
 pub(crate) struct Joined {
     pub stream: TcpStream,
     pub addr: SocketAddr,
+}
+
+/// Runs handshakes of accepted connections on threads of their own and hands the
+/// authenticated ones over; `stop` (set when the owner is done) ends them early.
+pub(crate) struct Handshakes {
+    secret: [u8; 32],
+    what: &'static str,
+    in_flight: Arc<AtomicUsize>,
+    pub stop: Arc<AtomicBool>,
+    tx: mpsc::Sender<(TcpStream, SocketAddr, Hello)>,
+    pub rx: mpsc::Receiver<(TcpStream, SocketAddr, Hello)>,
+}
+
+impl Handshakes {
+    pub fn new(secret: [u8; 32], what: &'static str) -> Handshakes {
+        let (tx, rx) = mpsc::channel();
+        Handshakes {
+            secret,
+            what,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+            tx,
+            rx,
+        }
+    }
+
+    /// Starts the handshake of one accepted connection (`me` names this rank in logs).
+    pub fn start(&self, stream: TcpStream, from: SocketAddr, me: u32) {
+        if self.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKES {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!("rank {me}: {MAX_HANDSHAKES} handshakes in flight; closed a connection from {from}");
+            return;
+        }
+        let (secret, what) = (self.secret, self.what);
+        let (in_flight, stop, tx) = (self.in_flight.clone(), self.stop.clone(), self.tx.clone());
+        let spawned = std::thread::Builder::new()
+            .name("braid-handshake".into())
+            .spawn(move || {
+                let w = Wait::new(Instant::now() + HANDSHAKE, &stop, u32::MAX, what);
+                match prepare(&stream).and_then(|_| handshake::accept(&stream, &secret, &w)) {
+                    Ok(Accepted::Peer(hello)) => {
+                        let _ = tx.send((stream, from, hello));
+                    }
+                    Ok(Accepted::Stranger(why)) => {
+                        tracing::warn!("rank {me}: refused a connection from {from}: {why}")
+                    }
+                    Err(e) => tracing::warn!("rank {me}: dropped a connection from {from}: {e}"),
+                }
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Err(e) = spawned {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            tracing::warn!("rank {me}: cannot start a handshake thread: {e}");
+        }
+    }
+}
+
+impl Drop for Handshakes {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Rank 0: accepts joins on `listener` until every rank is in. Returns the joined ranks
@@ -37,6 +103,7 @@ pub(crate) fn accept_joins(
     w: &Wait,
 ) -> Result<Vec<Option<Joined>>> {
     listener.set_nonblocking(true)?;
+    let shakes = Handshakes::new(*secret, "reading a join request");
     let mut joined: Vec<Option<Joined>> = (0..n).map(|_| None).collect();
     let mut count = 1;
     while count < n {
@@ -52,59 +119,42 @@ pub(crate) fn accept_joins(
             tell_all(&joined, &err);
             return Err(err);
         }
+        let mut idle = true;
         match listener.accept() {
             Ok((stream, from)) => {
-                if admit(stream, from, secret, n, &mut joined, w) {
-                    count += 1;
-                }
+                idle = false;
+                shakes.start(stream, from, 0);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
-            Err(e) => {
-                tracing::warn!("bootstrap root: accept failed: {e}");
-                std::thread::sleep(ACCEPT_POLL);
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => tracing::warn!("bootstrap root: accept failed: {e}"),
+        }
+        while let Ok((stream, from, hello)) = shakes.rx.try_recv() {
+            idle = false;
+            if admit(stream, from, hello, n, &mut joined) {
+                count += 1;
             }
+        }
+        if idle {
+            std::thread::sleep(ACCEPT_POLL);
         }
     }
     Ok(joined)
 }
 
-/// Handles one connection at the root during the join; true if it joined.
-fn admit(
-    stream: TcpStream,
-    from: SocketAddr,
-    secret: &[u8; 32],
-    n: u32,
-    joined: &mut [Option<Joined>],
-    w: &Wait,
-) -> bool {
-    let deadline = w.deadline.min(Instant::now() + HANDSHAKE);
-    let hw = Wait::new(deadline, w.abort, u32::MAX, "reading a join request");
-    let hello = match prepare(&stream).and_then(|_| Hello::read(&stream, &hw)) {
-        Ok(Ok(h)) => h,
-        Ok(Err(why)) => {
-            tracing::warn!("bootstrap root: refused a connection from {from}: {why}");
-            return false;
-        }
-        Err(e) => {
-            tracing::warn!("bootstrap root: dropped a connection from {from}: {e}");
-            return false;
-        }
-    };
-    if !secrets_equal(&hello.secret, secret) {
-        tracing::warn!("bootstrap root: refused a connection from {from}: wrong secret");
-        return false;
-    }
+/// Judges one authenticated connection at the root during the join; true if it joined.
+fn admit(stream: TcpStream, from: SocketAddr, hello: Hello, n: u32, joined: &mut [Option<Joined>]) -> bool {
+    let stop = AtomicBool::new(false);
+    let hw = Wait::new(Instant::now() + HANDSHAKE, &stop, u32::MAX, "answering a join request");
     let addr = match (hello.kind, hello.addr) {
         (HelloKind::Join, Some(addr)) => addr,
         _ => {
+            refuse(&stream, "not a join request: the group is still forming", &hw);
             tracing::warn!("bootstrap root: refused a connection from {from}: not a join request");
             return false;
         }
     };
     let rank = hello.a;
-    let verdict = judge_join(rank, hello.b, n, |r| {
-        joined[r as usize].as_ref().map(|j| j.addr)
-    });
+    let verdict = judge_join(rank, hello.b, n, |r| joined[r as usize].as_ref().map(|j| j.addr));
     if let Err(why) = verdict {
         refuse(&stream, &why, &hw);
         tracing::warn!("bootstrap root: refused rank {rank} from {from}: {why}");
@@ -152,18 +202,20 @@ fn tell_all(joined: &[Option<Joined>], err: &RuntimeError) {
     super::collective::report_failure(&streams, err);
 }
 
-/// Rank 0: sends every joiner the table of listening addresses. Everyone has joined by
-/// now, so this gets a short wait of its own rather than what is left of the join's. On a
-/// failure the others are told, as for a failed join.
+/// Rank 0: sends every joiner the table of listening addresses and the job's nonce.
+/// Everyone has joined by now, so this gets a short wait of its own rather than what is
+/// left of the join's. On a failure the others are told, as for a failed join.
 pub(crate) fn send_welcome(
     joined: &[Option<Joined>],
     table: &[SocketAddr],
+    job: &[u8; NONCE_LEN],
     abort: &AtomicBool,
 ) -> Result<()> {
-    let mut payload = vec![0u8; table.len() * ADDR_LEN];
+    let mut payload = vec![0u8; table.len() * ADDR_LEN + NONCE_LEN];
     for (i, a) in table.iter().enumerate() {
         put_addr(&mut payload[i * ADDR_LEN..], a);
     }
+    payload[table.len() * ADDR_LEN..].copy_from_slice(job);
     let frame = Frame::new(kind::WELCOME, 0, payload);
     let deadline = Instant::now() + HANDSHAKE;
     for (rank, j) in joined.iter().enumerate() {
@@ -177,16 +229,14 @@ pub(crate) fn send_welcome(
     Ok(())
 }
 
+/// What a joiner gets: its control stream to the root, its link listener, the address
+/// table and the job's nonce.
+pub(crate) type Welcome = (TcpStream, TcpListener, Vec<SocketAddr>, [u8; NONCE_LEN]);
+
 /// Ranks 1..n: connects to the root (retrying while it is not up yet), opens this rank's
-/// link listener on the interface that reaches the root, joins, and returns the control
-/// stream, the listener and the address table.
-pub(crate) fn join(
-    root: SocketAddr,
-    secret: &[u8; 32],
-    rank: u32,
-    n: u32,
-    w: &Wait,
-) -> Result<(TcpStream, TcpListener, Vec<SocketAddr>)> {
+/// link listener on the interface that reaches the root, joins, and returns what the
+/// root sent.
+pub(crate) fn join(root: SocketAddr, secret: &[u8; 32], rank: u32, n: u32, w: &Wait) -> Result<Welcome> {
     let stream = connect_retry(root, w)?;
     prepare(&stream)?;
     // Peers reach this rank the way the root does, so listen on the address this
@@ -195,31 +245,34 @@ pub(crate) fn join(
     let addr = listener.local_addr()?;
     let hello = Hello {
         kind: HelloKind::Join,
-        secret: *secret,
+        nonce: handshake::nonce(),
         a: rank,
         b: n,
         tag: 0,
         addr: Some(addr),
     };
-    super::io::write_full(&stream, &[&hello.encode()], w)?;
-    let frame = Frame::read(&stream, w).map_err(|e| match e {
+    handshake::open(&stream, secret, &hello, w).map_err(|e| match e {
         RuntimeError::PeerFailed { reason, .. } => RuntimeError::Bootstrap(format!(
-            "the bootstrap root at {root} closed the connection without welcoming rank {rank} \
-             (wrong secret, i.e. an id from another group; or the root failed): {reason}"
+            "the bootstrap root at {root} closed the connection during rank {rank}'s handshake: {reason}"
         )),
         other => other,
     })?;
+    let frame = Frame::read(&stream, w).map_err(|e| match e {
+        RuntimeError::PeerFailed { reason, .. } => RuntimeError::Bootstrap(format!(
+            "the bootstrap root at {root} closed the connection without welcoming rank {rank}: {reason}"
+        )),
+        other => other,
+    })?;
+    let table_len = n as usize * ADDR_LEN;
     match frame.kind {
-        kind::WELCOME if frame.payload.len() == n as usize * ADDR_LEN => {
-            let table = frame
-                .payload
+        kind::WELCOME if frame.payload.len() == table_len + NONCE_LEN => {
+            let table = frame.payload[..table_len]
                 .chunks(ADDR_LEN)
                 .map(get_addr)
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| {
-                    RuntimeError::Bootstrap(format!("bad address table from the root: {e}"))
-                })?;
-            Ok((stream, listener, table))
+                .map_err(|e| RuntimeError::Bootstrap(format!("bad address table from the root: {e}")))?;
+            let job = frame.payload[table_len..].try_into().expect("16 bytes");
+            Ok((stream, listener, table, job))
         }
         kind::REFUSED => Err(RuntimeError::Bootstrap(format!(
             "the bootstrap root at {root} refused rank {rank}: {}",

@@ -1,21 +1,20 @@
 //! Point-to-point streams between ranks. Every rank runs one acceptor thread on its link
-//! listener; a connecting rank sends `Hello { kind: Link, secret, a: from, b: to, tag }`
-//! and waits for `LINK_OK` (or `REFUSED` with a reason), and the acceptor files the stream
-//! under `(from, tag)` until `accept_link(from, tag)` takes it. Links can therefore be
-//! made in any order, by any threads.
+//! listener; a connecting rank opens with `Hello { kind: Link, a: from, b: to, tag }` and
+//! the challenge-response of `handshake.rs`, and waits for `LINK_OK` (or `REFUSED` with a
+//! reason); the acceptor files the stream under `(from, tag)` until
+//! `accept_link(from, tag)` takes it. Links can therefore be made in any order, by any
+//! threads.
 //!
 //! On rank 0 the link listener is the root's socket; a join arriving after the group
 //! formed is answered with `REFUSED` (a duplicate rank or a wrong group size), so a late
 //! joiner fails with the reason instead of a bare "connection closed".
 //!
-//! Handshakes are read one at a time, each bounded by a short timeout: a connection that
-//! never sends its hello delays the links behind it by at most that long, which is
-//! simpler than a thread per connection and enough for links made once per
-//! communicator.
+//! Every handshake runs on a thread of its own with its own deadline (`join::Handshakes`),
+//! so connections that never complete theirs cannot delay real links.
 
-use super::io::{prepare, Wait};
-use super::join::{judge_join, refuse, ACCEPT_POLL, HANDSHAKE};
-use super::wire::{kind, secrets_equal, Frame, Hello, HelloKind};
+use super::io::Wait;
+use super::join::{judge_join, refuse, Handshakes, ACCEPT_POLL, HANDSHAKE};
+use super::wire::{kind, Frame, Hello, HelloKind};
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,44 +64,37 @@ pub(crate) struct Acceptor {
 }
 
 impl Acceptor {
-    /// The acceptor thread's body: polls the listener until `stop`.
+    /// The acceptor thread's body: polls the listener until `stop`, handshakes on
+    /// threads of their own, then judges and files each authenticated link.
     pub fn run(self) {
         if let Err(e) = self.listener.set_nonblocking(true) {
             tracing::warn!("rank {}: link listener unusable: {e}", self.rank);
             return;
         }
+        let shakes = Handshakes::new(self.secret, "reading a link request");
         while !self.stop.load(Ordering::Relaxed) {
+            let mut idle = true;
             match self.listener.accept() {
-                Ok((stream, from)) => self.handle(stream, from),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(ACCEPT_POLL)
+                Ok((stream, from)) => {
+                    idle = false;
+                    shakes.start(stream, from, self.rank);
                 }
-                Err(e) => {
-                    tracing::warn!("rank {}: accepting a link failed: {e}", self.rank);
-                    std::thread::sleep(ACCEPT_POLL);
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => tracing::warn!("rank {}: accepting a link failed: {e}", self.rank),
+            }
+            while let Ok((stream, from, hello)) = shakes.rx.try_recv() {
+                idle = false;
+                self.handle(stream, from, hello);
+            }
+            if idle {
+                std::thread::sleep(ACCEPT_POLL);
             }
         }
     }
 
-    fn handle(&self, stream: TcpStream, from: SocketAddr) {
+    fn handle(&self, stream: TcpStream, from: SocketAddr, hello: Hello) {
         let me = self.rank;
-        let w = Wait::new(
-            Instant::now() + HANDSHAKE,
-            &self.stop,
-            u32::MAX,
-            "reading a link request",
-        );
-        let hello = match prepare(&stream).and_then(|_| Hello::read(&stream, &w)) {
-            Ok(Ok(h)) => h,
-            Ok(Err(why)) => {
-                return tracing::warn!("rank {me}: refused a connection from {from}: {why}")
-            }
-            Err(e) => return tracing::warn!("rank {me}: dropped a connection from {from}: {e}"),
-        };
-        if !secrets_equal(&hello.secret, &self.secret) {
-            return tracing::warn!("rank {me}: refused a connection from {from}: wrong secret");
-        }
+        let w = Wait::new(Instant::now() + HANDSHAKE, &self.stop, u32::MAX, "answering a link request");
         let verdict = match hello.kind {
             HelloKind::Join => match judge_join(hello.a, hello.b, self.n, |r| {
                 self.table.get(r as usize).copied()
@@ -143,11 +135,7 @@ impl Acceptor {
                 key.1
             );
         }
-        tracing::debug!(
-            "rank {me}: accepted link from rank {} with tag {}",
-            key.0,
-            key.1
-        );
+        tracing::debug!("rank {me}: accepted link from rank {} with tag {}", key.0, key.1);
         pending.insert(key, stream);
         self.inbox.arrived.notify_all();
     }

@@ -18,6 +18,7 @@
 //! and joins its thread.
 
 mod collective;
+mod handshake;
 mod id;
 pub(crate) mod io;
 mod join;
@@ -54,6 +55,8 @@ pub struct Bootstrap {
     abort: Arc<AtomicBool>,
     /// Where each rank accepts links.
     table: Vec<SocketAddr>,
+    /// Random bytes rank 0 drew for this job and sent to all (names of shared rings).
+    job: [u8; wire::NONCE_LEN],
     control: Mutex<Control>,
     inbox: Arc<Inbox>,
     stop: Arc<AtomicBool>,
@@ -114,16 +117,16 @@ impl Bootstrap {
         let deadline = Instant::now() + timeout;
         let what = format!("rank {rank} joining a group of {n_ranks} at {}", id.addr());
         let w = Wait::new(deadline, &abort, 0, &what);
-        let (start, listener, table) = match root {
+        let (start, listener, table, job) = match root {
             Some(listener) => {
                 let joined = join::accept_joins(&listener, &secret, n_ranks, &w)?;
                 let mut table = vec![id.addr()];
                 table.extend(joined.iter().flatten().map(|j| j.addr));
-                (Start::Root(joined), listener, table)
+                (Start::Root(joined), listener, table, handshake::nonce())
             }
             None => {
-                let (stream, listener, table) = join::join(id.addr(), &secret, rank, n_ranks, &w)?;
-                (Start::Member(stream), listener, table)
+                let (stream, listener, table, job) = join::join(id.addr(), &secret, rank, n_ranks, &w)?;
+                (Start::Member(stream), listener, table, job)
             }
         };
         let inbox = Arc::new(Inbox::default());
@@ -147,6 +150,7 @@ impl Bootstrap {
             secret,
             abort,
             table,
+            job,
             control: Mutex::new(Control {
                 role: Role::Root(Vec::new()),
                 seq: 0,
@@ -161,7 +165,7 @@ impl Bootstrap {
             Start::Root(joined) => {
                 // The acceptor already runs, so links to rank 0 work as soon as anyone
                 // learns the table.
-                join::send_welcome(&joined, &boot.table, &boot.abort)?;
+                join::send_welcome(&joined, &boot.table, &boot.job, &boot.abort)?;
                 Role::Root(joined.into_iter().map(|j| j.map(|j| j.stream)).collect())
             }
         };
@@ -198,6 +202,12 @@ impl Bootstrap {
 
     pub fn abort(&self) {
         self.abort.store(true, Ordering::Relaxed);
+    }
+
+    /// Random bytes rank 0 drew for this job and sent every rank over its authenticated
+    /// join, as hex: unpredictable to anyone outside the group (names of shared rings).
+    pub fn job_nonce(&self) -> String {
+        self.job.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// Where `rank` accepts links.
@@ -251,13 +261,13 @@ impl Bootstrap {
         io::prepare(&stream)?;
         let hello = Hello {
             kind: HelloKind::Link,
-            secret: self.secret,
+            nonce: handshake::nonce(),
             a: self.rank,
             b: peer,
             tag,
             addr: None,
         };
-        io::write_full(&stream, &[&hello.encode()], &w)?;
+        handshake::open(&stream, &self.secret, &hello, &w)?;
         let reply = Frame::read(&stream, &w)?;
         match reply.kind {
             kind::LINK_OK => Ok(stream),

@@ -1,16 +1,20 @@
 //! Byte layouts of the bootstrap protocol. All integers are little-endian.
 //!
 //! Every connection a rank opens (to the root when joining, to a peer for a link) starts
-//! with one fixed-size [`Hello`] carrying the group's secret; everything after it is
-//! [`Frame`]s. A connection whose hello does not carry the secret is closed without a
-//! reply, so a stranger learns nothing about the group.
+//! with one fixed-size [`Hello`] and the challenge-response of `handshake.rs`, in which
+//! both ends prove they know the group's secret without sending it; everything after it
+//! is [`Frame`]s. A connection that fails the handshake is closed without a reply.
 
 use super::io::{read_full, write_full, Wait};
 use crate::error::{Result, RuntimeError};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpStream};
 
-/// Version of the id and of the handshake; bumped on any incompatible change.
+/// Version of the id; bumped on any incompatible change.
 pub(crate) const VERSION: u16 = 1;
+/// Version of the handshake (2: challenge-response, no secret on the wire).
+pub(crate) const HANDSHAKE_VERSION: u16 = 2;
+/// Bytes of each side's random nonce in the handshake.
+pub(crate) const NONCE_LEN: usize = 16;
 pub(crate) const SECRET_LEN: usize = 32;
 /// An encoded socket address: family (4 or 6), 0, port, 16 address bytes (IPv4 in the
 /// first 4), IPv6 scope id.
@@ -55,12 +59,6 @@ pub(crate) fn get_addr(b: &[u8]) -> std::result::Result<SocketAddr, String> {
     }
 }
 
-/// Compares secrets without an early exit, so timing does not reveal how many leading
-/// bytes a guess got right.
-pub(crate) fn secrets_equal(a: &[u8; SECRET_LEN], b: &[u8; SECRET_LEN]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
@@ -80,10 +78,12 @@ pub(crate) enum HelloKind {
 }
 
 /// The first bytes on every connection:
-/// `"BRDH" | version u16 | kind u8 | 0 u8 | secret [32] | a u32 | b u32 | tag u64 | addr [24]`.
+/// `"BRDH" | version u16 | kind u8 | 0 u8 | nonce [16] | a u32 | b u32 | tag u64 | addr [24]`.
+/// The nonce is the opener's fresh random challenge to the acceptor.
+#[derive(Clone)]
 pub(crate) struct Hello {
     pub kind: HelloKind,
-    pub secret: [u8; SECRET_LEN],
+    pub nonce: [u8; NONCE_LEN],
     pub a: u32,
     pub b: u32,
     pub tag: u64,
@@ -91,20 +91,20 @@ pub(crate) struct Hello {
 }
 
 const HELLO_MAGIC: &[u8; 4] = b"BRDH";
-pub(crate) const HELLO_LEN: usize = 80;
+pub(crate) const HELLO_LEN: usize = 64;
 
 impl Hello {
     pub fn encode(&self) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[0..4].copy_from_slice(HELLO_MAGIC);
-        b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        b[4..6].copy_from_slice(&HANDSHAKE_VERSION.to_le_bytes());
         b[6] = self.kind as u8;
-        b[8..40].copy_from_slice(&self.secret);
-        b[40..44].copy_from_slice(&self.a.to_le_bytes());
-        b[44..48].copy_from_slice(&self.b.to_le_bytes());
-        b[48..56].copy_from_slice(&self.tag.to_le_bytes());
+        b[8..24].copy_from_slice(&self.nonce);
+        b[24..28].copy_from_slice(&self.a.to_le_bytes());
+        b[28..32].copy_from_slice(&self.b.to_le_bytes());
+        b[32..40].copy_from_slice(&self.tag.to_le_bytes());
         if let Some(addr) = &self.addr {
-            put_addr(&mut b[56..80], addr);
+            put_addr(&mut b[40..64], addr);
         }
         b
     }
@@ -114,9 +114,9 @@ impl Hello {
             return Err("not a Braid bootstrap connection (bad magic)".into());
         }
         let version = u16::from_le_bytes([b[4], b[5]]);
-        if version != VERSION {
+        if version != HANDSHAKE_VERSION {
             return Err(format!(
-                "bootstrap protocol version {version}, expected {VERSION}"
+                "bootstrap handshake version {version}, expected {HANDSHAKE_VERSION}"
             ));
         }
         let kind = match b[6] {
@@ -124,31 +124,26 @@ impl Hello {
             2 => HelloKind::Link,
             k => return Err(format!("unknown connection kind {k}")),
         };
-        let addr = if b[56] == 0 {
+        let addr = if b[40] == 0 {
             None
         } else {
-            Some(get_addr(&b[56..80])?)
+            Some(get_addr(&b[40..64])?)
         };
         Ok(Hello {
             kind,
-            secret: b[8..40].try_into().expect("32 bytes"),
-            a: u32_at(b, 40),
-            b: u32_at(b, 44),
-            tag: u64_at(b, 48),
+            nonce: b[8..24].try_into().expect("16 bytes"),
+            a: u32_at(b, 24),
+            b: u32_at(b, 28),
+            tag: u64_at(b, 32),
             addr,
         })
-    }
-
-    pub fn read(stream: &TcpStream, w: &Wait) -> Result<std::result::Result<Hello, String>> {
-        let mut b = [0u8; HELLO_LEN];
-        read_full(stream, &mut b, w)?;
-        Ok(Hello::decode(&b))
     }
 }
 
 /// Frame kinds after the hello.
 pub(crate) mod kind {
-    /// Root → joiner: the listening address of every rank (`n × ADDR_LEN`).
+    /// Root → joiner: the listening address of every rank (`n × ADDR_LEN`), then the
+    /// job's nonce (`NONCE_LEN`).
     pub const WELCOME: u8 = 1;
     /// Either way: the request is refused; payload is a UTF-8 reason.
     pub const REFUSED: u8 = 2;
