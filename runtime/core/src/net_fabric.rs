@@ -68,7 +68,7 @@ impl NetFabric {
             } else {
                 (peer, self.rank())
             };
-            let name = shm_name(self.job_hint().as_bytes(), from, to, channel);
+            let name = shm_name(&self.boot.job_nonce(), from, to, channel);
             let abort = self.boot.abort_flag().clone();
             Arc::new(if sends {
                 ShmLink::create_sender(&name, slots.max(1) as usize, SLICE_BYTES, abort)?
@@ -100,12 +100,6 @@ impl NetFabric {
             (Some(a), Some(b)) => a.ip() == b.ip(),
             _ => false,
         }
-    }
-
-    /// Something every rank of this job knows and concurrent jobs on a host do not
-    /// share: rank 0's listening address.
-    fn job_hint(&self) -> String {
-        format!("{:?}", self.boot.peer_addr(0))
     }
 }
 

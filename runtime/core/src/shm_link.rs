@@ -21,12 +21,19 @@
 //! always complete before the other side looks at them. The counters sit on separate
 //! cache lines so that the two sides do not invalidate each other's line on every store.
 //!
-//! Lifetime of the file name: the sender builds the file under a private temporary name,
-//! writes the magic word last and then renames it into place, so a receiver never sees a
-//! half-initialised ring. The receiver maps it and unlinks the name at once; from then on
-//! the ring exists only as the two mappings, and nothing is left behind in `/dev/shm`
-//! whichever process dies. A sender dropped before any receiver opened the ring removes
-//! the file itself.
+//! Lifetime of the file name: the sender builds the file under a private temporary name
+//! (created exclusively, mode 0600), writes the magic word last and then links it into
+//! place, which fails if the name exists, so a receiver never sees a half-initialised
+//! ring and nobody else's file is ever taken for one. The receiver opens the name without
+//! following links, refuses a file that is not a regular file owned by this user with
+//! mode 0600 and the size its header implies, maps it and unlinks the name at once; from
+//! then on the ring exists only as the two mappings, and nothing is left behind in
+//! `/dev/shm` whichever process dies. A sender dropped before any receiver opened the
+//! ring removes the file itself.
+//!
+//! Names carry the job's random nonce (drawn by rank 0, sent over the authenticated
+//! bootstrap), so another user on the host can neither predict a ring's name to create
+//! it first nor find one to read.
 //!
 //! A dead peer is not detected directly (there is no socket to close): the survivor's
 //! deadline or the communicator's abort flag ends its wait.
@@ -76,25 +83,75 @@ pub fn shm_dir() -> PathBuf {
 }
 
 /// The file name of the ring that carries `channel` from rank `from` to rank `to`:
-/// `braid-<16 hex>-<from>-<to>-<channel>`. The hex part is a hash of the job's secret,
-/// so that concurrent jobs on one host never share a ring, while both ends of one link
-/// compute the same name without talking. The hash is FNV-1a (fixed and stable, unlike
-/// `DefaultHasher`), since the two ends may be different binaries.
-pub fn shm_name(secret_hint: &[u8], from: u32, to: u32, channel: u32) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for &b in bytes {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+/// `braid-<job>-<from>-<to>-<channel>`, `job` being the bootstrap's random job nonce
+/// (hex), so that concurrent jobs on one host never share a ring, both ends of one link
+/// compute the same name without talking, and nobody outside the job can predict it.
+pub fn shm_name(job: &str, from: u32, to: u32, channel: u32) -> String {
+    format!("braid-{job}-{from}-{to}-{channel}")
+}
+
+/// Creates `path` for this user alone (mode 0600, not through a symbolic link), failing
+/// if it exists. Shared by every file-backed transport (rings here, the CUDA backend's
+/// host-staged FIFOs).
+pub fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    }
+    o.open(path)
+}
+
+/// Opens an existing ring file for reading and writing, never through a symbolic link.
+fn open_existing(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW);
+    }
+    o.open(path)
+}
+
+/// Opens a file [`private_file`] made (possibly in another process of this user's),
+/// refusing anything else: see [`check_owner`].
+pub fn open_private(path: &Path) -> Result<std::fs::File> {
+    let file = open_existing(path)?;
+    check_owner(&path.display().to_string(), &file.metadata()?)?;
+    Ok(file)
+}
+
+/// A file name with `prefix` and 128 random bits (hex), which nobody else can predict.
+pub fn random_name(prefix: &str) -> String {
+    use rand::RngCore;
+    let mut b = [0u8; 16];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{prefix}{hex}")
+}
+
+/// Refuses a ring file that is not a regular file of this user's with mode 0600: a file
+/// someone else put under the name is never read or written.
+fn check_owner(name: &str, meta: &std::fs::Metadata) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if !meta.is_file() || meta.uid() != me || meta.mode() & 0o777 != 0o600 {
+            return Err(RuntimeError::Bootstrap(format!(
+                "shared-memory link {name}: the file is not this user's private ring                  (owner {}, mode {:o}); refusing it",
+                meta.uid(),
+                meta.mode() & 0o7777
+            )));
         }
-    };
-    eat(b"braid-shm-link");
-    eat(&(secret_hint.len() as u64).to_le_bytes());
-    eat(secret_hint);
-    eat(&from.to_le_bytes());
-    eat(&to.to_le_bytes());
-    eat(&channel.to_le_bytes());
-    format!("braid-{h:016x}-{from}-{to}-{channel}")
+    }
+    #[cfg(not(unix))]
+    let _ = (name, meta);
+    Ok(())
 }
 
 /// Which end of the ring this is.
@@ -229,18 +286,13 @@ impl ShmLink {
         })?;
         let dir = shm_dir();
         let path = dir.join(name);
-        // Build under a private name and rename into place, so that an opener sees either
+        // Build under a private name and link it into place, so that an opener sees either
         // no file or a complete one, and a stale mapping of an old file is never truncated.
         static BUILDS: AtomicU64 = AtomicU64::new(0);
         let build = BUILDS.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".{name}.{}.{build}.tmp", std::process::id()));
         let built = (|| -> Result<(MmapRaw, Option<(u64, u64)>)> {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)?;
+            let file = private_file(&tmp)?;
             file.set_len(len as u64)?;
             let map = MmapRaw::map_raw(&file)?;
             let id = id_of(&file.metadata()?);
@@ -274,9 +326,15 @@ impl ShmLink {
         link.word(OFF_HEAD).store(0, Ordering::Relaxed);
         link.word(OFF_TAIL).store(0, Ordering::Relaxed);
         link.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
-        if let Err(e) = std::fs::rename(&tmp, &path) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e.into());
+        // Publish: a link fails if the name exists (a stale ring of a dead job with the
+        // same nonce cannot exist; anything else there is not ours to replace).
+        let published = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        if let Err(e) = published {
+            return Err(RuntimeError::Bootstrap(format!(
+                "shared-memory link {name}: cannot publish {}: {e}",
+                path.display()
+            )));
         }
         Ok(link)
     }
@@ -291,9 +349,11 @@ impl ShmLink {
         let path = shm_dir().join(name);
         let mut backoff = Backoff::new(&abort, deadline);
         let (file, map) = loop {
-            match OpenOptions::new().read(true).write(true).open(&path) {
+            match open_existing(&path) {
                 Ok(file) => {
-                    let len = file.metadata()?.len();
+                    let meta = file.metadata()?;
+                    check_owner(name, &meta)?;
+                    let len = meta.len();
                     if len >= HEADER as u64 {
                         let map = MmapRaw::map_raw(&file)?;
                         // SAFETY: the mapping is page-aligned and at least HEADER long.
@@ -334,7 +394,7 @@ impl ShmLink {
             .zip(usize::try_from(max_slice).ok())
             .and_then(|(s, m)| file_len(s, m).map(|len| (s, m, len)));
         match expected {
-            Some((s, m, len)) if s > 0 && len <= link.map.len() => {
+            Some((s, m, len)) if s > 0 && len == link.map.len() => {
                 link.slots = slots;
                 link.max_slice = m;
                 link.stride = stride_of(m).expect("checked by file_len");
@@ -342,7 +402,7 @@ impl ShmLink {
             _ => {
                 return Err(RuntimeError::Bootstrap(format!(
                     "shared-memory link {name}: header says {slots} slots of {max_slice} \
-                     bytes, which does not fit the {} byte file",
+                     bytes, which is not the {} byte file",
                     link.map.len()
                 )))
             }

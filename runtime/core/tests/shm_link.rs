@@ -20,8 +20,8 @@ fn unique_name(channel: u32) -> String {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    let secret = format!("{}-{nanos}", std::process::id());
-    shm_name(secret.as_bytes(), 0, 1, channel)
+    let job = format!("{}-{nanos}", std::process::id());
+    shm_name(&job, 0, 1, channel)
 }
 
 fn flag() -> Arc<AtomicBool> {
@@ -286,13 +286,49 @@ fn receiver_waits_for_late_sender_or_times_out() {
 
 #[test]
 fn names_are_stable_and_distinct() {
-    let a = shm_name(b"secret", 1, 2, 3);
-    assert_eq!(a, shm_name(b"secret", 1, 2, 3));
-    assert!(a.starts_with("braid-") && a.ends_with("-1-2-3"), "{a}");
-    assert_ne!(a, shm_name(b"secreT", 1, 2, 3));
-    assert_ne!(a, shm_name(b"secret", 2, 1, 3));
-    // The hash also covers the triple, not only the visible suffix.
-    assert_ne!(a[..22], shm_name(b"secret", 1, 2, 4)[..22]);
+    let a = shm_name("0123abcd", 1, 2, 3);
+    assert_eq!(a, shm_name("0123abcd", 1, 2, 3));
+    assert_eq!(a, "braid-0123abcd-1-2-3");
+    assert_ne!(a, shm_name("0123abce", 1, 2, 3));
+    assert_ne!(a, shm_name("0123abcd", 2, 1, 3));
+}
+
+/// A ring file is this user's alone (mode 0600); a file someone put under a ring's
+/// name first is neither replaced nor read, and one with the wrong mode is refused.
+#[cfg(unix)]
+#[test]
+fn ring_files_are_private_and_never_taken_over() {
+    use std::os::unix::fs::PermissionsExt;
+    let name = unique_name(21);
+    let path = braid_runtime::shm_link::shm_dir().join(&name);
+    let tx = ShmLink::create_sender(&name, 2, 64, flag()).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "ring file mode {mode:o}");
+    drop(tx);
+    assert!(!path.exists(), "a dropped sender leaves its file");
+
+    // Someone created the name first: the sender refuses to publish over it.
+    let squat = unique_name(22);
+    let squat_path = braid_runtime::shm_link::shm_dir().join(&squat);
+    std::fs::write(&squat_path, b"forged").unwrap();
+    let e = ShmLink::create_sender(&squat, 2, 64, flag()).err().expect("published over a squatter");
+    assert!(e.to_string().contains("cannot publish"), "{e}");
+    // And a receiver refuses the squatter's file (mode 0644 here, not a private ring).
+    std::fs::set_permissions(&squat_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = ShmLink::open_receiver(&squat, flag(), soon(1)).err().expect("opened a squatter's file");
+    assert!(e.to_string().contains("not this user's private ring"), "{e}");
+    std::fs::remove_file(&squat_path).unwrap();
+
+    // A symbolic link under a ring's name is not followed.
+    let target = braid_runtime::shm_link::shm_dir().join(unique_name(23));
+    std::fs::write(&target, vec![0u8; 4096]).unwrap();
+    let link_name = unique_name(24);
+    let link_path = braid_runtime::shm_link::shm_dir().join(&link_name);
+    std::os::unix::fs::symlink(&target, &link_path).unwrap();
+    let r = ShmLink::open_receiver(&link_name, flag(), Instant::now() + Duration::from_millis(200));
+    assert!(r.is_err(), "followed a symbolic link");
+    std::fs::remove_file(&link_path).unwrap();
+    std::fs::remove_file(&target).unwrap();
 }
 
 #[test]
@@ -302,7 +338,7 @@ fn flush_waits_until_the_receiver_opened_and_took_everything() {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
-    let name = braid_runtime::shm_link::shm_name(b"flush-test", 1, 0, std::process::id());
+    let name = braid_runtime::shm_link::shm_name("flush-test", 1, 0, std::process::id());
     let abort = Arc::new(AtomicBool::new(false));
     let sender = ShmLink::create_sender(&name, 4, 64, abort.clone()).unwrap();
     sender

@@ -2,18 +2,17 @@
 //! host-staged connections when each rank is its own process (no peer-to-peer access, or
 //! `BRAID_P2P_DISABLE=1`).
 //!
-//! The receiver creates a file under `/dev/shm` (else the temporary directory), maps it
-//! and registers the mapping with CUDA (`cuMemHostRegister`, `PORTABLE | DEVICEMAP`); the
-//! sender opens the same file by name (sent through the bootstrap), maps and registers it
-//! too. The creator removes the name once every rank has opened it ([`SharedHost::unlink`]
+//! The receiver creates a file under `/dev/shm` (else the temporary directory) with a
+//! random name, for this user alone (mode 0600), maps it and registers the mapping with
+//! CUDA (`cuMemHostRegister`, `PORTABLE | DEVICEMAP`); the sender opens the same file by
+//! name (sent through the bootstrap), refusing anything but a private file of this user's
+//! of the agreed size, maps and registers it too. The creator removes the name once every rank has opened it ([`SharedHost::unlink`]
 //! after a barrier), so nothing stays behind; the memory lives as long as the mappings.
 
 use crate::error::{CudaError, Result};
 use cudarc::driver::{sys, CudaContext};
 use memmap2::MmapRaw;
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One mapping of a shared file, registered with a context.
@@ -29,33 +28,18 @@ pub struct SharedHost {
 unsafe impl Send for SharedHost {}
 unsafe impl Sync for SharedHost {}
 
+/// The prefix of every such file's name.
+const PREFIX: &str = "braid-gpu-";
+
 fn dir() -> PathBuf {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
+    braid_runtime::shm_link::shm_dir()
 }
 
 impl SharedHost {
     /// Creates a zeroed shared file of `len` bytes and maps it for `ctx`.
     pub fn create(ctx: &Arc<CudaContext>, len: usize) -> Result<SharedHost> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path = dir().join(format!(
-            "braid-gpu-{}-{nanos:x}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| io(&path, e))?;
+        let path = dir().join(braid_runtime::shm_link::random_name(PREFIX));
+        let file = braid_runtime::shm_link::private_file(&path).map_err(|e| io(&path, e))?;
         file.set_len(len.max(1) as u64).map_err(|e| io(&path, e))?;
         let mapped = Self::map(ctx, &file, &path);
         if mapped.is_err() {
@@ -66,14 +50,25 @@ impl SharedHost {
         Ok(m)
     }
 
-    /// Maps the file another rank created.
-    pub fn open(ctx: &Arc<CudaContext>, path: &Path) -> Result<SharedHost> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(|e| io(path, e))?;
-        Self::map(ctx, &file, path)
+    /// Maps the file another rank created under `name` (a bare name in the shared
+    /// directory), which must be a private file of this user's of exactly `len` bytes.
+    pub fn open(ctx: &Arc<CudaContext>, name: &str, len: usize) -> Result<SharedHost> {
+        if !name.starts_with(PREFIX) || name.contains(['/', '\\', '\0']) {
+            return Err(CudaError::Invalid(format!(
+                "shared host memory: {name:?} is not a name this backend makes"
+            )));
+        }
+        let path = dir().join(name);
+        let file = braid_runtime::shm_link::open_private(&path)?;
+        let size = file.metadata().map_err(|e| io(&path, e))?.len();
+        if size != len.max(1) as u64 {
+            return Err(CudaError::Invalid(format!(
+                "shared host memory {}: {size} bytes, expected {}",
+                path.display(),
+                len.max(1)
+            )));
+        }
+        Self::map(ctx, &file, &path)
     }
 
     fn map(ctx: &Arc<CudaContext>, file: &std::fs::File, path: &Path) -> Result<SharedHost> {

@@ -18,7 +18,6 @@ use crate::device::{enable_peer, DeviceAlloc, HostAlloc, IpcImport, IPC_HANDLE_L
 use crate::error::{CudaError, Result};
 use crate::shared_host::SharedHost;
 use cudarc::driver::CudaContext;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Memory of one side of a connection, kept open while the connection lives.
@@ -184,17 +183,22 @@ impl Transport for SharedFile {
     fn host_memory(&self) -> bool {
         true
     }
+    /// The descriptor is `<len> <file name>`: the opener checks both.
     fn create(&self, ctx: &Arc<CudaContext>, len: usize) -> Result<(Box<dyn Region>, Vec<u8>)> {
         let h = SharedHost::create(ctx, len)?;
-        let path = h.path().expect("created here").to_string_lossy().into_owned();
-        Ok((Box::new(SharedRegion(h)), path.into_bytes()))
+        let name = h
+            .path()
+            .and_then(|p| p.file_name())
+            .expect("created here")
+            .to_string_lossy()
+            .into_owned();
+        Ok((Box::new(SharedRegion(h)), format!("{len} {name}").into_bytes()))
     }
     fn open(&self, ctx: &Arc<CudaContext>, desc: &[u8]) -> Result<Box<dyn Region>> {
-        let path = String::from_utf8(desc.to_vec()).map_err(|_| malformed("shared-host"))?;
-        Ok(Box::new(SharedRegion(SharedHost::open(
-            ctx,
-            &PathBuf::from(path),
-        )?)))
+        let text = std::str::from_utf8(desc).map_err(|_| malformed("shared-host"))?;
+        let (len, name) = text.split_once(' ').ok_or_else(|| malformed("shared-host"))?;
+        let len: usize = len.parse().map_err(|_| malformed("shared-host"))?;
+        Ok(Box::new(SharedRegion(SharedHost::open(ctx, name, len)?)))
     }
 }
 
