@@ -12,8 +12,9 @@
 //! host of `SLURM_STEP_NODELIST`, where rank 0 runs under the default block
 //! distribution). The port is `BRAID_BOOTSTRAP_PORT` if set, else `MASTER_PORT + 1`:
 //! `MASTER_PORT` itself is normally held by PyTorch's TCPStore (torchrun's agent, or rank
-//! 0's `init_process_group`), so Braid takes the next one. Rank 0 listens on every
-//! interface at that port.
+//! 0's `init_process_group`), so Braid takes the next one. Rank 0 listens on the address
+//! `MASTER_ADDR` names (loopback when it is `localhost` or `127.0.0.1`), falling back to
+//! every interface, with a warning, only when that address is not one of its own.
 //!
 //! **The secret.** `BRAID_SECRET` (32 to 64 hex digits, the same on every rank) is the
 //! group's secret and authenticates every connection. Without it, the secret is derived
@@ -241,21 +242,7 @@ impl Bootstrap {
                 RuntimeError::Bootstrap(format!("MASTER_ADDR {host:?} resolves to no address"))
             })?;
         let id = UniqueId::from_parts(addr, env.group_secret(&host, port));
-        let root = if env.rank == 0 {
-            let any = if addr.is_ipv4() {
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-            } else {
-                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-            };
-            Some(TcpListener::bind(SocketAddr::new(any, port)).map_err(|e| {
-                RuntimeError::Bootstrap(format!(
-                    "rank 0 cannot listen on port {port}: {e} (the port is MASTER_PORT + 1 unless \
-                     BRAID_BOOTSTRAP_PORT is set)"
-                ))
-            })?)
-        } else {
-            None
-        };
+        let root = if env.rank == 0 { Some(root_listener(addr, &host, port)?) } else { None };
         Bootstrap::start(
             &id,
             env.rank,
@@ -264,6 +251,34 @@ impl Bootstrap {
             Arc::new(AtomicBool::new(false)),
             root,
         )
+    }
+}
+
+/// Rank 0's rendezvous socket: on the address `MASTER_ADDR` names (loopback for a
+/// one-host job), so the port is not open on every interface. If that address is not
+/// one of this host's (a name that resolves elsewhere, NAT), every interface, with a
+/// warning.
+fn root_listener(addr: SocketAddr, host: &str, port: u16) -> Result<TcpListener> {
+    let hint = "(the port is MASTER_PORT + 1 unless BRAID_BOOTSTRAP_PORT is set)";
+    match TcpListener::bind(addr) {
+        Ok(l) => Ok(l),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+            let any = if addr.is_ipv4() {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            };
+            tracing::warn!(
+                "MASTER_ADDR {host:?} ({}) is not an address of this host; rank 0 listens on every interface at port {port}",
+                addr.ip()
+            );
+            TcpListener::bind(SocketAddr::new(any, port)).map_err(|e| {
+                RuntimeError::Bootstrap(format!("rank 0 cannot listen on port {port}: {e} {hint}"))
+            })
+        }
+        Err(e) => Err(RuntimeError::Bootstrap(format!(
+            "rank 0 cannot listen on {addr}: {e} {hint}"
+        ))),
     }
 }
 

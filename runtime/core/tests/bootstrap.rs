@@ -576,13 +576,34 @@ fn ranks_bootstrap_from_launcher_variables() {
                 ]);
                 let b =
                     Bootstrap::from_launch_env(&LaunchEnv::from_vars(&get).unwrap(), T).unwrap();
-                b.allgather(&[r as u8]).unwrap()
+                let all = b.allgather(&[r as u8]).unwrap();
+                if r == 0 {
+                    // MASTER_ADDR is loopback: the port is not open on other interfaces.
+                    if let Some(ip) = non_loopback_ip() {
+                        let p: u16 = port.parse().unwrap();
+                        let reached = std::net::TcpStream::connect_timeout(
+                            &SocketAddr::new(ip, p),
+                            Duration::from_millis(500),
+                        );
+                        assert!(reached.is_err(), "rank 0 listens on {ip} too");
+                    }
+                }
+                b.barrier().unwrap();
+                all
             })
         })
         .collect();
     for h in handles {
         assert_eq!(h.join().unwrap(), vec![vec![0], vec![1], vec![2]]);
     }
+}
+
+/// An address of this host's other than loopback, if it has one.
+fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?; // TEST-NET-1: never sent anything, only routed
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
 /// Set in the environment of the processes `ranks_in_separate_processes` starts.
