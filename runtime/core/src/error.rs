@@ -7,7 +7,7 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum RuntimeError {
     /// A peer closed its connection or died.
-    #[error("peer {peer} failed: {reason}")]
+    #[error("rank {peer} failed: {reason}")]
     PeerFailed { peer: u32, reason: String },
     /// Ranks called different collectives, counts, dtypes or ops.
     #[error("mismatched call: {0}")]

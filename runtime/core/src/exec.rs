@@ -142,6 +142,11 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
         }
     });
     if let Some(e) = first_error.into_inner().unwrap() {
+        // An abort's own message says only where it was seen; the fabric knows why
+        // (which rank failed).
+        if let (RuntimeError::Aborted(_), Some(why)) = (&e, fabric.aborted()) {
+            return Err(RuntimeError::Aborted(why));
+        }
         return Err(e);
     }
     if job.args.avg_ranks > 0 && job.mem.len[1] > 0 {

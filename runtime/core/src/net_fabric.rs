@@ -150,11 +150,12 @@ impl Fabric for NetFabric {
 
     fn aborted(&self) -> Option<String> {
         if self.boot.abort_flag().load(Ordering::SeqCst) {
+            // A peer's failure the bootstrap noticed names the rank; this rank's own
+            // abort its reason.
             Some(
-                self.reason
-                    .lock()
-                    .unwrap()
-                    .clone()
+                self.boot
+                    .failure()
+                    .or_else(|| self.reason.lock().unwrap().clone())
                     .unwrap_or_else(|| "aborted".into()),
             )
         } else {

@@ -232,3 +232,66 @@ fn cuda_ranks_run_on_their_gpus_or_say_why_not() {
     }
     assert_eq!(ranks[0].code, ranks[1].code, "ranks disagree");
 }
+
+/// Starts 4 ranks of a long all-reduce job with the default timeouts (BRAID_TIMEOUT's
+/// 300 s), waits for `lines` results of rank 0's, then does `what` to rank `victim`.
+/// Every survivor must exit with a run-time error naming the victim within `bound`.
+fn survivors_name_the_victim(lines: usize, victim: usize, signal: &str, bound: Duration, env: &[(&str, &str)]) {
+    let port = free_port();
+    let s = secret(5 + lines as u8);
+    let args = ["allreduce", "--topo", "nvswitch:4", "--size", "1M", "--iters", "1000000"];
+    let mut env = env.to_vec();
+    env.push(("BRAID_TIMEOUT", "")); // the default
+    let mut children: Vec<Child> = (0..4).map(|r| spawn_rank_env(r, 4, port, &s, &args, &env)).collect();
+    let mut stdout = std::io::BufReader::new(children[0].stdout.take().unwrap());
+    let mut seen = String::new();
+    for _ in 0..lines {
+        std::io::BufRead::read_line(&mut stdout, &mut seen).unwrap();
+    }
+    assert!(seen.contains("correct"), "{seen}");
+    let pid = children[victim].id().to_string();
+    let sent = Command::new("kill").args([signal, &pid]).status().unwrap();
+    assert!(sent.success());
+    let at = Instant::now();
+    // Keep draining rank 0's stdout so that it never blocks on a full pipe.
+    let drain = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
+    });
+    let mut victim_child = None;
+    for (r, c) in children.into_iter().enumerate() {
+        if r == victim {
+            victim_child = Some(c);
+            continue;
+        }
+        let d = wait(c);
+        let took = at.elapsed();
+        assert_eq!(d.code, 3, "rank {r} after {signal} of rank {victim}:\n{}{}", d.stdout, d.stderr);
+        assert!(
+            d.stderr.contains(&format!("rank {victim}")),
+            "rank {r} does not name rank {victim}:\n{}",
+            d.stderr
+        );
+        assert!(took < bound, "rank {r} took {took:?} after {signal} of rank {victim}");
+    }
+    let mut v = victim_child.unwrap();
+    let _ = v.kill();
+    let _ = v.wait();
+    drain.join().unwrap();
+}
+
+/// SIGKILL at spread-out points of a run, with every timeout at its default: the
+/// survivors learn from the bootstrap that the process is gone, not from BRAID_TIMEOUT.
+#[test]
+fn a_killed_rank_is_named_by_every_survivor_within_15_s() {
+    for (lines, victim) in [(1, 3), (4, 1), (12, 0)] {
+        survivors_name_the_victim(lines, victim, "-KILL", Duration::from_secs(15), &[]);
+    }
+}
+
+/// SIGSTOP: the process lives but sends nothing; its heartbeats stop, and every survivor
+/// ends within BRAID_HEARTBEAT_TIMEOUT + 5 s, naming it.
+#[test]
+fn a_stopped_rank_is_named_within_the_heartbeat_timeout() {
+    survivors_name_the_victim(2, 2, "-STOP", Duration::from_secs(3 + 5), &[("BRAID_HEARTBEAT_TIMEOUT", "3")]);
+}

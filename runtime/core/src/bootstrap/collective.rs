@@ -10,18 +10,22 @@
 //! same error.
 
 use super::io::Wait;
-use super::wire::{decode_error, encode_error, kind, u32_at, Frame};
+use super::liveness::{report, Health};
+use super::peer::Peer;
+use super::wire::{decode_error, kind, u32_at, Frame};
 use crate::error::{Result, RuntimeError};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One rank's end of the control star.
 pub(crate) enum Role {
-    /// Rank 0: the stream to each other rank (index = rank; index 0 is `None`).
-    Root(Vec<Option<TcpStream>>),
-    Member(TcpStream),
+    /// Rank 0: each other rank's end (index = rank; index 0 is `None`).
+    Root(Vec<Option<Arc<Peer>>>),
+    Member(Arc<Peer>),
 }
+
 
 pub(crate) struct Control {
     pub role: Role,
@@ -76,7 +80,8 @@ pub(crate) fn decode_table(b: &[u8], n: u32) -> Result<Vec<Vec<u8>>> {
 }
 
 /// Runs one control operation on this rank; returns the result payload (allgather: an
-/// encoded table; barrier: empty; broadcast: the root's bytes).
+/// encoded table; barrier: empty; broadcast: the root's bytes). A failure breaks the
+/// star for good and aborts the group (`health` keeps the reason).
 pub(crate) fn run(
     ctl: &mut Control,
     op: Op,
@@ -84,9 +89,10 @@ pub(crate) fn run(
     mine: &[u8],
     timeout: Duration,
     abort: &AtomicBool,
+    health: &Health,
 ) -> Result<Vec<u8>> {
     if let Some(e) = &ctl.broken {
-        return Err(e.clone());
+        return Err(health.reason().map_or_else(|| e.clone(), RuntimeError::Aborted));
     }
     ctl.seq += 1;
     let seq = ctl.seq;
@@ -97,20 +103,26 @@ pub(crate) fn run(
     };
     if let Err(e) = &result {
         ctl.broken = Some(e.clone());
+        if !matches!(e, RuntimeError::Aborted(_)) {
+            health.fail(e.to_string(), abort);
+        }
         match &ctl.role {
-            Role::Root(members) => report_failure(&members.iter().flatten().collect::<Vec<_>>(), e),
+            Role::Root(members) => report(members.iter().flatten().map(|m| m.as_ref()), e),
             // Closing tells the root at once (it sees the connection end) instead of it
             // waiting out its own deadline.
-            Role::Member(stream) => {
-                let _ = stream.shutdown(Shutdown::Both);
+            Role::Member(p) => {
+                let _ = p.stream.shutdown(Shutdown::Both);
             }
+        }
+        if let (RuntimeError::Aborted(_), Some(why)) = (e, health.reason()) {
+            return Err(RuntimeError::Aborted(why));
         }
     }
     result
 }
 
 fn run_member(
-    stream: &TcpStream,
+    peer: &Peer,
     op: Op,
     root: u32,
     mine: &[u8],
@@ -124,8 +136,8 @@ fn run_member(
     payload.push(op as u8);
     payload.extend_from_slice(&root.to_le_bytes());
     payload.extend_from_slice(mine);
-    Frame::new(kind::OP, seq, payload).write(stream, &w)?;
-    let reply = Frame::read(stream, &w)?;
+    peer.send(&Frame::new(kind::OP, seq, payload), &w)?;
+    let reply = peer.recv(&w)?;
     match reply.kind {
         kind::RESULT if reply.seq == seq => Ok(reply.payload),
         kind::ERROR => Err(decode_error(&reply.payload)),
@@ -137,7 +149,7 @@ fn run_member(
 }
 
 fn run_root(
-    members: &[Option<TcpStream>],
+    members: &[Option<Arc<Peer>>],
     op: Op,
     root: u32,
     mine: &[u8],
@@ -147,9 +159,9 @@ fn run_root(
 ) -> Result<Vec<u8>> {
     let mut parts = vec![mine.to_vec()];
     for (rank, stream) in members.iter().enumerate().skip(1) {
-        let stream = stream.as_ref().expect("every rank joined");
+        let peer = stream.as_ref().expect("every rank joined");
         let what = format!("waiting for rank {rank} to join {op:?} #{seq}");
-        let frame = Frame::read(stream, &Wait::new(deadline, abort, rank as u32, &what))?;
+        let frame = peer.recv(&Wait::new(deadline, abort, rank as u32, &what))?;
         let (their_op, their_root) = match frame.payload.get(..5) {
             Some(h) if frame.kind == kind::OP => (Op::from_u8(h[0]), u32_at(h, 1)),
             _ => {
@@ -185,27 +197,10 @@ fn run_root(
     let reply = Frame::new(kind::RESULT, seq, result);
     for (rank, stream) in members.iter().enumerate().skip(1) {
         let what = format!("sending the result of {op:?} #{seq} to rank {rank}");
-        reply.write(
-            stream.as_ref().expect("joined"),
-            &Wait::new(deadline, abort, rank as u32, &what),
-        )?;
+        stream
+            .as_ref()
+            .expect("joined")
+            .send(&reply, &Wait::new(deadline, abort, rank as u32, &what))?;
     }
     Ok(reply.payload)
-}
-
-/// Best effort: tells each stream's rank about `err`, then closes the stream. Bounded to
-/// a short wait per rank and ignores the abort flag (an abort is worth reporting too).
-pub(crate) fn report_failure(streams: &[&TcpStream], err: &RuntimeError) {
-    let quiet = AtomicBool::new(false);
-    let frame = Frame::new(kind::ERROR, 0, encode_error(err));
-    for s in streams {
-        let w = Wait::new(
-            Instant::now() + Duration::from_millis(200),
-            &quiet,
-            u32::MAX,
-            "reporting a failure",
-        );
-        let _ = frame.write(s, &w);
-        let _ = s.shutdown(Shutdown::Both);
-    }
 }

@@ -198,8 +198,13 @@ pub(crate) fn refuse(stream: &TcpStream, why: &str, w: &Wait) {
 
 /// Best-effort `ERROR` to every joined rank, then closes them.
 fn tell_all(joined: &[Option<Joined>], err: &RuntimeError) {
-    let streams: Vec<&TcpStream> = joined.iter().flatten().map(|j| &j.stream).collect();
-    super::collective::report_failure(&streams, err);
+    let frame = Frame::new(kind::ERROR, 0, super::wire::encode_error(err));
+    let quiet = AtomicBool::new(false);
+    for j in joined.iter().flatten() {
+        let w = Wait::new(Instant::now() + Duration::from_millis(200), &quiet, u32::MAX, "reporting a failure");
+        let _ = frame.write(&j.stream, &w);
+        let _ = j.stream.shutdown(std::net::Shutdown::Both);
+    }
 }
 
 /// Rank 0: sends every joiner the table of listening addresses and the job's nonce.

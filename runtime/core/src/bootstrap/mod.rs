@@ -23,6 +23,8 @@ mod id;
 pub(crate) mod io;
 mod join;
 mod links;
+pub mod liveness;
+mod peer;
 mod wire;
 
 pub use id::{RootListener, Secret, UniqueId, BOOTSTRAP_ADDR_VAR};
@@ -57,10 +59,16 @@ pub struct Bootstrap {
     table: Vec<SocketAddr>,
     /// Random bytes rank 0 drew for this job and sent to all (names of shared rings).
     job: [u8; wire::NONCE_LEN],
-    control: Mutex<Control>,
+    control: Arc<Mutex<Control>>,
     inbox: Arc<Inbox>,
     stop: Arc<AtomicBool>,
     acceptor: Option<JoinHandle<()>>,
+    /// Which rank failed and why, once the liveness watcher (or a control operation)
+    /// noticed.
+    health: Arc<liveness::Health>,
+    /// The liveness streams (see `liveness.rs`).
+    beats: Vec<Arc<peer::Peer>>,
+    watcher: Option<JoinHandle<()>>,
 }
 
 impl Bootstrap {
@@ -151,28 +159,57 @@ impl Bootstrap {
             abort,
             table,
             job,
-            control: Mutex::new(Control {
+            control: Arc::new(Mutex::new(Control {
                 role: Role::Root(Vec::new()),
                 seq: 0,
                 broken: None,
-            }),
+            })),
             inbox,
             stop,
             acceptor: Some(handle),
+            health: Arc::new(liveness::Health::default()),
+            beats: Vec::new(),
+            watcher: None,
         };
+        let epoch = Instant::now();
         let role = match start {
-            Start::Member(stream) => Role::Member(stream),
+            Start::Member(stream) => Role::Member(Arc::new(peer::Peer::new(0, stream, epoch))),
             Start::Root(joined) => {
                 // The acceptor already runs, so links to rank 0 work as soon as anyone
                 // learns the table.
                 join::send_welcome(&joined, &boot.table, &boot.job, &boot.abort)?;
-                Role::Root(joined.into_iter().map(|j| j.map(|j| j.stream)).collect())
+                Role::Root(
+                    joined
+                        .into_iter()
+                        .enumerate()
+                        .map(|(r, j)| j.map(|j| Arc::new(peer::Peer::new(r as u32, j.stream, epoch))))
+                        .collect(),
+                )
             }
         };
-        boot.control
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .role = role;
+        boot.control.lock().unwrap_or_else(|p| p.into_inner()).role = role;
+        // The liveness streams: every member to rank 0.
+        boot.beats = if rank == 0 {
+            (1..n_ranks)
+                .map(|r| Ok(Arc::new(peer::Peer::new(r, boot.accept_link(r, liveness::BEAT_TAG)?, epoch))))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            vec![Arc::new(peer::Peer::new(0, boot.connect_link(0, liveness::BEAT_TAG)?, epoch))]
+        };
+        let watcher = liveness::Watcher {
+            rank,
+            peers: boot.beats.clone(),
+            control: boot.control.clone(),
+            health: boot.health.clone(),
+            abort: boot.abort.clone(),
+            stop: boot.stop.clone(),
+            timeout: liveness::heartbeat_timeout_from_env(),
+        };
+        boot.watcher = Some(
+            std::thread::Builder::new()
+                .name(format!("braid-liveness-{rank}"))
+                .spawn(move || watcher.run())?,
+        );
         tracing::debug!(rank, n_ranks, "bootstrap complete");
         Ok(boot)
     }
@@ -202,6 +239,13 @@ impl Bootstrap {
 
     pub fn abort(&self) {
         self.abort.store(true, Ordering::Relaxed);
+    }
+
+    /// Which rank failed and why, once this rank knows (a peer's process gone, a peer
+    /// silent past `BRAID_HEARTBEAT_TIMEOUT`, rank 0's report, a failed control
+    /// operation). Set before the abort flag.
+    pub fn failure(&self) -> Option<String> {
+        self.health.reason()
     }
 
     /// Random bytes rank 0 drew for this job and sent every rank over its authenticated
@@ -242,7 +286,7 @@ impl Bootstrap {
 
     fn control_op(&self, op: Op, root: u32, mine: &[u8]) -> Result<Vec<u8>> {
         let mut ctl = self.control.lock().unwrap_or_else(|p| p.into_inner());
-        collective::run(&mut ctl, op, root, mine, self.timeout, &self.abort)
+        collective::run(&mut ctl, op, root, mine, self.timeout, &self.abort, &self.health)
     }
 
     /// Opens a stream to `peer`, which must call `accept_link(self.rank(), tag)`. The
@@ -309,10 +353,55 @@ impl std::fmt::Debug for Bootstrap {
     }
 }
 
+impl Bootstrap {
+    /// Rank 0 of a failed group, going away: waits (briefly) until the members have
+    /// closed their streams, reading whatever they still send. Closing a socket with
+    /// unread data resets the connection, and a reset destroys the failure report still
+    /// on its way to the member, which would then only learn that rank 0 vanished.
+    fn linger(&self) {
+        let ctl = self.control.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open: Vec<&TcpStream> = self.beats.iter().map(|p| &p.stream).collect();
+        if let collective::Role::Root(members) = &ctl.role {
+            open.extend(members.iter().flatten().map(|p| &p.stream));
+        }
+        for s in &open {
+            let _ = s.set_nonblocking(true);
+        }
+        let deadline = Instant::now() + LINGER;
+        let mut sink = [0u8; 4096];
+        while !open.is_empty() && Instant::now() < deadline {
+            open.retain(|s| match std::io::Read::read(&mut &**s, &mut sink) {
+                Ok(0) => false,
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            });
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// How long rank 0 of a failed group waits for its members to close (see `linger`).
+const LINGER: Duration = Duration::from_millis(1500);
+
 impl Drop for Bootstrap {
-    /// Stops and joins the acceptor thread; the sockets close with their owners.
+    /// Says goodbye on the control star (unless the group failed or was aborted, which
+    /// peers must learn as a failure), stops and joins the threads; the sockets close with
+    /// their owners.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.watcher.take() {
+            let _ = h.join();
+        }
+        if !self.abort.load(Ordering::SeqCst) {
+            let quiet = AtomicBool::new(false);
+            for p in &self.beats {
+                let w = Wait::new(Instant::now() + Duration::from_millis(200), &quiet, p.rank, "saying goodbye");
+                let _ = p.send(&Frame::new(kind::GOODBYE, 0, Vec::new()), &w);
+            }
+        }
+        if self.rank == 0 && self.abort.load(Ordering::SeqCst) {
+            self.linger();
+        }
         if let Some(h) = self.acceptor.take() {
             let _ = h.join();
         }

@@ -155,6 +155,10 @@ pub(crate) mod kind {
     pub const ERROR: u8 = 5;
     /// Accepting rank → connecting rank: the link is accepted.
     pub const LINK_OK: u8 = 6;
+    /// Either way on the control star: still alive (empty; see `liveness.rs`).
+    pub const HEARTBEAT: u8 = 7;
+    /// Either way on the control star: leaving cleanly (empty).
+    pub const GOODBYE: u8 = 8;
 }
 
 /// `kind u8 | seq u64 | len u32 | payload [len]`.
