@@ -103,6 +103,9 @@ pub struct Clique {
     pub launches: Mutex<Launches>,
     /// Per GPU: an event joining several ranks' streams around one launch.
     join: Mutex<HashMap<usize, Event>>,
+    /// Why the clique was aborted, when the reason came from outside (a peer's failure
+    /// the bootstrap noticed).
+    abort_reason: Mutex<Option<String>>,
 }
 
 /// What [`Clique::launches`] keeps.
@@ -174,6 +177,7 @@ impl Clique {
             conns: Mutex::new(Conns::default()),
             launches: Mutex::new(Launches::default()),
             join: Mutex::new(HashMap::new()),
+            abort_reason: Mutex::new(None),
         })
     }
 
@@ -213,6 +217,17 @@ impl Clique {
     /// Asks every kernel of this process's ranks to stop.
     pub fn abort(&self) {
         self.words.write_u32(0, 1);
+    }
+
+    /// [`Clique::abort`], remembering why (the first reason wins).
+    pub fn abort_because(&self, why: &str) {
+        self.abort_reason.lock().unwrap().get_or_insert_with(|| why.to_string());
+        self.abort();
+    }
+
+    /// Why the clique was aborted, if a reason was given.
+    pub fn abort_reason(&self) -> Option<String> {
+        self.abort_reason.lock().unwrap().clone()
     }
 
     pub fn aborted(&self) -> bool {

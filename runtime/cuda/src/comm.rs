@@ -25,6 +25,29 @@ use std::time::Duration;
 /// rounds of this size): `BRAID_SCRATCH_BYTES` overrides.
 pub const DEFAULT_SCRATCH_BYTES: usize = 32 << 20;
 
+/// Aborts `clique`'s kernels as soon as `boot`'s group fails (a peer's process gone or
+/// silent, noticed by the bootstrap's liveness watcher), so a kernel waiting for a dead
+/// peer returns within milliseconds instead of at its timeout. The thread ends with the
+/// clique.
+fn watch_bootstrap(boot: &Arc<Bootstrap>, clique: &Arc<Clique>) -> Result<()> {
+    let (boot, clique) = (boot.clone(), Arc::downgrade(clique));
+    std::thread::Builder::new()
+        .name(format!("braid-cuda-watch-{}", boot.rank()))
+        .spawn(move || loop {
+            let Some(c) = clique.upgrade() else { return };
+            if boot.abort_flag().load(std::sync::atomic::Ordering::SeqCst) {
+                let why = boot.failure().unwrap_or_else(|| "the group was aborted".into());
+                tracing::warn!("rank {}: aborting its kernels: {why}", boot.rank());
+                c.abort_because(&why);
+                return;
+            }
+            drop(c);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        })
+        .map_err(|e| CudaError::Invalid(format!("cannot start the bootstrap watcher: {e}")))?;
+    Ok(())
+}
+
 /// How a communicator is made.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -389,7 +412,7 @@ impl CudaComm {
         let stats = Stats::default();
         stats.exchanged();
         stats.exchanged();
-        let oob: Arc<dyn Oob> = boot;
+        let oob: Arc<dyn Oob> = boot.clone();
         let clique = Arc::new(Clique::new(
             n,
             vec![(rank, ctx)],
@@ -399,6 +422,7 @@ impl CudaComm {
             opts.scratch_bytes,
             &stats,
         )?);
+        watch_bootstrap(&boot, &clique)?;
         Ok(CudaComm {
             inner: DeviceComm::new(CudaEngine::new(clique, 0, stats), registry, opts.policy),
         })

@@ -255,7 +255,10 @@ impl Engine for CudaEngine {
             return Some(describe_failure(self.rank(), code, self.clique.timeout));
         }
         if self.clique.aborted() {
-            return Some(format!("rank {}: the communicator was aborted", self.rank()));
+            return Some(match self.clique.abort_reason() {
+                Some(why) => format!("rank {}: aborted: {why}", self.rank()),
+                None => format!("rank {}: the communicator was aborted", self.rank()),
+            });
         }
         None
     }
