@@ -57,6 +57,24 @@ struct LaunchParams {
     call: [KernelCall; MAX_LOCAL],
 }
 
+/// The kernel's `CallArgs` and `Launch` layouts (the launch builds them as these structs):
+/// checked against the CUDA structures like `program::LAYOUT`.
+pub const LAUNCH_LAYOUT: &[(&str, &str, usize)] = &[
+    ("CallArgs", "in", std::mem::offset_of!(KernelCall, input)),
+    ("CallArgs", "out", std::mem::offset_of!(KernelCall, output)),
+    ("CallArgs", "count", std::mem::offset_of!(KernelCall, count)),
+    ("CallArgs", "chunk_elems", std::mem::offset_of!(KernelCall, chunk_elems)),
+    ("CallArgs", "round_elems", std::mem::offset_of!(KernelCall, round_elems)),
+    ("CallArgs", "per_segment", std::mem::offset_of!(KernelCall, per_segment)),
+    ("CallArgs", "avg_n", std::mem::offset_of!(KernelCall, avg_n)),
+    ("CallArgs", "sizeof", std::mem::size_of::<KernelCall>()),
+    ("Launch", "n", std::mem::offset_of!(LaunchParams, n)),
+    ("Launch", "first", std::mem::offset_of!(LaunchParams, first)),
+    ("Launch", "table", std::mem::offset_of!(LaunchParams, table)),
+    ("Launch", "call", std::mem::offset_of!(LaunchParams, call)),
+    ("Launch", "sizeof", std::mem::size_of::<LaunchParams>()),
+];
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct KernelCall {

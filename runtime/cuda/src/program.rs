@@ -17,6 +17,59 @@ use crate::error::{CudaError, Result};
 use braid_ir::{Buf, Collective};
 use braid_plan::{Execution, Plan, StepKind};
 
+/// Where every field the kernel reads lies, as `encode` writes it and the launch builds
+/// it: (structure of `braid_kernel.cuh`, field, byte offset); a field named `sizeof` is
+/// the structure's size. `tests/layout.rs` compiles these as static assertions against
+/// the structures of the kernel template, so the two sides cannot drift apart unnoticed.
+pub const LAYOUT: &[(&str, &str, usize)] = &[
+    ("Table", "progress", 0),
+    ("Table", "counters", 8),
+    ("Table", "fail", 16),
+    ("Table", "report", 24),
+    ("Table", "abort", 32),
+    ("Table", "scratch", 40),
+    ("Table", "timeout_ns", 48),
+    ("Table", "blocks", 56),
+    ("Table", "steps", 64),
+    ("Table", "step_deps", 72),
+    ("Table", "deps", 80),
+    ("Table", "nblocks", 88),
+    ("Table", "grid", 92),
+    ("Table", "replicas", 96),
+    ("Table", "tiled", 100),
+    ("Table", "out_chunks", 104),
+    ("Table", "sizeof", TABLE_BYTES),
+    ("BlockDesc", "block", 0),
+    ("BlockDesc", "replica", 4),
+    ("BlockDesc", "first_step", 8),
+    ("BlockDesc", "nsteps", 12),
+    ("BlockDesc", "send", 16),
+    ("BlockDesc", "recv", 16 + 2 * END_BYTES),
+    ("BlockDesc", "sizeof", BLOCK_BYTES),
+    ("End", "slots", 0),
+    ("End", "head", 8),
+    ("End", "tail", 16),
+    ("End", "counter", 24),
+    ("End", "nslots", 28),
+    ("End", "sizeof", END_BYTES),
+    ("StepDesc", "kind", 0),
+    ("StepDesc", "sbuf", 4),
+    ("StepDesc", "dbuf", 8),
+    ("StepDesc", "soff", 12),
+    ("StepDesc", "doff", 16),
+    ("StepDesc", "count", 20),
+    ("StepDesc", "sizeof", STEP_BYTES),
+    ("StepDeps", "first", 0),
+    ("StepDeps", "n", 4),
+    ("StepDeps", "sizeof", STEP_DEPS_BYTES),
+    ("DepDesc", "block", 0),
+    ("DepDesc", "step", 4),
+    ("DepDesc", "nsteps", 8),
+    ("DepDesc", "sizeof", DEP_BYTES),
+];
+
+/// Bytes of one lane of one connection end (`End`).
+pub const END_BYTES: usize = 32;
 pub const TABLE_BYTES: usize = 112;
 pub const BLOCK_BYTES: usize = 144;
 pub const STEP_BYTES: usize = 24;
@@ -416,9 +469,27 @@ mod tests {
         let ends = vec![BlockEnds::default(); g];
         let t = encode(&p, 1, &res, &ends, 0x1000);
         assert_eq!(t.len(), table_len(&p, 1));
-        for (i, v) in [1u64, 2, 3, 4, 5, 6, 7].iter().enumerate() {
-            assert_eq!(u64_at(&t, 8 * i), *v);
+        let at = |field: &str| {
+            LAYOUT
+                .iter()
+                .find(|(s, f, _)| *s == "Table" && *f == field)
+                .map(|x| x.2)
+                .unwrap()
+        };
+        for (field, v) in [
+            ("progress", 1u64),
+            ("counters", 2),
+            ("fail", 3),
+            ("report", 4),
+            ("abort", 5),
+            ("scratch", 6),
+            ("timeout_ns", 7),
+        ] {
+            assert_eq!(u64_at(&t, at(field)), v, "{field}");
         }
+        assert_eq!(u64_at(&t, at("blocks")), 0x1000 + TABLE_BYTES as u64);
+        assert_eq!(u32_at(&t, at("replicas")), p.channels.max(1));
+        assert_eq!(u32_at(&t, at("tiled")), u32::from(p.execution == Execution::Tiled));
         let blocks = u64_at(&t, 56) - 0x1000;
         assert_eq!(blocks as usize, 112);
         assert_eq!(u32_at(&t, 88), p.ranks[1].blocks.len() as u32);

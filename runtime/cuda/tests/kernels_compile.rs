@@ -94,3 +94,4 @@ fn covering(all: &[Variant]) -> Vec<Variant> {
     }
     out
 }
+
