@@ -36,11 +36,10 @@ fn xml_under(dir: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The corpus where CI lays it (`shared/` beside the clone), then the copies shipped in
-/// `tests/msccl/corpus`; each file name once.
+/// The MSCCL corpus shipped in `tests/msccl/corpus` (with its licences); each file name
+/// once.
 fn corpus() -> Vec<String> {
     let mut all = Vec::new();
-    xml_under("../shared/msccl-corpus", &mut all);
     xml_under("tests/msccl/corpus", &mut all);
     let mut seen = std::collections::HashSet::new();
     all.retain(|p| seen.insert(Path::new(p).file_name().unwrap().to_owned()));
@@ -112,9 +111,10 @@ fn every_corpus_file_imports_verifies_and_runs_on_the_host_backend() {
 fn wrong_corpus_files_fail_verification_for_the_documented_reason() {
     let files = corpus();
     for name in WRONG {
-        let Some(f) = files.iter().find(|f| f.ends_with(name)) else {
-            continue; // only in shared/, which a bare checkout may lack
-        };
+        let f = files
+            .iter()
+            .find(|f| f.ends_with(name))
+            .unwrap_or_else(|| panic!("{name} is not in tests/msccl/corpus"));
         let out = braid(&["verify", f], &[]);
         assert_eq!(out.code, 1, "{f}: {}", out.stderr);
         let stem = name.trim_end_matches(".xml");
