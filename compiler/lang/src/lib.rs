@@ -11,6 +11,7 @@
 pub mod ast;
 pub mod check;
 pub mod diag;
+mod excerpt;
 pub mod names;
 pub mod parser;
 
