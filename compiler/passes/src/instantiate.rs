@@ -265,11 +265,14 @@ fn bindings_note(env: &Env) -> Option<String> {
     if env.bound.is_empty() {
         return None;
     }
-    let parts: Vec<String> = env
-        .bound
+    let (shown, left_out) = env.bound.shown();
+    let mut parts: Vec<String> = shown
         .iter()
         .map(|b| format!("{} = {}", b.name, b.value))
         .collect();
+    if left_out > 0 {
+        parts.push(format!("and {left_out} earlier `let`s"));
+    }
     Some(format!("with {} ({})", parts.join(", "), env.shape))
 }
 
@@ -563,8 +566,7 @@ impl Instantiator {
         let bindings = self
             .env
             .bound
-            .iter()
-            .filter(|b| b.is_loop)
+            .loops()
             .map(|b| braid_ir::Binding {
                 name: b.name.clone(),
                 value: b.value,

@@ -7,6 +7,7 @@
 //! * [`dataflow`]: `OpProgram` → petgraph dependency graph (RAW / WAR / WAW on physical
 //!   chunk locations), with statistics and Graphviz output.
 
+pub mod bindings;
 pub mod dataflow;
 pub mod eval;
 pub mod instantiate;
