@@ -1,34 +1,51 @@
 //! The work budget of one instantiation, charged before the work is done.
 //!
 //! A *step* is one statement executed, one loop iteration started, one expression node
-//! evaluated, one chunk written by an operation (later passes work per chunk), or one chunk
-//! location declared by the headers (verification keeps a value per location). Every block is charged, when it is entered, for the most its own
-//! statements can take ([`block_cost`]: nested blocks are charged when they are entered in
-//! turn); a loop is charged for all its iterations at once, before the first one runs. So a
-//! loop like `for i in -2147483648 .. 1 { ... }` is refused at once, pointing at the loop,
-//! and however loops nest, the steps taken never exceed the budget.
+//! evaluated, one chunk written by an operation (later passes work per chunk), or one
+//! chunk location declared by the headers (verification keeps a value per location).
+//! Every block is charged, when it is entered, for the most its own statements can take
+//! ([`block_cost`]: nested blocks are charged when they are entered in turn); a loop is
+//! charged for all its iterations at once, before the first one runs. So a loop like
+//! `for i in -2147483648 .. 1 { ... }` is refused at once, pointing at the loop, and
+//! however loops nest, the steps taken never exceed the budget.
 //!
 //! An outermost loop is also refused at once when the loops nested in it whose bounds are
 //! the same in every iteration ([`nested_work`]) would take too many steps: so
 //! `for i in 0 .. 1 << 20 { for j in 0 .. 1 << 20 { ... } }` does not run until the
 //! budget is spent.
 
+use braid_ir::Shape;
 use braid_lang::ast::{BufRef, ChunkSel, Expr, ExprKind, Stmt};
 use std::collections::HashSet;
 
-/// Steps one instantiation may take by default (16,777,216). Every shipped algorithm
-/// takes under a third of it on 256 ranks (the most, bidirectional ring all-reduce, about
-/// 5 million; on 32 ranks, the most the tests use, about 77,000), and spending all of it
-/// takes about a second in a release build. Larger programs (ring all-reduce on 1024
-/// ranks takes about 37 million) need `BRAID_MAX_STEPS`.
+/// Steps one instantiation may take by default on up to 256 ranks (16,777,216). Every
+/// shipped algorithm takes under a third of it on 256 ranks (the most, bidirectional ring
+/// all-reduce, about 5 million; on 32 ranks, the most the tests use, about 77,000), and
+/// spending all of it takes about a second in a release build.
 pub const STEP_BUDGET: u64 = 1 << 24;
 
-/// The step budget in force: `BRAID_MAX_STEPS` if set to a number, else [`STEP_BUDGET`].
-pub fn step_budget() -> u64 {
+/// Steps allowed per pair of ranks, on more than 256 ranks. A collective's work grows with
+/// N²: every shipped algorithm takes at most about 76 N² steps (bidirectional ring
+/// all-reduce), so it keeps more than three times its need on any number of ranks.
+pub const STEPS_PER_RANK_PAIR: u64 = 256;
+
+/// The default budget never exceeds this (2^30, reached at 2048 ranks).
+pub const MAX_DEFAULT_BUDGET: u64 = 1 << 30;
+
+/// The default budget for `n` ranks: [`STEP_BUDGET`], or [`STEPS_PER_RANK_PAIR`] × n²
+/// when that is larger, up to [`MAX_DEFAULT_BUDGET`].
+pub fn default_budget(n: u32) -> u64 {
+    let scaled = STEPS_PER_RANK_PAIR.saturating_mul(n as u64 * n as u64);
+    STEP_BUDGET.max(scaled.min(MAX_DEFAULT_BUDGET))
+}
+
+/// The step budget in force for `shape`: `BRAID_MAX_STEPS` if set to a number, else
+/// [`default_budget`].
+pub fn step_budget(shape: &Shape) -> u64 {
     std::env::var("BRAID_MAX_STEPS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(STEP_BUDGET)
+        .unwrap_or_else(|| default_budget(shape.n))
 }
 
 /// Steps taken so far against a limit.
@@ -237,6 +254,16 @@ mod tests {
             nested_work(&var.name, body, &mut { m }),
             10 * (1 + 3 + 3 * 3)
         );
+    }
+
+    #[test]
+    fn the_default_budget_grows_with_the_square_of_the_ranks_past_256() {
+        assert_eq!(default_budget(1), STEP_BUDGET);
+        assert_eq!(default_budget(256), STEP_BUDGET);
+        assert_eq!(default_budget(512), 1 << 26);
+        assert_eq!(default_budget(1024), 1 << 28);
+        assert_eq!(default_budget(4096), MAX_DEFAULT_BUDGET);
+        assert_eq!(default_budget(u32::MAX), MAX_DEFAULT_BUDGET);
     }
 
     #[test]

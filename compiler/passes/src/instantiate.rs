@@ -85,7 +85,7 @@ pub fn instantiate(
     shape: &Shape,
     root: Option<u32>,
 ) -> Result<OpProgram, Vec<Diagnostic>> {
-    instantiate_within(alg, shape, root, step_budget())
+    instantiate_within(alg, shape, root, step_budget(shape))
 }
 
 /// [`instantiate`] within a step budget of `max_steps` instead of the one in force
