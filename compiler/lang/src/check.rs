@@ -26,7 +26,7 @@ pub fn check(file: &File) -> Vec<Diagnostic> {
         AlgorithmChecker {
             alg,
             diags: &mut diags,
-            scopes: Vec::new(),
+            scopes: Scopes::default(),
         }
         .run();
     }
@@ -44,7 +44,61 @@ enum Context {
 struct AlgorithmChecker<'a, 'd> {
     alg: &'a Algorithm,
     diags: &'d mut Vec<Diagnostic>,
-    scopes: Vec<Vec<&'a str>>,
+    scopes: Scopes<'a>,
+}
+
+/// Names in scope. Lookups take constant time, so that a file of 100,000 `let`s is checked
+/// in linear time.
+#[derive(Default)]
+struct Scopes<'a> {
+    /// How many bindings of each name are visible.
+    count: HashMap<&'a str, u32>,
+    /// The names bound by each open scope, innermost last.
+    open: Vec<Vec<&'a str>>,
+    /// Distinct visible names in the order they were first bound, and for each open
+    /// scope, how many of them came before it.
+    visible: Vec<&'a str>,
+    marks: Vec<usize>,
+}
+
+impl<'a> Scopes<'a> {
+    fn push(&mut self) {
+        self.open.push(Vec::new());
+        self.marks.push(self.visible.len());
+    }
+
+    fn pop(&mut self) {
+        for name in self.open.pop().expect("a scope is open") {
+            let c = self.count.get_mut(name).expect("bound");
+            *c -= 1;
+        }
+        // Names first bound in this scope are the last visible ones.
+        self.visible
+            .truncate(self.marks.pop().expect("a scope is open"));
+    }
+
+    fn bind(&mut self, name: &'a str) {
+        let c = self.count.entry(name).or_insert(0);
+        if *c == 0 {
+            self.visible.push(name);
+        }
+        *c += 1;
+        self.open.last_mut().expect("a scope is open").push(name);
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.count.get(name).is_some_and(|c| *c > 0)
+    }
+
+    /// What "names in scope" shows: the first few distinct ones.
+    fn shown(&self) -> String {
+        const SHOWN: usize = 10;
+        let mut s = self.visible[..self.visible.len().min(SHOWN)].join(", ");
+        if self.visible.len() > SHOWN {
+            s.push_str(&format!(" and {} more", self.visible.len() - SHOWN));
+        }
+        s
+    }
 }
 
 impl<'a> AlgorithmChecker<'a, '_> {
@@ -54,7 +108,7 @@ impl<'a> AlgorithmChecker<'a, '_> {
             self.expr(cond, Context::BeforeChunks);
         }
         self.headers();
-        self.scopes.push(Vec::new());
+        self.scopes.push();
         for stmt in &alg.body {
             self.stmt(stmt);
         }
@@ -120,14 +174,11 @@ impl<'a> AlgorithmChecker<'a, '_> {
                 .with_label(name.span, "reserved"),
             );
         }
-        self.scopes
-            .last_mut()
-            .expect("a scope is open")
-            .push(&name.name);
+        self.scopes.bind(&name.name);
     }
 
     fn block(&mut self, stmts: &'a [Stmt]) {
-        self.scopes.push(Vec::new());
+        self.scopes.push();
         for s in stmts {
             self.stmt(s);
         }
@@ -153,7 +204,7 @@ impl<'a> AlgorithmChecker<'a, '_> {
                 if let Some(s) = step {
                     self.expr(s, Context::Body);
                 }
-                self.scopes.push(Vec::new());
+                self.scopes.push();
                 self.bind(var, "loop variable");
                 self.block(body);
                 self.scopes.pop();
@@ -196,10 +247,6 @@ impl<'a> AlgorithmChecker<'a, '_> {
                 self.expr(hi, Context::Body);
             }
         }
-    }
-
-    fn in_scope(&self, name: &str) -> bool {
-        self.scopes.iter().any(|s| s.contains(&name))
     }
 
     fn expr(&mut self, e: &Expr, ctx: Context) {
@@ -263,7 +310,7 @@ impl<'a> AlgorithmChecker<'a, '_> {
             }
             return;
         }
-        if self.in_scope(name) {
+        if self.scopes.contains(name) {
             return;
         }
         let d = if Builtin::from_name(name).is_some() {
@@ -281,11 +328,10 @@ impl<'a> AlgorithmChecker<'a, '_> {
         } else {
             let mut d = Diagnostic::new("unknown-name", format!("unknown name `{name}`"))
                 .with_label(span, "not defined here");
-            let visible: Vec<&str> = self.scopes.iter().flatten().copied().collect();
-            if !visible.is_empty() {
+            if !self.scopes.visible.is_empty() {
                 d = d.with_help(format!(
                     "names in scope: {}, and the constants N, NODES, G, ...",
-                    visible.join(", ")
+                    self.scopes.shown()
                 ));
             }
             d

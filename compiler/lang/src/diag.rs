@@ -2,10 +2,13 @@
 //!
 //! Passes return `Vec<Diagnostic>`; nothing prints. [`render`] turns them into the text
 //! users see (file:line:col, the source lines, labels), through miette's graphical handler
-//! with colours off so that golden files are stable.
+//! with colours off so that golden files are stable. Long lines are cut to a window
+//! around the error (`excerpt`).
 
+use crate::excerpt::Excerpt;
 use braid_ir::Span;
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceSpan};
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, SourceSpan};
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
@@ -103,7 +106,8 @@ impl fmt::Display for Diagnostic {
 /// Adapter that lets miette draw one of our diagnostics against its source.
 struct Rendered<'a> {
     diag: &'a Diagnostic,
-    source: NamedSource<Arc<str>>,
+    /// The source as shown, long lines cut; the labels' spans are in its coordinates.
+    source: Excerpt,
 }
 
 impl fmt::Debug for Rendered<'_> {
@@ -114,7 +118,7 @@ impl fmt::Debug for Rendered<'_> {
 
 impl fmt::Display for Rendered<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self.diag, f)
+        f.write_str(&clip(&self.diag.message))
     }
 }
 
@@ -125,7 +129,7 @@ impl miette::Diagnostic for Rendered<'_> {
         self.diag
             .help
             .as_ref()
-            .map(|h| Box::new(h.as_str()) as Box<dyn fmt::Display>)
+            .map(|h| Box::new(clip(h)) as Box<dyn fmt::Display>)
     }
 
     fn source_code(&self) -> Option<&dyn miette::SourceCode> {
@@ -140,29 +144,54 @@ impl miette::Diagnostic for Rendered<'_> {
         if self.diag.labels.is_empty() {
             return None;
         }
-        Some(Box::new(self.diag.labels.iter().enumerate().map(
-            |(i, l)| {
-                let span = SourceSpan::new((l.span.start as usize).into(), l.span.len());
-                let text = (!l.text.is_empty()).then(|| l.text.clone());
-                if i == 0 {
-                    LabeledSpan::new_primary_with_span(text, span)
-                } else {
-                    LabeledSpan::new_with_span(text, span)
-                }
-            },
-        )))
+        Some(Box::new(
+            self.diag
+                .labels
+                .iter()
+                .zip(&self.source.spans)
+                .enumerate()
+                .map(|(i, (l, shown))| {
+                    let span = SourceSpan::new((shown.start as usize).into(), shown.len());
+                    let text = (!l.text.is_empty()).then(|| clip(&l.text).into_owned());
+                    if i == 0 {
+                        LabeledSpan::new_primary_with_span(text, span)
+                    } else {
+                        LabeledSpan::new_with_span(text, span)
+                    }
+                }),
+        ))
     }
 }
 
+/// Characters of one message, label, note or help [`render`] shows: they may quote the
+/// program (a name, a condition), and a name may be 100,000 characters long.
+const MAX_TEXT: usize = 400;
+
+/// `text`, its middle cut out if it is longer than [`MAX_TEXT`].
+fn clip(text: &str) -> Cow<'_, str> {
+    let len = text.chars().count();
+    if len <= MAX_TEXT {
+        return Cow::Borrowed(text);
+    }
+    let keep = MAX_TEXT / 2;
+    let head: String = text.chars().take(keep).collect();
+    let tail: String = text.chars().skip(len - keep).collect();
+    Cow::Owned(format!("{head} ... {tail}"))
+}
+
+/// Diagnostics [`render`] shows; it counts the others. Each costs a pass over the file, so
+/// a file with 100,000 errors must not render them all.
+pub const MAX_RENDERED: usize = 100;
+
 /// Renders diagnostics the way `braid` prints them: for each, a plain first line
 /// `error[CODE]: FILE:LINE:COL` (easy to grep and to jump to), then the message with the
-/// source excerpt and labels, then notes.
+/// source excerpt and labels, then notes. After [`MAX_RENDERED`], one line counts the rest.
 pub fn render(diags: &[Diagnostic], source: &SourceFile) -> String {
     let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor())
         .with_width(100)
         .with_links(false);
     let mut out = String::new();
-    for diag in diags {
+    for diag in diags.iter().take(MAX_RENDERED) {
         let location = match diag.primary_span() {
             Some(span) => {
                 let (line, col) = source.line_col(span.start);
@@ -171,9 +200,10 @@ pub fn render(diags: &[Diagnostic], source: &SourceFile) -> String {
             None => source.name.clone(),
         };
         out.push_str(&format!("error[{}]: {location}\n", diag.code));
+        let spans: Vec<Span> = diag.labels.iter().map(|l| l.span).collect();
         let rendered = Rendered {
             diag,
-            source: NamedSource::new(source.name.clone(), source.text.clone()),
+            source: Excerpt::new(source, &spans),
         };
         let mut text = String::new();
         if handler.render_report(&mut text, &rendered).is_err() {
@@ -182,9 +212,16 @@ pub fn render(diags: &[Diagnostic], source: &SourceFile) -> String {
         out.push_str(text.trim_end_matches('\n'));
         out.push('\n');
         for note in &diag.notes {
-            out.push_str(&format!("  note: {note}\n"));
+            out.push_str(&format!("  note: {}\n", clip(note)));
         }
         out.push('\n');
+    }
+    if diags.len() > MAX_RENDERED {
+        out.push_str(&format!(
+            "error: {} more errors in {} are not shown\n",
+            diags.len() - MAX_RENDERED,
+            source.name
+        ));
     }
     out
 }

@@ -4,6 +4,7 @@
 //! * [`check`]: the errors that do not depend on a topology (names, reserved words,
 //!   headers, `ROOT` / `K` / `C` misuse, writes to `in`), reported wherever they appear.
 //! * [`diag`]: diagnostics as values and their rendering with a source excerpt.
+//! * [`limits`]: how deep a program may nest, checked before anything recurses.
 //!
 //! This crate knows nothing of topologies or of what a program computes: instantiating a
 //! program for a shape and verifying it are passes (`braid-passes`).
@@ -11,6 +12,8 @@
 pub mod ast;
 pub mod check;
 pub mod diag;
+mod excerpt;
+pub mod limits;
 pub mod names;
 pub mod parser;
 

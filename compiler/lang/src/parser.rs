@@ -7,6 +7,7 @@
 
 use crate::ast::*;
 use crate::diag::Diagnostic;
+use crate::limits::{scan_nesting, MAX_EXPR_DEPTH};
 use pest::iterators::Pair;
 use pest::Parser as _;
 
@@ -22,12 +23,18 @@ pub fn parse(text: &str) -> (File, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     for (start, end) in segments(text) {
         let segment = &text[start..end];
+        // Refuse nesting that would make pest and the passes after it recurse too deep.
+        if let Some(d) = scan_nesting(segment, start) {
+            diags.push(d);
+            continue;
+        }
         match BraidParser::parse(Rule::file, segment) {
             Ok(mut pairs) => {
                 let file = pairs.next().expect("file rule");
                 let mut b = Builder {
                     base: start,
                     diags: &mut diags,
+                    too_deep: false,
                 };
                 for pair in file.into_inner() {
                     if pair.as_rule() == Rule::algorithm {
@@ -153,6 +160,19 @@ fn syntax_error(e: pest::error::Error<Rule>, base: usize, segment: &str) -> Diag
         InputLocation::Pos(p) => p,
         InputLocation::Span((s, _)) => s,
     };
+    if let ErrorVariant::CustomError { message } = &e.variant {
+        // pest's own guard: it stops before the stack runs out. `scan_nesting` keeps
+        // programs far from it, so this is only reached on a very small thread stack.
+        if message.contains("limit reached") {
+            let at = base + pos;
+            let len = segment[pos..].chars().next().map_or(0, |c| c.len_utf8());
+            return Diagnostic::new(
+                "too-deep",
+                format!("the program nests too deeply to parse ({message})"),
+            )
+            .with_label(Span::new(at, at + len), "nesting gave up here");
+        }
+    }
     let mut names: Vec<String> = match &e.variant {
         ErrorVariant::ParsingError { positives, .. } => {
             positives.iter().map(|r| describe(*r).to_string()).collect()
@@ -207,6 +227,8 @@ fn syntax_error(e: pest::error::Error<Rule>, base: usize, segment: &str) -> Diag
 struct Builder<'d> {
     base: usize,
     diags: &'d mut Vec<Diagnostic>,
+    /// The expression being built is too deep: it was reported, and is being abandoned.
+    too_deep: bool,
 }
 
 impl Builder<'_> {
@@ -410,69 +432,156 @@ impl Builder<'_> {
         }
     }
 
+    /// Builds one whole expression (a `let` value, an index, a condition, ...).
     fn expr(&mut self, pair: Pair<Rule>) -> Expr {
-        let span = self.span(&pair);
-        match pair.as_rule() {
-            Rule::expr => self.expr(pair.into_inner().next().expect("inner")),
-            Rule::or_expr
-            | Rule::and_expr
-            | Rule::cmp_expr
-            | Rule::bor_expr
-            | Rule::xor_expr
-            | Rule::band_expr
-            | Rule::shift_expr
-            | Rule::add_expr
-            | Rule::mul_expr => {
-                // Left-associative chain: operand (op operand)*.
-                let mut inner = pair.into_inner();
-                let mut acc = self.expr(inner.next().expect("operand"));
-                while let Some(op) = inner.next() {
-                    let rhs = self.expr(inner.next().expect("rhs"));
-                    let op = BinOp::from_token(op.as_str()).expect("operator token");
-                    let span = Span {
-                        start: acc.span.start,
-                        end: rhs.span.end,
-                    };
-                    acc = Expr {
-                        kind: ExprKind::Binary(op, Box::new(acc), Box::new(rhs)),
-                        span,
-                    };
-                }
-                acc
-            }
-            Rule::unary => {
-                let mut ops = Vec::new();
-                let mut operand = None;
-                for p in pair.into_inner() {
-                    if p.as_rule() == Rule::unary_op {
-                        ops.push((p.as_str() == "-", self.span(&p).start));
-                    } else {
-                        operand = Some(self.expr(p));
+        self.too_deep = false;
+        let (e, _) = self.sub_expr(pair);
+        self.too_deep = false;
+        e
+    }
+
+    /// Builds an expression and returns its depth (operators on its longest path).
+    /// Recurses only into parenthesised operands and call arguments, whose nesting
+    /// [`scan_nesting`] bounded; precedence levels holding a single operand are walked in
+    /// a loop, operator chains iteratively.
+    fn sub_expr(&mut self, mut pair: Pair<Rule>) -> (Expr, usize) {
+        loop {
+            match pair.as_rule() {
+                Rule::expr
+                | Rule::or_expr
+                | Rule::and_expr
+                | Rule::cmp_expr
+                | Rule::bor_expr
+                | Rule::xor_expr
+                | Rule::band_expr
+                | Rule::shift_expr
+                | Rule::add_expr
+                | Rule::mul_expr
+                | Rule::unary => {
+                    let mut inner = pair.clone().into_inner();
+                    let first = inner.next().expect("operand");
+                    if inner.next().is_some() {
+                        return if pair.as_rule() == Rule::unary {
+                            self.unary(pair)
+                        } else {
+                            self.chain(pair)
+                        };
                     }
+                    pair = first;
                 }
-                let mut e = operand.expect("unary operand");
-                for (neg, start) in ops.into_iter().rev() {
-                    let op = if neg { UnOp::Neg } else { UnOp::Not };
-                    let span = Span {
-                        start,
-                        end: e.span.end,
-                    };
-                    e = Expr {
-                        kind: ExprKind::Unary(op, Box::new(e)),
-                        span,
-                    };
+                Rule::int => {
+                    let span = self.span(&pair);
+                    return (ExprKind::Int(self.int(&pair)).with_span(span), 0);
                 }
-                e
+                Rule::name => {
+                    let span = self.span(&pair);
+                    return (ExprKind::Name(pair.as_str().to_string()).with_span(span), 0);
+                }
+                Rule::call => return self.call(pair),
+                r => unreachable!("expression rule {r:?}"),
             }
-            Rule::int => ExprKind::Int(self.int(&pair)).with_span(span),
-            Rule::name => ExprKind::Name(pair.as_str().to_string()).with_span(span),
-            Rule::call => {
-                let mut inner = pair.into_inner();
-                let f = self.ident(inner.next().expect("callee"));
-                let args = inner.map(|a| self.expr(a)).collect();
-                ExprKind::Call(f, args).with_span(span)
+        }
+    }
+
+    /// A left-associative chain: operand (op operand)*.
+    fn chain(&mut self, pair: Pair<Rule>) -> (Expr, usize) {
+        let whole = self.span(&pair);
+        let mut inner = pair.into_inner();
+        let (mut acc, mut depth) = self.sub_expr(inner.next().expect("operand"));
+        while let Some(op) = inner.next() {
+            if self.too_deep {
+                return (placeholder(whole), 0);
             }
-            r => unreachable!("expression rule {r:?}"),
+            let (rhs, rhs_depth) = self.sub_expr(inner.next().expect("rhs"));
+            depth = depth.max(rhs_depth) + 1;
+            if depth > MAX_EXPR_DEPTH {
+                self.expr_too_deep(self.span(&op));
+            }
+            let op = BinOp::from_token(op.as_str()).expect("operator token");
+            let span = Span {
+                start: acc.span.start,
+                end: rhs.span.end,
+            };
+            acc = Expr {
+                kind: ExprKind::Binary(op, Box::new(acc), Box::new(rhs)),
+                span,
+            };
+        }
+        if self.too_deep {
+            return (placeholder(whole), 0);
+        }
+        (acc, depth)
+    }
+
+    /// Unary operators (`- ! x`), applied innermost first.
+    fn unary(&mut self, pair: Pair<Rule>) -> (Expr, usize) {
+        let whole = self.span(&pair);
+        let mut ops = Vec::new();
+        let mut operand = None;
+        for p in pair.into_inner() {
+            if p.as_rule() == Rule::unary_op {
+                ops.push((p.as_str() == "-", self.span(&p)));
+            } else {
+                operand = Some(self.sub_expr(p));
+            }
+        }
+        let (mut e, mut depth) = operand.expect("unary operand");
+        for (neg, op_span) in ops.into_iter().rev() {
+            depth += 1;
+            if depth > MAX_EXPR_DEPTH {
+                self.expr_too_deep(op_span);
+            }
+            if self.too_deep {
+                return (placeholder(whole), 0);
+            }
+            let op = if neg { UnOp::Neg } else { UnOp::Not };
+            let span = Span {
+                start: op_span.start,
+                end: e.span.end,
+            };
+            e = Expr {
+                kind: ExprKind::Unary(op, Box::new(e)),
+                span,
+            };
+        }
+        (e, depth)
+    }
+
+    fn call(&mut self, pair: Pair<Rule>) -> (Expr, usize) {
+        let span = self.span(&pair);
+        let mut inner = pair.into_inner();
+        let f = self.ident(inner.next().expect("callee"));
+        let mut args = Vec::new();
+        let mut depth = 0;
+        for a in inner {
+            let (arg, d) = self.sub_expr(a);
+            if self.too_deep {
+                return (placeholder(span), 0);
+            }
+            depth = depth.max(d);
+            args.push(arg);
+        }
+        depth += 1;
+        if depth > MAX_EXPR_DEPTH {
+            self.expr_too_deep(f.span);
+            return (placeholder(span), 0);
+        }
+        (ExprKind::Call(f, args).with_span(span), depth)
+    }
+
+    /// Reports an expression deeper than [`MAX_EXPR_DEPTH`] (once per expression); the
+    /// builder then abandons the expression.
+    fn expr_too_deep(&mut self, at: Span) {
+        if !self.too_deep {
+            self.too_deep = true;
+            self.diags.push(
+                Diagnostic::new(
+                    "too-deep",
+                    format!("expression nests more than {MAX_EXPR_DEPTH} operators deep"),
+                )
+                .with_label(at, format!("operator {} levels deep", MAX_EXPR_DEPTH + 1))
+                .with_help("bind parts of the expression with `let`"),
+            );
         }
     }
 
@@ -493,6 +602,11 @@ impl Builder<'_> {
             0
         })
     }
+}
+
+/// What stands for an abandoned expression (its error is already reported).
+fn placeholder(span: Span) -> Expr {
+    ExprKind::Int(0).with_span(span)
 }
 
 trait WithSpan {

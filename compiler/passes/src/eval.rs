@@ -1,10 +1,10 @@
 //! Integer expression evaluation with the language's exact rules: 64-bit checked
 //! arithmetic, floor division and modulo, shifts in 0..63, the builtins.
 
+pub use crate::bindings::{Bindings, Bound};
 use braid_ir::{Shape, Span};
 use braid_lang::ast::{BinOp, Expr, ExprKind, UnOp};
 use braid_lang::names::{Builtin, Constant};
-use std::sync::Arc;
 
 /// An evaluation failure at a span.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,14 +22,6 @@ fn err<T>(code: &'static str, span: Span, message: impl Into<String>) -> Result<
     })
 }
 
-/// A name bound by `let` or `for`.
-#[derive(Clone, Debug)]
-pub struct Bound {
-    pub name: Arc<str>,
-    pub value: i64,
-    pub is_loop: bool,
-}
-
 /// The values names have at one point of an instantiation.
 #[derive(Clone, Debug)]
 pub struct Env {
@@ -38,7 +30,7 @@ pub struct Env {
     /// `C`, once the `chunks` header is evaluated.
     pub chunks: Option<i64>,
     /// `let` and loop bindings, innermost last.
-    pub bound: Vec<Bound>,
+    pub bound: Bindings,
 }
 
 impl Env {
@@ -47,7 +39,7 @@ impl Env {
             shape,
             root,
             chunks: None,
-            bound: Vec::new(),
+            bound: Bindings::default(),
         }
     }
 
@@ -63,8 +55,8 @@ impl Env {
     }
 
     fn lookup(&self, name: &str, span: Span) -> Result<i64, EvalError> {
-        if let Some(b) = self.bound.iter().rev().find(|b| &*b.name == name) {
-            return Ok(b.value);
+        if let Some(v) = self.bound.get(name) {
+            return Ok(v);
         }
         let n = self.shape.n as i64;
         match Constant::from_name(name) {

@@ -2,8 +2,11 @@
 //! list of chunk operations its sequential execution performs ([`OpProgram`]).
 //!
 //! Applies dsl.md's index rules exactly: rank expressions wrap modulo N, chunk expressions
-//! do not; every reference must lie inside a buffer that exists on its rank.
+//! do not; every reference must lie inside a buffer that exists on its rank. The work is
+//! bounded by a step budget charged before it is done ([`crate::budget`]), and the
+//! buffers by [`LOCATION_BUDGET`].
 
+use crate::budget::{block_cost, iterations, nested_work, step_budget, Budget};
 use crate::eval::{floor_mod, Bound, Env, EvalError};
 use braid_ir::{
     Collective, Layout, Mode, ModeSet, Op, OpKind, OpProgram, Protocol, Ref, Shape, Span,
@@ -14,18 +17,6 @@ use braid_lang::Diagnostic;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-/// Loop iterations plus operations one instantiation may perform by default, so that a
-/// program like `for i in 0 .. 1 << 60` ends with an error instead of running for ever.
-/// `BRAID_MAX_STEPS` overrides it (see [`step_budget`]).
-pub const STEP_BUDGET: u64 = 1 << 26;
-
-/// The step budget in force: `BRAID_MAX_STEPS` if set to a number, else [`STEP_BUDGET`].
-pub fn step_budget() -> u64 {
-    std::env::var("BRAID_MAX_STEPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(STEP_BUDGET)
-}
 /// Chunk locations (all ranks, all buffers) one instantiation may declare.
 pub const LOCATION_BUDGET: u64 = 1 << 28;
 /// Diagnostics one instantiation reports before giving up.
@@ -94,6 +85,17 @@ pub fn instantiate(
     shape: &Shape,
     root: Option<u32>,
 ) -> Result<OpProgram, Vec<Diagnostic>> {
+    instantiate_within(alg, shape, root, step_budget(shape))
+}
+
+/// [`instantiate`] within a step budget of `max_steps` instead of the one in force
+/// ([`step_budget`]): see [`crate::budget`].
+pub fn instantiate_within(
+    alg: &Algorithm,
+    shape: &Shape,
+    root: Option<u32>,
+    max_steps: u64,
+) -> Result<OpProgram, Vec<Diagnostic>> {
     assert!(
         root.is_some() == alg.collective.is_rooted(),
         "ROOT must be given exactly for rooted collectives"
@@ -108,8 +110,7 @@ pub fn instantiate(
         ops: Vec::new(),
         diags: Vec::new(),
         reported: HashSet::new(),
-        steps: 0,
-        budget: step_budget(),
+        budget: Budget::new(max_steps),
         over_budget: false,
     };
     let header = inst.headers(alg);
@@ -124,7 +125,9 @@ pub fn instantiate(
         root,
         Mode::OutOfPlace,
     ));
-    inst.block(&alg.body);
+    if inst.charge_block(&alg.body, alg.decl_span) {
+        inst.block(&alg.body);
+    }
     if !inst.diags.is_empty() {
         return Err(inst.diags);
     }
@@ -248,8 +251,7 @@ struct Instantiator {
     diags: Vec<Diagnostic>,
     /// Source locations already reported: a bad statement inside a loop is reported once.
     reported: HashSet<(Span, &'static str)>,
-    steps: u64,
-    budget: u64,
+    budget: Budget,
     over_budget: bool,
 }
 
@@ -265,11 +267,14 @@ fn bindings_note(env: &Env) -> Option<String> {
     if env.bound.is_empty() {
         return None;
     }
-    let parts: Vec<String> = env
-        .bound
+    let (shown, left_out) = env.bound.shown();
+    let mut parts: Vec<String> = shown
         .iter()
         .map(|b| format!("{} = {}", b.name, b.value))
         .collect();
+    if left_out > 0 {
+        parts.push(format!("and {left_out} earlier `let`s"));
+    }
     Some(format!("with {} ({})", parts.join(", "), env.shape))
 }
 
@@ -383,27 +388,78 @@ impl Instantiator {
             );
             ok = false;
         }
+        // Verification holds a value per location: declaring them is work too.
+        if ok {
+            ok = self.charge(1, locations, alg.decl_span, || {
+                format!("its buffers hold {locations} chunk locations over all ranks")
+            });
+        }
         ok.then_some(h)
     }
 
-    fn tick(&mut self, span: Span) -> bool {
-        self.steps += 1;
-        if self.steps > self.budget {
-            if !self.over_budget {
-                self.diags.push(
-                    Diagnostic::new(
-                        "too-large",
-                        format!(
-                            "the program performs more than {} loop iterations and operations for {}",
-                            self.budget, self.env.shape
-                        ),
-                    )
-                    .with_label(span, "still running here"),
-                );
+    /// Charges the budget for a loop's iterations and bodies, before the first runs. An
+    /// outermost loop is refused at once if the loops nested in it with fixed bounds
+    /// would take too much with it.
+    fn charge_loop(&mut self, count: u64, var: &str, body: &[Stmt], at: Span) -> bool {
+        let each = 1 + block_cost(body);
+        if !self.over_budget && !self.env.bound.in_loop() {
+            let env = &self.env;
+            let nested = nested_work(var, body, &mut |e| env.eval(e).ok());
+            let with_nested = each.saturating_add(nested);
+            if nested > 0 && !self.budget.fits(count, with_nested) {
+                let label =
+                    format!("{count} iterations × {with_nested} steps, counting its inner loops");
+                return self.refuse(label, at, count as u128 * with_nested as u128);
             }
-            self.over_budget = true;
         }
-        !self.over_budget
+        self.charge(count, each, at, || {
+            if count > 1 {
+                format!("{count} iterations × {each} steps")
+            } else {
+                format!("{each} more steps")
+            }
+        })
+    }
+
+    /// Charges the budget for one run of a block's own statements (an `if` arm, the body).
+    fn charge_block(&mut self, body: &[Stmt], at: Span) -> bool {
+        let each = block_cost(body);
+        self.charge(1, each, at, || format!("{each} more steps"))
+    }
+
+    /// Charges the budget for `times` runs of `each` steps before any of them happens.
+    /// On refusal, reports it at `at` (with `label`) and stops the instantiation.
+    fn charge(&mut self, times: u64, each: u64, at: Span, label: impl FnOnce() -> String) -> bool {
+        if self.over_budget {
+            return false;
+        }
+        if self.budget.charge(times, each) {
+            return true;
+        }
+        self.refuse(label(), at, times as u128 * each as u128)
+    }
+
+    /// Reports that `needed` more steps do not fit in the budget.
+    fn refuse(&mut self, label: String, at: Span, needed: u128) -> bool {
+        let mut d = Diagnostic::new(
+            "too-large",
+            format!(
+                "the program would take more than {} evaluation steps for {}",
+                self.budget.limit, self.env.shape
+            ),
+        )
+        .with_label(at, label)
+        .with_help("BRAID_MAX_STEPS raises the limit");
+        if needed <= self.budget.limit as u128 {
+            // Not too much on its own: say what came before.
+            d = d.with_note(format!("{} steps were taken before it", self.budget.spent));
+        }
+        if let Some(note) = bindings_note(&self.env) {
+            d = d.with_note(note);
+        }
+        self.diags.push(d);
+        self.over_budget = true;
+        false
     }
 
     fn block(&mut self, stmts: &[Stmt]) {
@@ -433,12 +489,12 @@ impl Instantiator {
                 var,
                 rev,
                 lo,
-                hi,
+                hi: hi_e,
                 step,
                 body,
-                ..
+                span,
             } => {
-                let (Some(lo), Some(hi)) = (self.eval(lo), self.eval(hi)) else {
+                let (Some(lo), Some(hi)) = (self.eval(lo), self.eval(hi_e)) else {
                     return;
                 };
                 let step_v = match step {
@@ -457,14 +513,19 @@ impl Instantiator {
                     },
                     None => 1,
                 };
-                let count = if hi > lo {
-                    ((hi as i128 - lo as i128 + step_v as i128 - 1) / step_v as i128) as u64
-                } else {
-                    0
+                let count = iterations(lo, hi, step_v);
+                let header = Span {
+                    start: span.start,
+                    end: step.as_ref().unwrap_or(hi_e).span.end,
                 };
+                // The body's cost is only computed for a loop that runs: computing it is
+                // work too, and is covered by the charge.
+                if count > 0 && !self.charge_loop(count, &var.name, body, header) {
+                    return;
+                }
                 let name: Arc<str> = Arc::from(var.name.as_str());
                 for i in 0..count {
-                    if self.stopped() || !self.tick(var.span) {
+                    if self.stopped() {
                         return;
                     }
                     let k = if *rev { count - 1 - i } else { i };
@@ -479,24 +540,34 @@ impl Instantiator {
                 }
             }
             Stmt::If {
-                arms, otherwise, ..
+                arms,
+                otherwise,
+                span,
             } => {
+                let at = |cond: &Expr| Span {
+                    start: span.start,
+                    end: cond.span.end,
+                };
                 for (cond, body) in arms {
                     match self.eval(cond) {
                         Some(0) => continue,
-                        Some(_) => return self.block(body),
+                        Some(_) => {
+                            if self.charge_block(body, at(cond)) {
+                                self.block(body);
+                            }
+                            return;
+                        }
                         None => return,
                     }
                 }
                 if let Some(body) = otherwise {
-                    self.block(body);
+                    let first = &arms[0].0;
+                    if self.charge_block(body, at(first)) {
+                        self.block(body);
+                    }
                 }
             }
-            Stmt::Op(op) => {
-                if self.tick(op.span) {
-                    self.op(op);
-                }
-            }
+            Stmt::Op(op) => self.op(op),
         }
     }
 
@@ -556,6 +627,11 @@ impl Instantiator {
         if dst.is_empty() {
             return; // an empty range is a no-op once it is known to be in bounds
         }
+        // Later passes work per chunk: a range costs its length.
+        let len = dst.len() as u64;
+        if !self.charge(1, len, op.span, || format!("writes {len} chunks")) {
+            return;
+        }
         let srcs: Vec<Ref> = match (op.kind, resolved.len()) {
             (OpKind::Reduce, 1) => vec![dst, resolved[0].0],
             _ => resolved.iter().map(|(r, _)| *r).collect(),
@@ -563,8 +639,7 @@ impl Instantiator {
         let bindings = self
             .env
             .bound
-            .iter()
-            .filter(|b| b.is_loop)
+            .loops()
             .map(|b| braid_ir::Binding {
                 name: b.name.clone(),
                 value: b.value,
