@@ -3,6 +3,7 @@
 //! quick-xml reports byte offsets; users want `line:col`, so every error carries a
 //! [`Pos`] computed once from the text by [`Lines`].
 
+use std::cell::Cell;
 use std::fmt;
 
 /// A 1-based line and column (columns count characters, not bytes).
@@ -19,30 +20,65 @@ impl fmt::Display for Pos {
 }
 
 /// Byte offset to line and column, by binary search over the line starts.
+///
+/// Columns count characters, so a column needs the text between the line's start and the
+/// offset. The parser asks for offsets in increasing order, so the last answer is kept and
+/// the next one counts on from there: a file whose every element sits on one line costs
+/// linear time, not quadratic.
 pub(crate) struct Lines<'t> {
     text: &'t str,
     starts: Vec<usize>,
+    /// The last offset asked for, its line index and its 0-based column.
+    last: Cell<(usize, usize, usize)>,
 }
 
 impl<'t> Lines<'t> {
     pub fn new(text: &'t str) -> Lines<'t> {
         let mut starts = vec![0];
         starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        Lines { text, starts }
+        Lines {
+            text,
+            starts,
+            last: Cell::new((0, 0, 0)),
+        }
     }
 
     pub fn pos(&self, offset: u64) -> Pos {
-        let offset = (offset as usize).min(self.text.len());
+        let offset = usize::try_from(offset).map_or(self.text.len(), |o| o.min(self.text.len()));
         let line = self.starts.partition_point(|&s| s <= offset) - 1;
-        let start = self.starts[line];
-        let col = self
-            .text
-            .get(start..offset)
-            .map_or(offset - start, |s| s.chars().count());
+        let (last, last_line, last_col) = self.last.get();
+        // Count from the previous answer when it lies on this line before `offset`, else
+        // from the start of the line.
+        let (from, col0) = if last_line == line && last <= offset {
+            (last, last_col)
+        } else {
+            (self.starts[line], 0)
+        };
+        let col = match self.text.get(from..offset) {
+            Some(s) => {
+                let col = col0 + s.chars().count();
+                self.last.set((offset, line, col));
+                col
+            }
+            // Not on a character boundary (a syntax error inside a character): bytes.
+            None => col0 + offset - from,
+        };
         Pos {
             line: line as u32 + 1,
             col: col as u32 + 1,
         }
+    }
+}
+
+/// Longest attribute value quoted in a message: values come from the file, and a label is
+/// repeated in every error about the element's children.
+const QUOTED_CHARS: usize = 40;
+
+/// `value`, or its first [`QUOTED_CHARS`] characters and `...` when it is longer.
+pub(crate) fn shorten(value: &str) -> String {
+    match value.char_indices().nth(QUOTED_CHARS) {
+        None => value.to_string(),
+        Some((cut, _)) => format!("{}...", &value[..cut]),
     }
 }
 
@@ -96,5 +132,15 @@ mod tests {
         // `é` is two bytes but one column.
         assert_eq!(l.pos(11), Pos { line: 4, col: 4 });
         assert_eq!(l.pos(999), Pos { line: 4, col: 5 });
+    }
+
+    #[test]
+    fn answers_do_not_depend_on_the_order_of_questions() {
+        let text = "aé b\ncdé\n";
+        let l = Lines::new(text);
+        let fresh = |o| Lines::new(text).pos(o);
+        for o in [5, 1, 3, 0, 8, 6, 10, 4, 4, 11, 7] {
+            assert_eq!(l.pos(o), fresh(o), "offset {o}");
+        }
     }
 }

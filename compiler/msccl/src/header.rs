@@ -8,9 +8,10 @@
 //! the spelling alone says nothing the `outofplace` rule does not.
 
 use crate::attrs::Attrs;
-use crate::error::XmlError;
+use crate::error::{shorten, XmlError};
 use crate::parse::Elem;
 use braid_ir::{Collective, ModeSet, Protocol};
+use braid_plan::verify::{MAX_CHANNELS, MAX_LOCATIONS};
 use braid_plan::ByteRange;
 
 /// v1's default `maxBytes` when absent: 128 MB, exclusive.
@@ -55,9 +56,10 @@ fn collective(name: &str) -> Option<Collective> {
 /// Reads `<algo>`; `None` when any attribute was wrong (the errors say which).
 pub(crate) fn read(elem: &Elem, fallback_name: &str, errors: &mut Vec<XmlError>) -> Option<Header> {
     let before = errors.len();
+    let label = || "<algo>".to_string();
     let mut a = Attrs {
         elem,
-        label: "<algo>".into(),
+        label: &label,
         errors,
     };
     let dialect = if elem.get("outofplace").is_some() {
@@ -72,25 +74,38 @@ pub(crate) fn read(elem: &Elem, fallback_name: &str, errors: &mut Vec<XmlError>)
     let chunks = a
         .int_in("nchunksperloop", 1, i64::from(u32::MAX))
         .map(|v| v as u32);
+    // MSCCL runtimes have 32 channels (NCCL's MAXCHANNELS), as does braid.
     let nchannels = a
-        .int_in("nchannels", 1, i64::from(u32::MAX))
+        .int_in("nchannels", 1, MAX_CHANNELS as i64)
         .map(|v| v as u32);
-    let protocol = a.text("proto").and_then(|p| match p.as_str() {
+    // Refused before anything is sized by them: the verifier tracks at most
+    // MAX_LOCATIONS chunks over all ranks and buffers (`in` and `out` are at most C each).
+    if let (Some(n), Some(c)) = (n_ranks, chunks) {
+        let total = u64::from(n) * 2 * u64::from(c);
+        if total > MAX_LOCATIONS {
+            a.error(format!(
+                "ngpus=\"{n}\" and nchunksperloop=\"{c}\" make {total} chunk locations of in and out, more than the {MAX_LOCATIONS} braid verifies"
+            ));
+        }
+    }
+    let protocol = a.text("proto").and_then(|p| match p {
         "Simple" => Some(Protocol::Simple),
         "LL" => Some(Protocol::Ll),
         "LL128" => Some(Protocol::Ll128),
         other => {
             a.error(format!(
-                "proto=\"{other}\" is not a protocol (expected Simple, LL or LL128)"
+                "proto=\"{}\" is not a protocol (expected Simple, LL or LL128)",
+                shorten(other)
             ));
             None
         }
     });
     let coll = a.text("coll").and_then(|c| {
-        let found = collective(&c);
+        let found = collective(c);
         if found.is_none() {
             a.error(format!(
-                "coll=\"{c}\" is not a collective braid imports (allreduce, allgather, reduce_scatter/reducescatter, alltoall, broadcast, reduce)"
+                "coll=\"{}\" is not a collective braid imports (allreduce, allgather, reduce_scatter/reducescatter, alltoall, broadcast, reduce)",
+                shorten(c)
             ));
         }
         found

@@ -7,10 +7,12 @@
 //! [`crate::render_for_xml`] ties back to lines through the [`LineIndex`] built here.
 
 use crate::attrs::Attrs;
-use crate::error::{Lines, Pos, XmlError};
+use crate::error::{shorten, Lines, Pos, XmlError};
 use crate::header::{self, Header};
+use crate::numbering::number;
 use crate::parse::{self, label, Elem, RawGpu, RawTb};
 use braid_ir::{Buf, Collective, Mode};
+use braid_plan::verify::MAX_LOCATIONS;
 use braid_plan::{
     Block, Dep, Execution, Plan, RankPlan, Slice, Step, StepId, StepKind, Topology, DEFAULT_SLOTS,
     FORMAT_VERSION,
@@ -50,9 +52,10 @@ pub fn import_with_lines(text: &str, name: &str) -> Result<(Plan, LineIndex), Ve
     };
     let mut by_rank: Vec<Option<&RawGpu>> = vec![None; h.n_ranks as usize];
     for g in &raw.gpus {
+        let glabel = || label("gpu", "id", &g.elem);
         let mut a = Attrs {
             elem: &g.elem,
-            label: label("gpu", "id", &g.elem),
+            label: &glabel,
             errors: &mut errors,
         };
         let Some(id) = a.int_in("id", 0, i64::from(h.n_ranks) - 1) else {
@@ -76,15 +79,16 @@ pub fn import_with_lines(text: &str, name: &str) -> Result<(Plan, LineIndex), Ve
     );
     let mut ranks = Vec::new();
     let mut scratch = 0;
+    // Missing ranks, as runs: one message for `ngpus="65536"` with one `<gpu>`.
+    let mut missing: Vec<(u32, u32)> = Vec::new();
     for (r, g) in by_rank.iter().enumerate() {
         let r = r as u32;
         let Some(g) = g else {
-            if !raw.gpus.is_empty() || r == 0 {
-                errors.push(XmlError::new(
-                    raw.elem.pos,
-                    "<algo>",
-                    format!("no <gpu id=\"{r}\">, but ngpus=\"{}\"", h.n_ranks),
-                ));
+            // With no `<gpu>` at all, the first missing one says enough.
+            match missing.last_mut() {
+                _ if raw.gpus.is_empty() && r > 0 => {}
+                Some((_, last)) if *last + 1 == r => *last = r,
+                _ => missing.push((r, r)),
             }
             continue;
         };
@@ -93,6 +97,18 @@ pub fn import_with_lines(text: &str, name: &str) -> Result<(Plan, LineIndex), Ve
             scratch = scratch.max(s);
             ranks.push(rank);
         }
+    }
+    for (first, last) in missing {
+        let which = if first == last {
+            format!("no <gpu id=\"{first}\">")
+        } else {
+            format!("no <gpu id=\"{first}\"> to <gpu id=\"{last}\">")
+        };
+        errors.push(XmlError::new(
+            raw.elem.pos,
+            "<algo>",
+            format!("{which}, but ngpus=\"{}\"", h.n_ranks),
+        ));
     }
     if !errors.is_empty() {
         errors.sort_by_key(|e| e.pos);
@@ -144,12 +160,23 @@ fn read_gpu(
 ) -> Option<(RankPlan, u32)> {
     let before = errors.len();
     let glabel = label("gpu", "id", &g.elem);
+    let gl = || glabel.clone();
     let mut a = Attrs {
         elem: &g.elem,
-        label: glabel.clone(),
+        label: &gl,
         errors,
     };
     let (i_chunks, o_chunks, s_chunks) = (a.u32("i_chunks"), a.u32("o_chunks"), a.u32("s_chunks"));
+    // The verifier's bound, checked here so the message points at the `<gpu>`.
+    if let Some(s) = s_chunks {
+        let total = u64::from(h.n_ranks) * (2 * u64::from(h.chunks) + u64::from(s));
+        if total > MAX_LOCATIONS {
+            a.error(format!(
+                "s_chunks=\"{s}\" on {} gpus with nchunksperloop=\"{}\" makes {total} chunk locations, more than the {MAX_LOCATIONS} braid verifies",
+                h.n_ranks, h.chunks
+            ));
+        }
+    }
     let sizes = Sizes {
         input: layout.size(Buf::In, r),
         output: layout.size(Buf::Out, r),
@@ -172,47 +199,47 @@ fn read_gpu(
         }
     }
     // Blocks by id: dense, no duplicates.
-    let mut by_id: Vec<Option<&RawTb>> = Vec::new();
+    let tlabel = |t: &RawTb| format!("{} of {glabel}", label("tb", "id", &t.elem));
+    let mut ids = Vec::with_capacity(g.tbs.len());
     for t in &g.tbs {
+        let tl = || tlabel(t);
         let mut a = Attrs {
             elem: &t.elem,
-            label: format!("{} of {glabel}", label("tb", "id", &t.elem)),
+            label: &tl,
             errors,
         };
-        let Some(id) = a.int_in("id", 0, 1 << 16) else {
-            continue;
-        };
-        let id = id as usize;
-        if by_id.len() <= id {
-            by_id.resize(id + 1, None);
-        }
-        match by_id[id] {
-            Some(first) => a.error(format!(
-                "duplicate tb id {id} in {glabel} (first at line {})",
-                first.elem.pos.line
-            )),
-            None => by_id[id] = Some(t),
+        if let Some(id) = a.int_in("id", 0, 1 << 16) {
+            ids.push((id as u64, t));
         }
     }
-    if let Some(gap) = by_id.iter().position(Option::is_none) {
+    let numbered = number(ids);
+    for (id, t, first) in numbered.duplicates {
+        errors.push(XmlError::new(
+            t.elem.pos,
+            tlabel(t),
+            format!(
+                "duplicate tb id {id} in {glabel} (first at line {})",
+                first.elem.pos.line
+            ),
+        ));
+    }
+    if let Some((gap, count)) = numbered.gap {
         errors.push(XmlError::new(
             g.elem.pos,
             glabel.clone(),
             format!(
-                "no <tb id=\"{gap}\">, but a tb with a higher id exists; tb ids must be 0..{}",
-                by_id.len()
+                "no <tb id=\"{gap}\">, but a tb with a higher id exists; tb ids must be 0..{count}"
             ),
         ));
     }
-    let tbs: Vec<&RawTb> = by_id.into_iter().flatten().collect();
+    let tbs = numbered.in_order;
     // Step counts first, so dependencies on later tbs can be checked.
     let counts: Vec<usize> = tbs.iter().map(|t| t.steps.len()).collect();
     let mut blocks = Vec::new();
     for (b, t) in tbs.iter().enumerate() {
         let b = b as u32;
         index.blocks.insert((r, b), t.elem.pos);
-        let tlabel = format!("{} of {glabel}", label("tb", "id", &t.elem));
-        if let Some(block) = read_tb(h, r, b, t, &tlabel, &sizes, &counts, index, errors) {
+        if let Some(block) = read_tb(h, r, b, t, &tlabel(t), &sizes, &counts, index, errors) {
             blocks.push(block);
         }
     }
@@ -233,9 +260,10 @@ fn read_tb(
     errors: &mut Vec<XmlError>,
 ) -> Option<Block> {
     let before = errors.len();
+    let tl = || tlabel.to_string();
     let mut a = Attrs {
         elem: &t.elem,
-        label: tlabel.to_string(),
+        label: &tl,
         errors,
     };
     let peer_max = i64::from(h.n_ranks) - 1;
@@ -243,46 +271,49 @@ fn read_tb(
     let recv = a.int_in("recv", -1, peer_max);
     let chan = a.int_in("chan", 0, i64::from(h.nchannels) - 1);
     // Steps by `s`: dense, no duplicates.
-    let mut by_s: Vec<Option<&Elem>> = Vec::new();
+    let slabel = |e: &Elem| format!("{} of {tlabel}", label("step", "s", e));
+    let mut numbers = Vec::with_capacity(t.steps.len());
     for e in &t.steps {
+        let sl = || slabel(e);
         let mut a = Attrs {
             elem: e,
-            label: format!("{} of {tlabel}", label("step", "s", e)),
+            label: &sl,
             errors,
         };
-        let Some(s) = a.int_in("s", 0, 1 << 16) else {
-            continue;
-        };
-        let s = s as usize;
-        if by_s.len() <= s {
-            by_s.resize(s + 1, None);
-        }
-        match by_s[s] {
-            Some(first) => a.error(format!(
-                "duplicate step s=\"{s}\" (first at line {})",
-                first.pos.line
-            )),
-            None => by_s[s] = Some(e),
+        if let Some(s) = a.int_in("s", 0, 1 << 16) {
+            numbers.push((s as u64, e));
         }
     }
-    if let Some(gap) = by_s.iter().position(Option::is_none) {
+    let numbered = number(numbers);
+    for (s, e, first) in numbered.duplicates {
+        errors.push(XmlError::new(
+            e.pos,
+            slabel(e),
+            format!(
+                "duplicate step s=\"{s}\" (first at line {})",
+                first.pos.line
+            ),
+        ));
+    }
+    if let Some((gap, count)) = numbered.gap {
         errors.push(XmlError::new(
             t.elem.pos,
             tlabel.to_string(),
-            format!("no <step s=\"{gap}\">, but a step with a higher s exists; steps must be numbered 0..{}", by_s.len()),
+            format!("no <step s=\"{gap}\">, but a step with a higher s exists; steps must be numbered 0..{count}"),
         ));
     }
-    let mut steps = Vec::new();
-    for (s, e) in by_s.into_iter().flatten().enumerate() {
+    let mut steps = Vec::with_capacity(numbered.in_order.len());
+    for (s, e) in numbered.in_order.into_iter().enumerate() {
         let id = StepId {
             rank: r,
             block: b,
             step: s as u32,
         };
         index.steps.insert(id, e.pos);
+        let sl = || slabel(e);
         let mut a = Attrs {
             elem: e,
-            label: format!("{} of {tlabel}", label("step", "s", e)),
+            label: &sl,
             errors,
         };
         if let Some(step) = read_step(h, r, &mut a, sizes, counts) {
@@ -319,10 +350,11 @@ fn buffer(name: &str) -> Option<Buf> {
 fn read_step(h: &Header, r: u32, a: &mut Attrs, sizes: &Sizes, counts: &[usize]) -> Option<Step> {
     let before = a.errors.len();
     let kind = a.text("type").and_then(|t| {
-        let k = kind(&t);
+        let k = kind(t);
         if k.is_none() {
             a.error(format!(
-                "type=\"{t}\" is not an MSCCL step type braid runs (s r rcs rrs rrc rrcs cpy re nop)"
+                "type=\"{}\" is not an MSCCL step type braid runs (s r rcs rrs rrc rrcs cpy re nop)",
+                shorten(t)
             ));
         }
         k
@@ -338,9 +370,10 @@ fn read_step(h: &Header, r: u32, a: &mut Attrs, sizes: &Sizes, counts: &[usize])
         }
         let (bkey, okey) = (format!("{role}buf"), format!("{role}off"));
         let bname = a.text(&bkey)?;
-        let Some(buf) = buffer(&bname) else {
+        let Some(buf) = buffer(bname) else {
             a.error(format!(
-                "{bkey}=\"{bname}\" is not a buffer (expected i, o or s)"
+                "{bkey}=\"{}\" is not a buffer (expected i, o or s)",
+                shorten(bname)
             ));
             return None;
         };

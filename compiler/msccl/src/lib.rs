@@ -13,6 +13,7 @@ mod error;
 mod export;
 mod header;
 mod import;
+mod numbering;
 mod parse;
 mod render;
 

@@ -5,23 +5,32 @@
 //! elements are kept, and everything else (TACCL's `<copy>`, comments, processing
 //! instructions, text) is skipped as the runtimes skip it.
 
-use crate::error::{Lines, Pos, XmlError};
+use crate::error::{shorten, Lines, Pos, XmlError};
 use quick_xml::events::{BytesStart, Event};
 use quick_xml::{Reader, XmlVersion};
 
 /// One element the importer reads: where it starts and its attributes in file order.
+/// Keys and values share one string (a large file has hundreds of thousands of elements).
 #[derive(Debug)]
 pub(crate) struct Elem {
     pub pos: Pos,
-    pub attrs: Vec<(String, String)>,
+    text: String,
+    /// Per attribute: where its key ends and its value ends in `text` (each starts where
+    /// the one before ends).
+    ends: Vec<(u32, u32)>,
 }
 
 impl Elem {
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.attrs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        let mut start = 0;
+        for &(k, v) in &self.ends {
+            let (k, v) = (k as usize, v as usize);
+            if &self.text[start..k] == name {
+                return Some(&self.text[k..v]);
+            }
+            start = v;
+        }
+        None
     }
 }
 
@@ -43,11 +52,12 @@ pub(crate) struct RawAlgo {
     pub gpus: Vec<RawGpu>,
 }
 
-/// `<gpu id="2">` style label from an element's identifying attribute, kept verbatim so
-/// the message shows what the file says even when the value is not a number.
+/// `<gpu id="2">` style label from an element's identifying attribute, kept verbatim
+/// (up to a length) so the message shows what the file says even when the value is not a
+/// number.
 pub(crate) fn label(tag: &str, key: &str, e: &Elem) -> String {
     match e.get(key) {
-        Some(v) => format!("<{tag} {key}=\"{v}\">"),
+        Some(v) => format!("<{tag} {key}=\"{}\">", shorten(v)),
         None => format!("<{tag}>"),
     }
 }
@@ -63,27 +73,61 @@ enum Open {
     Other,
 }
 
-fn attrs(e: &BytesStart, pos: Pos) -> Result<Vec<(String, String)>, XmlError> {
+/// Attributes read per element. MSCCL's elements have at most a dozen; the cap also bounds
+/// quick-xml's duplicate-attribute check, which compares each attribute with all before it.
+pub(crate) const MAX_ATTRIBUTES: usize = 64;
+
+fn elem(e: &BytesStart, pos: Pos) -> Result<Elem, XmlError> {
     let tag = e.name().into_inner().to_string();
-    let mut out = Vec::new();
+    let mut out = Elem {
+        pos,
+        text: String::new(),
+        ends: Vec::new(),
+    };
     for a in e.attributes() {
+        if out.ends.len() == MAX_ATTRIBUTES {
+            return Err(XmlError::new(
+                pos,
+                format!("<{tag}>"),
+                format!("more than {MAX_ATTRIBUTES} attributes; MSCCL elements have about a dozen"),
+            ));
+        }
         let a = a.map_err(|err| {
             XmlError::new(pos, format!("<{tag}>"), format!("bad attribute: {err}"))
         })?;
-        let key = a.key.into_inner().to_string();
-        let value = a
-            .normalized_value(XmlVersion::Implicit1_0)
-            .map_err(|err| {
-                XmlError::new(
-                    pos,
-                    format!("<{tag}>"),
-                    format!("bad value of {key}: {err}"),
-                )
-            })?
-            .into_owned();
-        out.push((key, value));
+        let key = a.key.into_inner();
+        let value = a.normalized_value(XmlVersion::Implicit1_0).map_err(|err| {
+            XmlError::new(
+                pos,
+                format!("<{tag}>"),
+                format!("bad value of {}: {err}", shorten(key)),
+            )
+        })?;
+        // Element text is a slice of the file, so much shorter than 4 GiB.
+        out.text.push_str(key);
+        let k = out.text.len() as u32;
+        out.text.push_str(&value);
+        out.ends.push((k, out.text.len() as u32));
     }
     Ok(out)
+}
+
+/// How errors name an open element of kind `open`: the innermost one of that kind, which
+/// is the last one read. `None` for skipped elements.
+fn open_label(algo: Option<&RawAlgo>, open: Open) -> Option<String> {
+    let gpu = || algo?.gpus.last();
+    let tb = || gpu()?.tbs.last();
+    match open {
+        Open::Algo => Some("<algo>".to_string()),
+        Open::Gpu => gpu().map(|g| label("gpu", "id", &g.elem)),
+        Open::Tb => Some(format!(
+            "{} of {}",
+            label("tb", "id", &tb()?.elem),
+            label("gpu", "id", &gpu()?.elem)
+        )),
+        Open::Step => tb()?.steps.last().map(|e| label("step", "s", e)),
+        Open::Other => None,
+    }
 }
 
 /// Reads the whole file. Syntax errors stop the pass (nothing after them can be trusted);
@@ -91,7 +135,8 @@ fn attrs(e: &BytesStart, pos: Pos) -> Result<Vec<(String, String)>, XmlError> {
 pub(crate) fn parse(text: &str, lines: &Lines) -> Result<RawAlgo, Vec<XmlError>> {
     let mut reader = Reader::from_str(text);
     let mut algo: Option<RawAlgo> = None;
-    let mut stack: Vec<(Open, Pos, String)> = Vec::new();
+    // Open elements with where they start; their labels are made only for an error.
+    let mut stack: Vec<(Open, Pos)> = Vec::new();
     let mut errors = Vec::new();
     loop {
         let before = reader.buffer_position();
@@ -100,8 +145,10 @@ pub(crate) fn parse(text: &str, lines: &Lines) -> Result<RawAlgo, Vec<XmlError>>
             Err(e) => {
                 let at = lines.pos(reader.error_position());
                 let inside = stack
-                    .last()
-                    .map_or("the file".to_string(), |(_, _, l)| l.clone());
+                    .iter()
+                    .rev()
+                    .find_map(|&(o, _)| open_label(algo.as_ref(), o))
+                    .unwrap_or_else(|| "the file".to_string());
                 errors.push(XmlError::new(at, inside, format!("malformed XML: {e}")));
                 return Err(errors);
             }
@@ -119,7 +166,7 @@ pub(crate) fn parse(text: &str, lines: &Lines) -> Result<RawAlgo, Vec<XmlError>>
         let pos = lines.pos(before);
         let qname = e.name();
         let name: &str = qname.into_inner();
-        let parent = stack.last().map(|(o, _, _)| *o);
+        let parent = stack.last().map(|&(o, _)| o);
         let kind = match (name, parent) {
             (_, Some(Open::Other | Open::Step)) => Open::Other,
             ("algo", None) => Open::Algo,
@@ -143,12 +190,8 @@ pub(crate) fn parse(text: &str, lines: &Lines) -> Result<RawAlgo, Vec<XmlError>>
             }
             _ => Open::Other,
         };
-        let mut shown = String::new();
         if kind != Open::Other {
-            let elem = Elem {
-                pos,
-                attrs: attrs(&e, pos).map_err(|x| vec![x])?,
-            };
+            let elem = elem(&e, pos).map_err(|x| vec![x])?;
             match kind {
                 Open::Algo if algo.is_some() => {
                     errors.push(XmlError::new(
@@ -158,14 +201,12 @@ pub(crate) fn parse(text: &str, lines: &Lines) -> Result<RawAlgo, Vec<XmlError>>
                     ));
                 }
                 Open::Algo => {
-                    shown = "<algo>".into();
                     algo = Some(RawAlgo {
                         elem,
                         gpus: Vec::new(),
                     });
                 }
                 Open::Gpu => {
-                    shown = label("gpu", "id", &elem);
                     let a = algo.as_mut().expect("parent is algo");
                     a.gpus.push(RawGpu {
                         elem,
@@ -175,11 +216,6 @@ pub(crate) fn parse(text: &str, lines: &Lines) -> Result<RawAlgo, Vec<XmlError>>
                 Open::Tb => {
                     let a = algo.as_mut().expect("parent is algo");
                     let g = a.gpus.last_mut().expect("parent is gpu");
-                    shown = format!(
-                        "{} of {}",
-                        label("tb", "id", &elem),
-                        label("gpu", "id", &g.elem)
-                    );
                     g.tbs.push(RawTb {
                         elem,
                         steps: Vec::new(),
@@ -189,21 +225,25 @@ pub(crate) fn parse(text: &str, lines: &Lines) -> Result<RawAlgo, Vec<XmlError>>
                     let a = algo.as_mut().expect("parent is algo");
                     let g = a.gpus.last_mut().expect("parent is gpu");
                     let t = g.tbs.last_mut().expect("parent is tb");
-                    shown = label("step", "s", &elem);
                     t.steps.push(elem);
                 }
                 Open::Other => {}
             }
         }
         if !empty {
-            stack.push((kind, pos, shown));
+            stack.push((kind, pos));
         }
     }
-    if let Some((_, pos, _)) = stack.first() {
+    if let Some((_, pos)) = stack.first() {
         let open: Vec<String> = stack
             .iter()
-            .filter(|(o, _, _)| *o != Open::Other)
-            .map(|(_, p, l)| format!("{l} (line {})", p.line))
+            .filter_map(|&(o, p)| {
+                Some(format!(
+                    "{} (line {})",
+                    open_label(algo.as_ref(), o)?,
+                    p.line
+                ))
+            })
             .collect();
         errors.push(XmlError::new(
             lines.pos(text.len() as u64),

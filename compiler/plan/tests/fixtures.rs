@@ -65,4 +65,12 @@ bad_fixture!(
     bad_structure,
     unknown_version,
     malformed_json,
+    inverted_byte_range,
+    empty_byte_range,
+    empty_slice,
+    slice_end_past_u32,
+    negative_offset,
+    offset_past_u32,
+    huge_chunk_count,
+    too_many_chunk_accesses,
 );

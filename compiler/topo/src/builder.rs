@@ -6,13 +6,20 @@ use std::collections::HashMap;
 use petgraph::graph::{NodeIndex, UnGraph};
 use petgraph::visit::EdgeRef;
 
-use crate::search;
+use crate::routes::check_routes;
 use crate::vertex::is_valid_name;
 use crate::{Link, LinkKind, TopoError, Topology, Vertex, VertexId, VertexKind};
 
 /// The most ranks a topology may have: the lazily cached paths grow with the
 /// square of this.
 pub const MAX_RANKS: u32 = 4096;
+
+/// The most vertices a topology may have: 16 per rank at the most ranks, far above any
+/// machine, and low enough that a path search from every rank stays cheap.
+pub const MAX_VERTICES: u32 = 1 << 16;
+
+/// The most links a topology may have (four per vertex on average).
+pub const MAX_LINKS: u32 = 1 << 18;
 
 /// Builds a [`Topology`]; see the `add_*` methods for what each checks, and
 /// [`TopologyBuilder::build`] for the whole-machine checks.
@@ -66,6 +73,13 @@ impl TopologyBuilder {
         if self.names.contains_key(&vertex.name) {
             return invalid(format!("vertex `{}` is declared twice", vertex.name));
         }
+        if self.graph.node_count() as u32 >= MAX_VERTICES {
+            return invalid(format!(
+                "`{}` would be vertex {}: a topology has at most {MAX_VERTICES}",
+                vertex.name,
+                MAX_VERTICES as u64 + 1
+            ));
+        }
         match (&vertex.kind, vertex.node) {
             (VertexKind::Network, None) => {}
             (VertexKind::Network, Some(_)) => {
@@ -112,6 +126,12 @@ impl TopologyBuilder {
         let (va, vb) = (self.graph[node(a)].clone(), self.graph[node(b)].clone());
         if a == b {
             return invalid(format!("`{}` is linked to itself", va.name));
+        }
+        if self.graph.edge_count() as u32 >= MAX_LINKS {
+            return invalid(format!(
+                "this would be link {}: a topology has at most {MAX_LINKS}",
+                MAX_LINKS as u64 + 1
+            ));
         }
         if self.graph.find_edge(node(a), node(b)).is_some() {
             return invalid(format!(
@@ -164,6 +184,14 @@ impl TopologyBuilder {
         let topo = self.canonical(name);
         check_routes(&topo)?;
         Ok(topo)
+    }
+
+    /// The topology without the route check, for testing it; `None` when the ranks are
+    /// wrong.
+    #[cfg(test)]
+    pub(crate) fn build_without_routes(self, name: &str) -> Option<Topology> {
+        self.check_ranks().ok()?;
+        Some(self.canonical(name.to_string()))
     }
 
     /// Ranks `0..n`, each once, node-major, every node with a GPU.
@@ -265,45 +293,7 @@ impl TopologyBuilder {
     }
 }
 
-/// Every GPU reaches every other GPU by a legal route. Reachability is not
-/// transitive (routes never pass through a GPU), so each GPU is checked; but
-/// a route between nodes is a route inside the source node to a NIC, then one
-/// from that NIC outwards, so the outward part is searched once per node and
-/// set of NICs (once per node in practice) rather than once per GPU.
-fn check_routes(topo: &Topology) -> Result<(), Located> {
-    let g = topo.graph();
-    let gpu = |rank: u32| node(topo.gpu_vertex(rank));
-    for k in 0..topo.n_nodes() {
-        let local = topo.ranks_of_node(k);
-        let mut exits_tried: Vec<Vec<NodeIndex>> = Vec::new();
-        for a in local.clone() {
-            let inside = search::reachable(g, gpu(a), &[gpu(a)], true);
-            if let Some(b) = local.clone().find(|&b| !inside[gpu(b).index()]) {
-                return Err(no_route(topo, a, b));
-            }
-            if topo.n_nodes() == 1 {
-                continue;
-            }
-            let exits: Vec<NodeIndex> = g
-                .node_indices()
-                .filter(|&v| inside[v.index()] && g[v].kind.is_nic())
-                .collect();
-            if exits_tried.contains(&exits) {
-                continue;
-            }
-            let outside = search::reachable(g, gpu(a), &exits, false);
-            let unreached =
-                (0..topo.n_ranks()).find(|&b| !local.contains(&b) && !outside[gpu(b).index()]);
-            if let Some(b) = unreached {
-                return Err(no_route(topo, a, b));
-            }
-            exits_tried.push(exits);
-        }
-    }
-    Ok(())
-}
-
-fn no_route(topo: &Topology, a: u32, b: u32) -> Located {
+pub(crate) fn no_route(topo: &Topology, a: u32, b: u32) -> Located {
     let (va, vb) = (
         topo.vertex(topo.gpu_vertex(a)),
         topo.vertex(topo.gpu_vertex(b)),

@@ -48,6 +48,14 @@ const PCIE_WIDTHS: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// GB/s per direction. A model value: real systems range from ~40 to ~130.
 pub const SMP_GBPS: f64 = 64.0;
 
+/// The largest bandwidth a link may have, GB/s per direction (a petabyte per second):
+/// sums and products of bandwidths stay finite.
+pub const MAX_BANDWIDTH_GBPS: f64 = 1e6;
+
+/// The largest latency a link may have, microseconds (a second): a route's latency, a sum
+/// over at most [`crate::MAX_VERTICES`] hops, stays finite.
+pub const MAX_LATENCY_US: f64 = 1e6;
+
 impl LinkKind {
     /// The keyword of this kind in the file format (`kind=…`).
     pub fn keyword(&self) -> &'static str {
@@ -159,16 +167,16 @@ impl Link {
     /// Checks the kind and that bandwidth is positive and latency non-negative.
     pub fn validate(&self) -> Result<(), String> {
         self.kind.validate()?;
-        if !(self.bandwidth_gbps.is_finite() && self.bandwidth_gbps > 0.0) {
+        let bw = self.bandwidth_gbps;
+        if !(bw.is_finite() && bw > 0.0 && bw <= MAX_BANDWIDTH_GBPS) {
             return Err(format!(
-                "bandwidth must be a positive number of GB/s, not {}",
-                self.bandwidth_gbps
+                "bandwidth must be a positive number of GB/s up to {MAX_BANDWIDTH_GBPS}, not {bw}"
             ));
         }
-        if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
+        let lat = self.latency_us;
+        if !(lat.is_finite() && (0.0..=MAX_LATENCY_US).contains(&lat)) {
             return Err(format!(
-                "latency must be a non-negative number of microseconds, not {}",
-                self.latency_us
+                "latency must be a non-negative number of microseconds up to {MAX_LATENCY_US}, not {lat}"
             ));
         }
         Ok(())

@@ -20,7 +20,7 @@
 //! pass per distinct bottleneck (two in a cluster: NVLink and the NIC).
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 
 use petgraph::graph::{EdgeIndex, NodeIndex, UnGraph};
 use petgraph::visit::EdgeRef;
@@ -91,7 +91,9 @@ impl<'g> Rules<'g> {
 
 /// Which vertices legal routes from `src` reach, when routes start at
 /// `starts` (`src` itself, or some vertices such routes reach) and, with
-/// `inside_only`, never leave `src`'s node.
+/// `inside_only`, never leave `src`'s node. The reference `routes.rs` is tested
+/// against.
+#[cfg(test)]
 pub(crate) fn reachable(
     g: &UnGraph<Vertex, Link>,
     src: NodeIndex,
@@ -100,7 +102,7 @@ pub(crate) fn reachable(
 ) -> Vec<bool> {
     let rules = Rules::new(g, src, inside_only);
     let mut seen = vec![false; g.node_count()];
-    let mut queue = VecDeque::new();
+    let mut queue = std::collections::VecDeque::new();
     for &s in starts {
         seen[s.index()] = true;
         queue.push_back(s);

@@ -12,10 +12,13 @@
 //!
 //! The simulated blocks are deterministic processes blocking on FIFOs and completion flags,
 //! so whether they get stuck does not depend on the order the simulation runs them in; the
-//! simulation moves as many slices at once as it can, so its cost does not grow with `slots`.
+//! simulation moves as many slices at once as it can, so its cost does not grow with `slots`,
+//! and in a streaming plan it completes a chain of messages (see `chains.rs`) at once when
+//! the chain's last step starts, so its cost does not grow with the number of connections.
 //! The order in which steps complete is a topological order of happens-before, which the
 //! race and postcondition phases reuse.
 
+use super::chains::{chains, Chains};
 use super::connections::Wiring;
 use super::index::NONE;
 use super::Ctx;
@@ -164,6 +167,9 @@ struct Sim<'c, 'p> {
     fifo: Vec<u64>,
     complete: Vec<bool>,
     waiters: Vec<Vec<u32>>,
+    /// Streaming plans only: the chains, and how many steps of each have started.
+    chains: Option<Chains>,
+    chain_started: Vec<u32>,
     queued: Vec<bool>,
     work: Vec<u32>,
     order: Vec<u32>,
@@ -181,7 +187,10 @@ impl Sim<'_, '_> {
     fn slices_of(&self, g: u32) -> u64 {
         match self.cx.ix.plan.execution {
             crate::plan::Execution::Streaming => self.slices,
-            crate::plan::Execution::Tiled => u64::from(self.cx.ix.step(g).count()).max(1),
+            // An out-of-bounds count (reported by the bounds phase) counts as a buffer.
+            crate::plan::Execution::Tiled => {
+                super::limits::counted(self.cx.ix.plan, self.cx.ix.step(g).count()).max(1)
+            }
         }
     }
 
@@ -202,6 +211,9 @@ impl Sim<'_, '_> {
                     return;
                 }
                 self.started[bu] = true;
+                if self.start_in_chain(g) {
+                    continue;
+                }
             }
             if kind.sends() || kind.receives() {
                 let slices = self.slices_of(g);
@@ -238,6 +250,48 @@ impl Sim<'_, '_> {
             self.progress[bu] = 0;
             self.started[bu] = false;
         }
+    }
+
+    /// Counts step `g` as started in its chain (streaming plans); when it is the chain's
+    /// last step to start, completes the whole chain and returns `true`.
+    fn start_in_chain(&mut self, g: u32) -> bool {
+        let Some(ch) = &self.chains else {
+            return false;
+        };
+        let c = ch.of[g as usize];
+        if c == NONE {
+            return false;
+        }
+        self.chain_started[c as usize] += 1;
+        if self.chain_started[c as usize] != ch.size[c as usize] {
+            return false;
+        }
+        let ch = self.chains.take().expect("streaming");
+        for &m in ch.members(c) {
+            let mb = self.cx.ix.block_of(m);
+            let mu = mb as usize;
+            debug_assert_eq!(self.current(mb), Some(m));
+            debug_assert!(self.started[mu]);
+            if self.cx.ix.step(m).kind.sends() {
+                // Only this message's slices can be in the FIFO: its receiver has
+                // consumed every earlier message, and its sender sent nothing later.
+                let out = self.w.out_conn[mu] as usize;
+                let rb = self.w.conn_ends[out].1 as usize;
+                debug_assert_eq!(self.fifo[out], self.progress[mu] - self.progress[rb]);
+                self.fifo[out] = 0;
+            }
+            self.complete[m as usize] = true;
+            self.order.push(m);
+            for waiter in std::mem::take(&mut self.waiters[m as usize]) {
+                self.wake(waiter);
+            }
+            self.pc[mu] += 1;
+            self.progress[mu] = 0;
+            self.started[mu] = false;
+            self.wake(mb);
+        }
+        self.chains = Some(ch);
+        true
     }
 
     fn wait_of(&self, b: u32, g: u32) -> Wait {
@@ -309,10 +363,17 @@ fn simulate(cx: &Ctx, w: &Wiring) -> Result<Vec<u32>, Vec<PlanDiagnostic>> {
         fifo: vec![0; w.conn_ends.len()],
         complete: vec![false; ns],
         waiters: vec![Vec::new(); ns],
+        chains: None,
+        chain_started: Vec::new(),
         queued: vec![true; nb],
         work: (0..nb as u32).rev().collect(),
         order: Vec::with_capacity(ns),
     };
+    if cx.ix.plan.execution == crate::plan::Execution::Streaming {
+        let ch = chains(cx, w);
+        sim.chain_started = vec![0; ch.size.len()];
+        sim.chains = Some(ch);
+    }
     while let Some(b) = sim.work.pop() {
         sim.queued[b as usize] = false;
         sim.advance(b);

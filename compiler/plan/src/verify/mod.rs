@@ -16,13 +16,16 @@
 
 mod annotations;
 mod bounds;
+mod chains;
 mod connections;
 mod deadlock;
 mod index;
+mod limits;
 mod race;
 mod semantics;
 mod structure;
 
+pub use limits::{MAX_CHUNK_ACCESSES, MAX_STEPS};
 pub use structure::{MAX_CHANNELS, MAX_LOCATIONS};
 
 use crate::diag::{Check, PlanDiagnostic, Site};

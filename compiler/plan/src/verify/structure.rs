@@ -66,6 +66,19 @@ fn check_header(plan: &Plan, out: &mut Vec<PlanDiagnostic>) -> bool {
         ));
     }
     check_chunks(plan, out);
+    if let Some(b) = plan.bytes {
+        match b.max {
+            Some(max) if max < b.min => out.push(plan_diag(format!(
+                "bytes {{min: {}, max: {max}}} is inverted: it serves sizes s with min <= s < max, so max must be greater than min",
+                b.min
+            ))),
+            Some(max) if max == b.min => out.push(plan_diag(format!(
+                "bytes {{min: {}, max: {max}}} is empty: it serves sizes s with min <= s < max, so no call would use the plan",
+                b.min
+            ))),
+            _ => {}
+        }
+    }
 
     let mut ranks_ok = true;
     if plan.ranks.len() as u64 != u64::from(n) {
@@ -85,9 +98,8 @@ fn check_header(plan: &Plan, out: &mut Vec<PlanDiagnostic>) -> bool {
             ranks_ok = false;
         }
     }
-    if plan.step_count() >= u32::MAX as usize {
-        out.push(plan_diag("the plan has more than 2^32 - 2 steps"));
-        ranks_ok = false;
+    if plan.step_count() as u64 > super::MAX_STEPS {
+        ranks_ok = false; // reported by the limits check
     }
     ranks_ok
 }
@@ -259,6 +271,7 @@ fn check_fields(s: &Step, report: &mut dyn FnMut(String)) {
 /// All structural problems. Later phases run only when this returns nothing.
 pub(crate) fn check(plan: &Plan) -> Vec<PlanDiagnostic> {
     let mut out = Vec::new();
+    super::limits::check(plan, &mut out);
     if check_header(plan, &mut out) {
         check_blocks(plan, &mut out);
         check_steps(plan, &mut out);

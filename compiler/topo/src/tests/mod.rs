@@ -1,9 +1,12 @@
 //! Unit tests, one file per feature. Each goes through the public API.
 
 mod errors;
+mod hostile;
+mod never_panics;
 mod paths;
 mod presets;
 mod props;
+mod routes;
 mod text;
 
 use crate::Topology;

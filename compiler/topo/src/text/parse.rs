@@ -7,7 +7,11 @@ use super::{HEADER, HEADER_PREFIX};
 use crate::builder::Blame;
 use crate::{
     Cpu, Gpu, Link, LinkKind, Nic, TopoError, Topology, TopologyBuilder, Vertex, VertexKind,
+    MAX_BANDWIDTH_GBPS, MAX_LATENCY_US, MAX_RANKS,
 };
+
+/// `key=value` pairs one statement may have; `gpu`, with five keys, has the most.
+const MAX_PAIRS: usize = 8;
 
 impl Topology {
     /// Reads a topology in the file format (see [`crate::text`]). `name` names
@@ -157,6 +161,14 @@ impl<'a> Parser<'a> {
                     if st.pairs.iter().any(|p| p.0 == key) {
                         return Err(self.err(n, key_col, format!("`{key}` is given twice")));
                     }
+                    // Bounds the duplicate check above, which compares with every pair.
+                    if st.pairs.len() == MAX_PAIRS {
+                        return Err(self.err(
+                            n,
+                            key_col,
+                            format!("more than {MAX_PAIRS} key=value pairs; no statement takes that many"),
+                        ));
+                    }
                     st.pairs.push((key, key_col, value, value_col));
                 }
             }
@@ -210,6 +222,13 @@ impl<'a> Parser<'a> {
         let (text, col) = &st.words[1];
         let k = self.uint(st.line, *col, text)?;
         let expected = self.builder.n_nodes();
+        if k >= MAX_RANKS {
+            return Err(self.err(
+                st.line,
+                *col,
+                format!("node {k}: every node needs a GPU, and a topology has at most {MAX_RANKS}"),
+            ));
+        }
         if k != expected {
             return Err(self.err(
                 st.line,
@@ -345,7 +364,19 @@ impl<'a> Parser<'a> {
             .map_err(|m| self.err(st.line, kind_col, m))?;
         let bandwidth_gbps = match self.optional_float(&st, "bw")? {
             Some(bw) => bw,
-            None => kind.nominal_bandwidth_gbps().expect("validated"),
+            None => {
+                let bw = kind.nominal_bandwidth_gbps().expect("validated");
+                if bw > MAX_BANDWIDTH_GBPS {
+                    return Err(self.err(
+                        st.line,
+                        kind_col,
+                        format!(
+                            "these numbers make a nominal bandwidth of {bw} GB/s, more than the {MAX_BANDWIDTH_GBPS} a link may have"
+                        ),
+                    ));
+                }
+                bw
+            }
         };
         let latency_us = self
             .optional_float(&st, "lat")?
@@ -386,15 +417,15 @@ impl<'a> Parser<'a> {
         let Some(p) = st.pairs.iter().find(|p| p.0 == key) else {
             return Ok(None);
         };
-        let bad = || self.err(st.line, p.3, format!("`{key}={}` is not a number", p.2));
-        let value: f64 = p.2.parse().map_err(|_| bad())?;
+        let bad = |what: &str| self.err(st.line, p.3, format!("`{key}={}` is {what}", p.2));
+        let value: f64 = p.2.parse().map_err(|_| bad("not a number"))?;
         if !value.is_finite() {
-            return Err(bad());
+            return Err(bad("not a number"));
         }
-        let ok = if key == "bw" {
-            value > 0.0
+        let (ok, max) = if key == "bw" {
+            (value > 0.0, MAX_BANDWIDTH_GBPS)
         } else {
-            value >= 0.0
+            (value >= 0.0, MAX_LATENCY_US)
         };
         if !ok {
             let what = if key == "bw" {
@@ -403,6 +434,13 @@ impl<'a> Parser<'a> {
                 "non-negative"
             };
             return Err(self.err(st.line, p.3, format!("`{key}` must be {what}, not {}", p.2)));
+        }
+        if value > max {
+            return Err(self.err(
+                st.line,
+                p.3,
+                format!("`{key}={}` is more than the {max} a link may have", p.2),
+            ));
         }
         Ok(Some(value))
     }
