@@ -8,7 +8,6 @@ use braid_ir::{Collective, Mode};
 use braid_plan::Verified;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::geometry::count_for_bytes;
 use braid_runtime::registry::{Origin, Registry};
 use braid_runtime::selfcheck::run_checked;
 use std::path::PathBuf;
@@ -18,9 +17,12 @@ use std::sync::Arc;
 pub struct PerfArgs {
     /// allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall.
     pub collective: String,
-    /// Smallest size (bytes of the larger buffer).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = sizes::parse_size)]
-    pub min: u64,
+    /// Smallest size (bytes of the larger buffer; default: 8, or the smallest multiple of
+    /// one element per rank above it). Sizes that are not a whole number of elements (per
+    /// rank, for allgather, reduce_scatter and alltoall) run rounded down, with a notice on
+    /// stderr; a smaller -b is refused.
+    #[arg(short = 'b', long = "minbytes", value_parser = sizes::parse_size)]
+    pub min: Option<u64>,
     /// Largest size.
     #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = sizes::parse_size)]
     pub max: u64,
@@ -31,14 +33,15 @@ pub struct PerfArgs {
     pub dtype: DType,
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub op: RedOp,
-    /// Root rank for broadcast and reduce.
-    #[arg(short = 'r', long = "root", default_value_t = 0)]
-    pub root: u32,
-    /// Timed iterations per size (after one checked warm-up).
-    #[arg(short = 'n', long = "iters", default_value_t = 5)]
+    /// Root rank for broadcast and reduce (default 0, or the root of the --plan; the
+    /// other collectives have none and print -1, as nccl-tests).
+    #[arg(short = 'r', long = "root")]
+    pub root: Option<u32>,
+    /// Timed iterations per size (at least 1; after the checked call and the warm-ups).
+    #[arg(short = 'n', long = "iters", default_value_t = 5, value_parser = sizes::parse_positive)]
     pub iters: u32,
-    /// Untimed calls per size before timing (besides the checked one), for braid and
-    /// NCCL alike (CUDA backend).
+    /// Untimed calls per size before timing, besides the checked one (0 for none), for
+    /// braid and NCCL alike.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
     pub warmup: u32,
     #[arg(long, value_enum, default_value = "host")]
@@ -46,10 +49,12 @@ pub struct PerfArgs {
     /// Topology (ranks); the host backend defaults to an 8-GPU NVSwitch node.
     #[arg(long, default_value = "nvswitch:8")]
     pub topo: String,
-    /// Use this shipped algorithm.
+    /// Use this shipped algorithm, and no other, at every size.
     #[arg(long, conflicts_with = "plan")]
     pub algo: Option<String>,
-    /// Use this plan (`.json` or MSCCL `.xml`).
+    /// Use this plan (`.json` or MSCCL `.xml`), and no other, at every size (also outside
+    /// a byte range it states, with a notice). A plan for another collective, rank count
+    /// or root, or not valid out of place, is refused.
     #[arg(long)]
     pub plan: Option<PathBuf>,
     /// Also run NCCL on the same buffers and print its time and the ratio (CUDA only).
@@ -59,7 +64,7 @@ pub struct PerfArgs {
     /// (overrides the plan's `channels`; like NCCL_MIN_NCHANNELS). More replicas use more
     /// thread blocks (SMs) per GPU for large messages. Without it, the CUDA backend picks
     /// a count per size for plans that ask for one replica.
-    #[arg(long)]
+    #[arg(long, value_parser = sizes::parse_positive)]
     pub channels: Option<u32>,
     /// Print JSON lines instead of the table.
     #[arg(long)]
@@ -72,11 +77,6 @@ fn replicated(plan: Arc<Verified>, channels: Option<u32>) -> Result<Arc<Verified
     let Some(c) = channels.filter(|&c| c != plan.channels) else {
         return Ok(plan);
     };
-    if c == 0 {
-        return Err(CliError::Usage(
-            "error: --channels must be at least 1".into(),
-        ));
-    }
     plan.with_channels(c)
         .map(Arc::new)
         .map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))
@@ -92,6 +92,118 @@ pub fn busbw_factor(c: Collective, n: u32) -> f64 {
     }
 }
 
+/// One size of the sweep: the size asked and the call it comes to.
+#[derive(Debug, Clone)]
+struct Step {
+    asked: u64,
+    fitted: sizes::Fitted,
+}
+
+/// The sizes of the sweep, `min`, `min * f`, ... up to `max` (never past 64 bits), each
+/// fitted to the call, and the one-line notice for those that run rounded down.
+fn sweep(
+    args: &PerfArgs,
+    collective: Collective,
+    n: u32,
+) -> Result<(Vec<Step>, Option<String>), CliError> {
+    let g = sizes::granule(collective, n, args.dtype);
+    let min = args.min.unwrap_or(8u64.div_ceil(g) * g);
+    if args.factor < 2 || min == 0 || min > args.max {
+        return Err(CliError::Usage(
+            "error: need 0 < -b <= -e and -f >= 2".into(),
+        ));
+    }
+    let mut steps = Vec::new();
+    let mut size = min;
+    loop {
+        let flag = if steps.is_empty() { "-b" } else { "size" };
+        steps.push(Step {
+            asked: size,
+            fitted: sizes::fit(flag, size, collective, n, args.dtype)?,
+        });
+        match size.checked_mul(args.factor) {
+            Some(next) if next <= args.max => size = next,
+            _ => break,
+        }
+    }
+    let rounded: Vec<&Step> = steps.iter().filter(|s| s.fitted.bytes != s.asked).collect();
+    let notice = rounded.first().map(|first| {
+        let t = args.dtype.name();
+        let why = if collective.has_k() {
+            format!("{collective} on {n} ranks moves whole {t} elements per rank: a multiple of {g} bytes")
+        } else {
+            format!("a whole number of {t} elements: a multiple of {g} bytes")
+        };
+        let more = match rounded.len() {
+            1 => String::new(),
+            k => format!(" and {} more", k - 1),
+        };
+        format!(
+            "note: {} of {} sizes run rounded down ({why}): {} runs as {} bytes{more}; the size column shows the bytes that run",
+            rounded.len(),
+            steps.len(),
+            first.asked,
+            first.fitted.bytes
+        )
+    });
+    Ok((steps, notice))
+}
+
+/// `--plan`'s plan against the calls of the sweep: refused (never replaced by another
+/// plan) when it cannot serve them; its root is the sweep's unless `-r` contradicts it.
+/// Returns the root of the calls.
+fn plan_serves(
+    plan: &Verified,
+    path: &std::path::Path,
+    args: &PerfArgs,
+    collective: Collective,
+    n: u32,
+    steps: &[Step],
+) -> Result<Option<u32>, CliError> {
+    let file = path.display();
+    if plan.collective != collective {
+        return Err(CliError::Input(format!(
+            "error: --plan {file}: the plan `{}` is {}, so it cannot serve `braid perf {collective}`",
+            plan.name,
+            crate::cmd_run::a_collective(plan.collective)
+        )));
+    }
+    if plan.n_ranks != n {
+        return Err(CliError::Input(format!(
+            "error: --plan {file}: the plan `{}` is for {} ranks, but --topo {} has {n}; give a topology of {} ranks",
+            plan.name, plan.n_ranks, args.topo, plan.n_ranks
+        )));
+    }
+    if !plan.modes.contains(Mode::OutOfPlace) {
+        return Err(CliError::Input(format!(
+            "error: --plan {file}: the plan `{}` is not valid out of place, and braid perf calls out of place",
+            plan.name
+        )));
+    }
+    if let (Some(asked), Some(r)) = (args.root, plan.root) {
+        if asked != r {
+            return Err(CliError::Usage(format!(
+                "error: -r {asked}: the plan `{}` is compiled for root {r}, not root {asked}; \
+                 compile it with --root {asked} (or give -r {r})",
+                plan.name
+            )));
+        }
+    }
+    if let Some(range) = &plan.bytes {
+        let outside = steps.iter().filter(|s| !range.contains(s.fitted.bytes)).count();
+        if outside > 0 {
+            eprintln!(
+                "note: the plan `{}` states it serves {} to {} bytes; {outside} of {} sizes of the sweep are outside that range and run with it all the same",
+                plan.name,
+                range.min,
+                range.max.map_or("any".into(), |m| (m - 1).to_string()),
+                steps.len()
+            );
+        }
+    }
+    Ok(plan.root)
+}
+
 pub fn run(args: &PerfArgs) -> Result<String, CliError> {
     let collective = Collective::from_name(&args.collective).ok_or_else(|| {
         CliError::Usage(format!("error: unknown collective `{}`", args.collective))
@@ -102,37 +214,71 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
             "error: --vs-nccl needs --backend cuda (NCCL runs on the same GPUs)".into(),
         ));
     }
-    if args.factor < 2 || args.min == 0 || args.min > args.max {
-        return Err(CliError::Usage(
-            "error: need 0 < -b <= -e and -f >= 2".into(),
-        ));
-    }
     let topo = topo_arg::load(&args.topo)?;
     let n = topo.n_ranks();
-    let root = collective.is_rooted().then_some(args.root);
+    if let Some(r) = args.root.filter(|&r| collective.is_rooted() && r >= n) {
+        return Err(CliError::Usage(format!(
+            "error: -r {r} is not a rank of {} (ranks 0 .. {n})",
+            args.topo
+        )));
+    }
+    let (steps, rounding) = sweep(args, collective, n)?;
+    let largest = steps.last().expect("a sweep has a size");
+    sizes::check_memory(
+        &format!("-e {}", sizes::show(args.max)),
+        &format!(
+            "{collective} of {} bytes on {n} ranks in one process (every rank's input, result and reference)",
+            largest.fitted.bytes
+        ),
+        sizes::host_need(collective, n, largest.fitted.count, args.dtype),
+        sizes::mem_available(),
+    )?;
     if cuda && !braid_cuda::driver_present() {
         return Err(CliError::Runtime(
             "error: --backend cuda: no CUDA driver on this machine (use --backend host)".into(),
         ));
     }
+    if let Some(note) = rounding {
+        eprintln!("{note}");
+    }
+    let chosen_by = match (&args.plan, &args.algo) {
+        (Some(_), _) => Some("--plan"),
+        (None, Some(_)) => Some("--algo"),
+        (None, None) => None,
+    };
+    if let (Some(flag), Some(_)) = (chosen_by, std::env::var_os("BRAID_PLANS")) {
+        eprintln!("note: BRAID_PLANS is not used: {flag} chooses the plan");
+    }
     let registry = Registry::new();
-    crate::plans::register_env(&registry, &topo)?;
-    let library = braid_library::Library::new(topo);
-    if let Some(path) = &args.plan {
+    let mut root = collective.is_rooted().then_some(args.root.unwrap_or(0));
+    let registry = if let Some(path) = &args.plan {
         let plan = match path.extension().and_then(|e| e.to_str()) {
             Some("xml") => crate::cmd_msccl::load_xml(path)?,
             _ => Verified::new(crate::cmd_verify::load(path).map_err(CliError::from)?)
                 .map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))?,
         };
-        registry.add_verified(Arc::new(plan), Origin::User(path.display().to_string()));
+        root = plan_serves(&plan, path, args, collective, n, &steps)?;
+        // The plan and no other: nothing falls back to a shipped plan.
+        registry.add_verified(Arc::new(plan.any_size()), Origin::User(path.display().to_string()));
+        registry
     } else if let Some(name) = &args.algo {
-        crate::plans::register_shipped(&registry, &library, collective, root, name, &args.topo)?;
-    }
-    let registry = Arc::new(registry.with_provider(Box::new(LibraryPlans(library))));
+        let library = braid_library::Library::new(topo);
+        let plan =
+            crate::plans::register_shipped(&registry, &library, collective, root, name, &args.topo)?;
+        if !plan.modes.contains(Mode::OutOfPlace) {
+            return Err(CliError::Input(format!(
+                "error: --algo {name}: the algorithm is not valid out of place, and braid perf calls out of place"
+            )));
+        }
+        registry
+    } else {
+        crate::plans::register_env(&registry, &topo)?;
+        registry.with_provider(Box::new(LibraryPlans(braid_library::Library::new(topo))))
+    };
+    let registry = Arc::new(registry);
     if cuda {
-        return run_cuda(args, collective, registry, n, root);
+        return run_cuda(args, collective, registry, n, root, &steps);
     }
-    let e = args.dtype.size() as u64;
     let mut out = String::new();
     if !args.json {
         out.push_str(&format!(
@@ -153,12 +299,12 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
             "plan"
         ));
     }
-    let mut size = args.min;
     let mut wrong_total = 0usize;
-    while size <= args.max {
-        let count = count_for_bytes(collective, n, size, e as usize);
+    for step in &steps {
+        let count = step.fitted.count as usize;
+        let size = step.fitted.bytes as usize;
         let plan: Arc<Verified> = registry
-            .select(collective, n, root, Mode::OutOfPlace, size as usize)
+            .select(collective, n, root, Mode::OutOfPlace, size)
             .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
         let plan = replicated(plan, args.channels)?;
         let timeout = timeout_from_env();
@@ -177,11 +323,14 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         let first = check(0)?;
         let wrong: usize = first.wrong.iter().map(|w| w.1).sum();
         wrong_total += wrong;
+        for i in 0..args.warmup {
+            check(u64::from(args.iters) + 1 + u64::from(i))?;
+        }
         let mut total = 0.0;
-        for i in 0..args.iters.max(1) {
+        for i in 0..args.iters {
             total += check(u64::from(i) + 1)?.elapsed.as_secs_f64();
         }
-        let secs = total / f64::from(args.iters.max(1));
+        let secs = total / f64::from(args.iters);
         let bytes = first.bytes as f64;
         let algbw = if secs > 0.0 { bytes / secs / 1e9 } else { 0.0 };
         let busbw = algbw * busbw_factor(collective, n);
@@ -206,7 +355,6 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
                 plan.name
             ));
         }
-        size = size.saturating_mul(args.factor);
     }
     if wrong_total > 0 {
         return Err(CliError::Input(format!(
@@ -244,11 +392,9 @@ fn run_cuda(
     registry: Arc<Registry>,
     n: u32,
     root: Option<u32>,
+    steps: &[Step],
 ) -> Result<String, CliError> {
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
-    if args.channels == Some(0) {
-        return Err(CliError::Usage("error: --channels must be at least 1".into()));
-    }
     let (comms, streams) = crate::cmd_run::open_cuda(n, registry, args.channels)?;
     let nccl = if args.vs_nccl {
         if !braid_cuda::nccl::present() {
@@ -273,7 +419,7 @@ fn run_cuda(
         None => String::new(),
     };
     let mut rows = Vec::new();
-    let swept = sweep_cuda(args, collective, &comms, &streams, root, nccl.as_ref(), &mut rows);
+    let swept = sweep_cuda(args, collective, &comms, &streams, root, steps, nccl.as_ref(), &mut rows);
     drop(nccl);
     let out = format_cuda(args, collective, n, root, &nccl_version, &rows);
     // A failure part-way keeps the rows measured so far.
@@ -291,27 +437,22 @@ fn run_cuda(
 }
 
 /// Measures every size of the sweep into `rows` (see [`run_cuda`]).
+#[allow(clippy::too_many_arguments)]
 fn sweep_cuda(
     args: &PerfArgs,
     collective: Collective,
     comms: &[braid_cuda::CudaComm],
     streams: &[braid_cuda::Stream],
     root: Option<u32>,
+    steps: &[Step],
     nccl: Option<&braid_cuda::nccl::Nccl>,
     rows: &mut Vec<CudaRow>,
 ) -> Result<(), CliError> {
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
-    let n = comms.len() as u32;
-    let iters = args.iters.max(1);
-    let e = args.dtype.size();
-    let mut size = args.min;
-    while size <= args.max {
-        let count = count_for_bytes(collective, n, size, e);
-        let step = size.saturating_mul(args.factor);
-        if count == 0 {
-            size = step;
-            continue;
-        }
+    let iters = args.iters;
+    for step in steps {
+        // At least one element per rank: `sweep` refuses smaller sizes.
+        let count = step.fitted.count as usize;
         let case = braid_cuda::check::Case {
             collective,
             dtype: args.dtype,
@@ -354,7 +495,6 @@ fn sweep_cuda(
             protocol: if proto == braid_ir::Protocol::Ll { "ll" } else { "simple" },
             nccl_secs,
         });
-        size = step;
     }
     Ok(())
 }
@@ -377,7 +517,7 @@ fn format_cuda(
         out.push_str(&format!(
             "# braid perf {collective} on {} ({n} ranks), cuda backend, out of place, {} iters{}\n",
             args.topo,
-            args.iters.max(1),
+            args.iters,
             if vs {
                 format!(", vs NCCL {nccl_version} (ratio = NCCL time / braid time)")
             } else {

@@ -12,7 +12,7 @@ use crate::{sizes, topo_arg};
 use braid_ir::Collective;
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::geometry::{buffer_elems, count_for_bytes};
+use braid_runtime::geometry::buffer_elems;
 use braid_runtime::reference::{first_mismatch, inputs, reference};
 use braid_runtime::registry::Registry;
 use braid_runtime::{Buffers, Communicator};
@@ -26,19 +26,24 @@ pub struct RankArgs {
     /// The job's topology (all ranks must give the same).
     #[arg(long)]
     pub topo: String,
-    /// Use this shipped algorithm instead of the registry's choice.
+    /// Use this shipped algorithm, and no other, instead of the registry's choice
+    /// (BRAID_PLANS is then not used).
     #[arg(long)]
     pub algorithm: Option<String>,
-    /// Bytes of the larger of the send and receive buffers.
+    /// Bytes of the larger of the send and receive buffers. A size that is not a whole
+    /// number of elements (per rank, for allgather, reduce_scatter and alltoall) runs
+    /// rounded down, with a notice on stderr; a smaller one is refused.
     #[arg(long, default_value = "1M", value_parser = sizes::parse_size)]
     pub size: u64,
     #[arg(long, default_value = "f32")]
     pub dtype: DType,
     #[arg(long, default_value = "sum")]
     pub op: RedOp,
-    #[arg(long, default_value_t = 0)]
-    pub root: u32,
-    #[arg(long, default_value_t = 1)]
+    /// Root rank for broadcast and reduce (default 0; the other collectives have none).
+    #[arg(long)]
+    pub root: Option<u32>,
+    /// Calls to run and check (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = sizes::parse_positive)]
     pub iters: u32,
     /// `host`: the rank's work on CPU threads, links over shared memory or TCP. `cuda`:
     /// on the GPU numbered by the launcher's local rank.
@@ -51,28 +56,72 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
         CliError::Usage(format!("error: unknown collective `{}`", args.collective))
     })?;
     let topo = topo_arg::load(&args.topo)?;
-    let root = collective.is_rooted().then_some(args.root);
+    let root = match (collective.is_rooted(), args.root) {
+        (true, Some(r)) if r >= topo.n_ranks() => {
+            return Err(CliError::Usage(format!(
+                "error: --root {r} is not a rank of {} (ranks 0 .. {})",
+                args.topo,
+                topo.n_ranks()
+            )))
+        }
+        (true, r) => Some(r.unwrap_or(0)),
+        (false, Some(r)) => {
+            return Err(CliError::Usage(format!(
+                "error: --root {r}: {} has no root",
+                crate::cmd_run::a_collective(collective)
+            )))
+        }
+        (false, None) => None,
+    };
+    // The job's size comes from the launcher: sizes are checked before joining, so every
+    // rank refuses the same size the same way.
+    let job = braid_runtime::launcher::LaunchEnv::from_env()
+        .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;
+    let fitted = sizes::fit("--size", args.size, collective, job.world_size, args.dtype)?;
+    let (need, largest) = sizes::rank_need(collective, job.world_size, fitted.count, args.dtype);
+    let local = u128::from(job.local_world_size.unwrap_or(1));
+    sizes::check_memory(
+        &format!("--size {}", sizes::show(args.size)),
+        &format!(
+            "{collective} on {} ranks ({local} process(es) on this host, each with every rank's input and reference)",
+            job.world_size
+        ),
+        (need * local, largest),
+        sizes::mem_available(),
+    )?;
+    let count = usize::try_from(fitted.count).map_err(|_| {
+        CliError::Usage(format!("error: --size {}: too large for this machine", args.size))
+    })?;
+    if let Some(note) =
+        sizes::rounding_notice("--size", args.size, &fitted, collective, job.world_size, args.dtype)
+    {
+        eprintln!("{note}");
+    }
     let registry = Registry::new();
-    crate::plans::register_env(&registry, &topo)?;
-    let library = braid_library::Library::new(topo);
     let registry = match &args.algorithm {
-        None => registry.with_provider(Box::new(LibraryPlans(library))),
+        None => {
+            crate::plans::register_env(&registry, &topo)?;
+            registry.with_provider(Box::new(LibraryPlans(braid_library::Library::new(topo))))
+        }
         Some(name) => {
+            if std::env::var_os("BRAID_PLANS").is_some() {
+                eprintln!("note: BRAID_PLANS is not used: --algorithm chooses the plan");
+            }
+            let library = braid_library::Library::new(topo);
             crate::plans::register_shipped(&registry, &library, collective, root, name, &args.topo)?;
             registry
         }
     };
     let timeout = timeout_from_env();
     if args.backend == crate::cmd_run::Backend::Cuda {
-        return run_cuda(args, collective, root, registry, timeout);
+        return run_cuda(args, collective, root, registry, count, timeout);
     }
     let comm = Communicator::from_launch_env(Arc::new(registry), timeout)
         .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;
     let (rank, n) = (comm.rank(), comm.n_ranks());
     let e = args.dtype.size();
-    let count = count_for_bytes(collective, n, args.size, e);
     let (in_elems, out_elems) = buffer_elems(collective, n, count);
-    for iter in 0..args.iters.max(1) {
+    for iter in 0..args.iters {
         let inputs = inputs(collective, args.dtype, args.op, n, count, iter as u64);
         let mut recv = vec![0u8; out_elems * e];
         let start = Instant::now();
@@ -114,6 +163,7 @@ fn run_cuda(
     collective: Collective,
     root: Option<u32>,
     registry: Registry,
+    count: usize,
     timeout: std::time::Duration,
 ) -> Result<String, CliError> {
     // The launcher's variables first: without them there is no job to join.
@@ -134,11 +184,10 @@ fn run_cuda(
     let cuda = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: rank {rank}: {e}"));
     let stream = braid_cuda::Stream::new(comm.context()).map_err(cuda)?;
     let e = args.dtype.size();
-    let count = count_for_bytes(collective, n, args.size, e);
     let (in_elems, out_elems) = buffer_elems(collective, n, count);
     let bytes = in_elems.max(out_elems) * e;
     let link = if comm.p2p() { "p2p" } else { "host-staged" };
-    for iter in 0..args.iters.max(1) {
+    for iter in 0..args.iters {
         let case = braid_cuda::check::Case {
             collective,
             dtype: args.dtype,

@@ -8,7 +8,6 @@ use braid_ir::Mode;
 use braid_plan::{Plan, Verified};
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::geometry::count_for_bytes;
 use braid_runtime::selfcheck::{buffer_elems, run_checked, Checked};
 use std::path::PathBuf;
 
@@ -25,7 +24,9 @@ pub struct RunArgs {
     /// Backend: `host` runs every rank as CPU threads (the default without a GPU).
     #[arg(long, value_enum, default_value = "host")]
     pub backend: Backend,
-    /// Bytes of the larger of the send and receive buffers (8, 64K, 1M, 1G).
+    /// Bytes of the larger of the send and receive buffers (8, 64K, 1M, 1G). A size that
+    /// is not a whole number of elements (per rank, for allgather, reduce_scatter and
+    /// alltoall) runs rounded down, with a notice on stderr; a smaller one is refused.
     #[arg(long, default_value = "1M", value_parser = sizes::parse_size)]
     pub size: u64,
     /// Element type: f16 bf16 f32 f64 i8 u8 i32 u32 i64 u64 (or NCCL names).
@@ -34,13 +35,15 @@ pub struct RunArgs {
     /// Reduction: sum prod min max avg.
     #[arg(long, default_value = "sum")]
     pub op: RedOp,
-    /// Iterations per call mode.
-    #[arg(long, default_value_t = 1)]
+    /// Iterations per call mode (at least 1).
+    #[arg(long, default_value_t = 1, value_parser = sizes::parse_positive)]
     pub iters: u32,
-    /// Root rank for broadcast and reduce.
-    #[arg(long, default_value_t = 0)]
-    pub root: u32,
-    /// Call modes to run (default: every mode the plan is valid for).
+    /// Root rank for broadcast and reduce: the root a program is compiled for (default 0).
+    /// A plan (`.json`, `.xml`) is compiled for one root: a different --root is refused.
+    #[arg(long)]
+    pub root: Option<u32>,
+    /// Call modes to run (default: every mode the plan is valid for); a mode the plan is
+    /// not valid for is refused.
     #[arg(long, value_enum)]
     pub mode: Option<crate::cmd_check::ModeArg>,
 }
@@ -54,22 +57,52 @@ pub enum Backend {
 pub fn run(args: &RunArgs) -> Result<String, CliError> {
     let topo = topo_arg::load(&args.topo)?;
     let n = topo.n_ranks();
+    if let Some(r) = args.root.filter(|&r| r >= n) {
+        return Err(CliError::Usage(format!(
+            "error: --root {r} is not a rank of {} (ranks 0 .. {n})",
+            args.topo
+        )));
+    }
     let plan = load_plan(args, &topo)?;
+    check_root(args, &plan)?;
     if plan.n_ranks != n {
         return Err(CliError::Input(format!(
             "error: the plan is for {} ranks but {} has {n}",
             plan.n_ranks, args.topo
         )));
     }
-    let modes: Vec<Mode> = plan
-        .modes
-        .iter()
-        .filter(|m| args.mode.is_none_or(|a| a.modes().contains(*m)))
-        .collect();
-    if modes.is_empty() {
-        return Err(CliError::Input(
-            "error: the plan is not valid in the requested mode".into(),
-        ));
+    let modes: Vec<Mode> = match args.mode {
+        None => plan.modes.iter().collect(),
+        Some(asked) => {
+            let missing: Vec<Mode> = asked.modes().iter().filter(|m| !plan.modes.contains(*m)).collect();
+            if let Some(m) = missing.first() {
+                let valid: Vec<&str> = plan.modes.iter().map(Mode::name).collect();
+                return Err(CliError::Input(format!(
+                    "error: the plan `{}` is not valid in the requested mode {m} (it is valid {})",
+                    plan.name,
+                    valid.join(" and ")
+                )));
+            }
+            asked.modes().iter().collect()
+        }
+    };
+    let fitted = sizes::fit("--size", args.size, plan.collective, n, args.dtype)?;
+    sizes::check_memory(
+        &format!("--size {}", sizes::show(args.size)),
+        &format!(
+            "{} on {n} ranks in one process (every rank's input, result and reference)",
+            plan.collective
+        ),
+        sizes::host_need(plan.collective, n, fitted.count, args.dtype),
+        sizes::mem_available(),
+    )?;
+    let count = usize::try_from(fitted.count).map_err(|_| {
+        CliError::Usage(format!("error: --size {}: too large for this machine", args.size))
+    })?;
+    if let Some(note) =
+        sizes::rounding_notice("--size", args.size, &fitted, plan.collective, n, args.dtype)
+    {
+        eprintln!("{note}");
     }
     let gpus = match args.backend {
         Backend::Cuda => {
@@ -85,8 +118,8 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
     let mut out = String::new();
     let mut wrong_total = 0usize;
     for mode in modes {
-        for iter in 0..args.iters.max(1) {
-            let r = run_once(&plan, args, mode, iter as u64, gpus.as_ref())?;
+        for iter in 0..args.iters {
+            let r = run_once(&plan, args, count, mode, iter as u64, gpus.as_ref())?;
             wrong_total += r.wrong;
             out.push_str(&r.line);
         }
@@ -99,9 +132,41 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
     Ok(out)
 }
 
+/// `--root` against the root the plan is for: a plan is compiled for one root (or none),
+/// so a different one is refused rather than ignored (exit 2).
+fn check_root(args: &RunArgs, plan: &Plan) -> Result<(), CliError> {
+    let Some(asked) = args.root else {
+        return Ok(());
+    };
+    match plan.root {
+        None => Err(CliError::Usage(format!(
+            "error: --root {asked}: the plan `{}` is {}, which has no root",
+            plan.name,
+            a_collective(plan.collective)
+        ))),
+        Some(r) if r != asked => Err(CliError::Usage(format!(
+            "error: --root {asked}: the plan `{}` is compiled for root {r}, not root {asked}; \
+             compile it with --root {asked} (or give --root {r})",
+            plan.name
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// `an allreduce`, `a broadcast`.
+pub(crate) fn a_collective(c: braid_ir::Collective) -> String {
+    let name = c.name();
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {name}")
+}
+
 fn load_plan(args: &RunArgs, topo: &braid_topo::Topology) -> Result<Verified, CliError> {
     let ext = args.file.extension().and_then(|e| e.to_str()).unwrap_or("");
     match ext {
+        "json" | "xml" if args.algorithm.is_some() => Err(CliError::Usage(format!(
+            "error: --algorithm selects an algorithm of a `.braid` program; {} is one plan",
+            args.file.display()
+        ))),
         "json" => {
             // A plan file is untrusted input: it runs only once proved.
             let plan = crate::cmd_verify::load(&args.file).map_err(CliError::from)?;
@@ -118,7 +183,7 @@ fn load_plan(args: &RunArgs, topo: &braid_topo::Topology) -> Result<Verified, Cl
                 )));
             };
             let shape = topo_arg::shape(topo);
-            let root = alg.collective.is_rooted().then_some(args.root);
+            let root = alg.collective.is_rooted().then_some(args.root.unwrap_or(0));
             match braid_library::compile(&program.source, alg, &shape, root, topo) {
                 Ok(Some(p)) => Ok(p),
                 Ok(None) => Err(CliError::Input(format!(
@@ -201,11 +266,11 @@ fn run_cuda(
 fn run_once(
     plan: &Plan,
     args: &RunArgs,
+    count: usize,
     mode: Mode,
     seed: u64,
     gpus: Option<&(Vec<braid_cuda::CudaComm>, Vec<braid_cuda::Stream>)>,
 ) -> Result<RunResult, CliError> {
-    let count = count_for_bytes(plan.collective, plan.n_ranks, args.size, args.dtype.size());
     let checked = match gpus {
         Some(g) => run_cuda(g, plan, args, count, mode, seed)?,
         None => run_checked(

@@ -15,8 +15,8 @@ impl PlanProvider for LibraryPlans {
     }
 }
 
-/// Registers the shipped algorithm `name` as a user plan, so the registry selects it
-/// before any other (`--algo` / `--algorithm`).
+/// Registers the shipped algorithm `name` as a user plan (`--algo` / `--algorithm`), and
+/// returns it. The caller registers no other plan, so nothing falls back to another.
 pub fn register_shipped(
     registry: &Registry,
     library: &braid_library::Library,
@@ -24,7 +24,7 @@ pub fn register_shipped(
     root: Option<u32>,
     name: &str,
     topo: &str,
-) -> Result<(), CliError> {
+) -> Result<Arc<Verified>, CliError> {
     let plan = library
         .plans(collective, root)
         .into_iter()
@@ -34,8 +34,8 @@ pub fn register_shipped(
                 "error: no shipped {collective} algorithm `{name}` applies to {topo}"
             ))
         })?;
-    registry.add_verified(plan, Origin::User(name.to_string()));
-    Ok(())
+    registry.add_verified(plan.clone(), Origin::User(name.to_string()));
+    Ok(plan)
 }
 
 /// Registers every plan of the files `BRAID_PLANS` lists (`:`-separated): plans
