@@ -148,7 +148,9 @@ fn compile_file(name: &str, text: &str, topo: &Topology) -> Result<Vec<Verified>
         }
     }
     if plans.is_empty() {
-        return Err(format!("{name}: error: no algorithm in it applies to this topology"));
+        return Err(format!(
+            "{name}: error: no algorithm in it applies to this topology"
+        ));
     }
     Ok(plans)
 }

@@ -30,7 +30,11 @@ fn corpus_files() -> Vec<PathBuf> {
 #[test]
 fn every_corpus_file_imports_and_verifies() {
     let files = corpus_files();
-    assert!(files.len() >= 41, "the corpus has {} files, not 41", files.len());
+    assert!(
+        files.len() >= 41,
+        "the corpus has {} files, not 41",
+        files.len()
+    );
     let mut report = Vec::new();
     for f in &files {
         let name = f.file_name().unwrap().to_string_lossy().into_owned();

@@ -81,7 +81,11 @@ impl Communicator {
         timeout: Duration,
     ) -> Result<Communicator> {
         let boot = crate::bootstrap::Bootstrap::init(id, rank, n, timeout)?;
-        Ok(Communicator::with_bootstrap(Arc::new(boot), registry, timeout))
+        Ok(Communicator::with_bootstrap(
+            Arc::new(boot),
+            registry,
+            timeout,
+        ))
     }
 
     /// One rank of the group `boot` joined; the application may keep using `boot` for

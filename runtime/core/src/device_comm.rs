@@ -265,7 +265,11 @@ impl<E: Engine> DeviceComm<E> {
 
     /// The plan, replica count and protocol that serve `spec` in `mode` (preparing them
     /// if no call has yet), as a call would get them.
-    pub fn selection(&self, spec: &CallSpec, mode: Mode) -> Result<Option<(Arc<Verified>, Protocol)>> {
+    pub fn selection(
+        &self,
+        spec: &CallSpec,
+        mode: Mode,
+    ) -> Result<Option<(Arc<Verified>, Protocol)>> {
         spec.check(self.n_ranks())?;
         if spec.count == 0 {
             return Ok(None);
@@ -315,12 +319,7 @@ impl<E: Engine> DeviceComm<E> {
     }
 
     /// The prepared plan and the arguments of one call; `None` for a zero count.
-    fn plan_call(
-        &self,
-        spec: &CallSpec,
-        send: u64,
-        recv: u64,
-    ) -> Result<Option<Planned<E>>> {
+    fn plan_call(&self, spec: &CallSpec, send: u64, recv: u64) -> Result<Option<Planned<E>>> {
         if let Some(e) = self.async_error() {
             return Err(RuntimeError::Aborted(e));
         }

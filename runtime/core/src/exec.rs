@@ -7,7 +7,7 @@
 use crate::device_comm::CallArgs;
 use crate::dtype::{DType, RedOp};
 use crate::error::{Result, RuntimeError};
-use crate::fabric::{Fabric, POLL};
+use crate::fabric::{Fabric, POLL, VERDICT_GRACE};
 use crate::reduce::{finish_avg, reduce_into, reduce_pair};
 use crate::transport::Link;
 use braid_ir::Buf;
@@ -123,7 +123,14 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
                 scope.spawn(move || {
                     let channel = k as u32 * channels_per_replica + block.channel;
                     let r = run_block(job, fabric, block, k, channel, &progress);
-                    if let Err(e) = r {
+                    if let Err(mut e) = r {
+                        if let RuntimeError::PeerFailed { .. } = e {
+                            // The peer may only have given up on a third rank's death:
+                            // name the rank the group says failed, when it says so soon.
+                            if let Some(why) = fabric.verdict(VERDICT_GRACE) {
+                                e = RuntimeError::Aborted(why);
+                            }
+                        }
                         fabric.abort(&format!("rank {rank} failed: {e}"));
                         let mut slot = first_error.lock().unwrap();
                         // Keep the root cause, not the aborts it caused.
@@ -177,12 +184,24 @@ fn schedule(job: &Job, k: usize) -> Vec<(At, bool)> {
         let window = g.round_range(r);
         let (a, b) = g.replica_range(r, k);
         match job.plan.execution {
-            Execution::Streaming => out.push((At { range: (a, b), window }, true)),
+            Execution::Streaming => out.push((
+                At {
+                    range: (a, b),
+                    window,
+                },
+                true,
+            )),
             Execution::Tiled => {
                 let mut lo = a;
                 while lo < b {
                     let hi = (lo + tile).min(b);
-                    out.push((At { range: (lo, hi), window }, hi == b));
+                    out.push((
+                        At {
+                            range: (lo, hi),
+                            window,
+                        },
+                        hi == b,
+                    ));
                     lo = hi;
                 }
             }
@@ -217,7 +236,11 @@ fn regions(job: &Job, s: &Slice, at: At) -> Result<Vec<Piece>> {
         };
         let (start, len, valid) = (start * e, (b - a) * e, valid * e);
         // Checked here as well as by the verifier: an executor never trusts offsets.
-        let end = if s.buf == Buf::Scratch { start + len } else { start + valid };
+        let end = if s.buf == Buf::Scratch {
+            start + len
+        } else {
+            start + valid
+        };
         if valid > 0 && end > job.mem.len[b_idx] {
             return Err(RuntimeError::Invalid(format!(
                 "{} chunk {i} ends at byte {end} but the buffer has {} bytes",
@@ -305,7 +328,16 @@ fn run_block(
     let mut tiles = 0u64;
     for (i, (at, round_end)) in schedule.into_iter().enumerate() {
         let links = (&send, &recv);
-        run_steps(job, fabric, block, at, tiles, progress, links, (&mut tmp, &mut tmp2))?;
+        run_steps(
+            job,
+            fabric,
+            block,
+            at,
+            tiles,
+            progress,
+            links,
+            (&mut tmp, &mut tmp2),
+        )?;
         tiles += 1;
         if round_end && job.plan.scratch_chunks > 0 && Some(i) != last_round_end {
             // The next round reuses this round's scratch window: every block of the
@@ -338,7 +370,12 @@ fn run_steps(
     for (i, step) in block.steps.iter().enumerate() {
         for d in &step.deps {
             let their = blocks[d.block as usize].steps.len() as u64;
-            progress.wait(d.block, tiles * their + u64::from(d.step) + 1, fabric, job.timeout)?;
+            progress.wait(
+                d.block,
+                tiles * their + u64::from(d.step) + 1,
+                fabric,
+                job.timeout,
+            )?;
         }
         if let Some(r) = fabric.aborted() {
             return Err(RuntimeError::Aborted(r));
@@ -373,7 +410,19 @@ fn run_steps(
             // Some chunk is short: go through temporaries, padding read as zeros and
             // never written back.
             // SAFETY: as below.
-            unsafe { padded_step(step.kind, &src, &dst, &link_s, &link_r, deadline, (dt, op), tmp, tmp2)? };
+            unsafe {
+                padded_step(
+                    step.kind,
+                    &src,
+                    &dst,
+                    &link_s,
+                    &link_r,
+                    deadline,
+                    (dt, op),
+                    tmp,
+                    tmp2,
+                )?
+            };
             progress.set(block.id, tiles * n + i as u64 + 1);
             continue;
         }
@@ -480,7 +529,10 @@ unsafe fn padded_step<'l>(
     );
     let sends = matches!(
         kind,
-        StepKind::Send | StepKind::RecvCopySend | StepKind::RecvReduceSend | StepKind::RecvReduceCopySend
+        StepKind::Send
+            | StepKind::RecvCopySend
+            | StepKind::RecvReduceSend
+            | StepKind::RecvReduceCopySend
     );
     if kind == StepKind::Nop {
         return Ok(());

@@ -27,7 +27,20 @@ pub trait Fabric: Send + Sync {
     fn abort(&self, reason: &str);
     /// The abort reason, if aborted.
     fn aborted(&self) -> Option<String>;
+    /// What the group learns, within `grace`, about a failure elsewhere: a link whose
+    /// peer closed it is often the echo of another rank's death (the peer gave up and
+    /// exited), and the group's verdict names the rank that really failed. `None` when
+    /// nothing is known by then (or the fabric has no such knowledge).
+    fn verdict(&self, grace: Duration) -> Option<String> {
+        let _ = grace;
+        None
+    }
 }
+
+/// How long a rank whose link was closed waits for the group's verdict before naming the
+/// link's peer: long enough for rank 0 to notice a dead process and tell everyone (a few
+/// heartbeats), short against the 15 s in which a survivor must be told.
+pub const VERDICT_GRACE: Duration = Duration::from_secs(2);
 
 /// A shared abort flag with its reason.
 #[derive(Default)]

@@ -190,7 +190,13 @@ mod tests {
         assert_eq!(g.chunk_elems, 4);
         assert_eq!(g.span(0), Span { start: 0, valid: 4 });
         assert_eq!(g.span(1), Span { start: 4, valid: 4 });
-        assert_eq!(g.span(5), Span { start: 2 * 8 + 4, valid: 4 });
+        assert_eq!(
+            g.span(5),
+            Span {
+                start: 2 * 8 + 4,
+                valid: 4
+            }
+        );
     }
 
     #[test]

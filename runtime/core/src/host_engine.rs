@@ -88,8 +88,9 @@ impl HostStream {
         if tx.send(Box::new(work)).is_err() {
             let mut st = self.shared.state.lock().unwrap();
             st.pending -= 1;
-            st.error
-                .get_or_insert(RuntimeError::Invalid("the host stream's thread is gone".into()));
+            st.error.get_or_insert(RuntimeError::Invalid(
+                "the host stream's thread is gone".into(),
+            ));
         }
     }
 
@@ -235,7 +236,11 @@ impl Engine for HostEngine {
     }
 
     fn abort(&self, reason: &str) {
-        self.0.failure.lock().unwrap().get_or_insert(reason.to_string());
+        self.0
+            .failure
+            .lock()
+            .unwrap()
+            .get_or_insert(reason.to_string());
         self.0.fabric.abort(reason);
     }
 
@@ -271,7 +276,11 @@ fn run_call(
     let n = plan.n_ranks;
     let (i, o) = crate::geometry::buffer_elems(plan.collective, n, g.count);
     let e = g.elem;
-    let scratch_len = if plan.scratch_chunks > 0 { scratch.len() } else { 0 };
+    let scratch_len = if plan.scratch_chunks > 0 {
+        scratch.len()
+    } else {
+        0
+    };
     let mem = Mem {
         base: [
             args.input as *mut u8,

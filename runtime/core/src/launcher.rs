@@ -242,7 +242,11 @@ impl Bootstrap {
                 RuntimeError::Bootstrap(format!("MASTER_ADDR {host:?} resolves to no address"))
             })?;
         let id = UniqueId::from_parts(addr, env.group_secret(&host, port));
-        let root = if env.rank == 0 { Some(root_listener(addr, &host, port)?) } else { None };
+        let root = if env.rank == 0 {
+            Some(root_listener(addr, &host, port)?)
+        } else {
+            None
+        };
         Bootstrap::start(
             &id,
             env.rank,

@@ -142,7 +142,7 @@ impl Fabric for NetFabric {
             .lock()
             .unwrap()
             .get_or_insert_with(|| reason.to_string());
-        self.boot.abort();
+        self.boot.fail(reason);
         // Dropping the links closes their sockets, so peers blocked on us fail now
         // instead of at their timeout.
         self.links.lock().unwrap().clear();
@@ -160,6 +160,26 @@ impl Fabric for NetFabric {
             )
         } else {
             None
+        }
+    }
+
+    fn verdict(&self, grace: std::time::Duration) -> Option<String> {
+        self.wait_for_verdict(grace)
+    }
+}
+
+impl NetFabric {
+    /// The bootstrap's verdict on a failure, waiting up to `grace` for it.
+    fn wait_for_verdict(&self, grace: std::time::Duration) -> Option<String> {
+        let until = Instant::now() + grace;
+        loop {
+            if let Some(f) = self.boot.failure() {
+                return Some(f);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(crate::fabric::POLL);
         }
     }
 }

@@ -108,9 +108,7 @@ impl Policy {
     /// `BRAID_PROTO` and `BRAID_CHANNELS`.
     pub fn from_env() -> Result<Policy> {
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
-        let protocol = var("BRAID_PROTO")
-            .map(|v| parse_protocol(&v))
-            .transpose()?;
+        let protocol = var("BRAID_PROTO").map(|v| parse_protocol(&v)).transpose()?;
         let replicas = var("BRAID_CHANNELS")
             .map(|v| match v.trim().parse::<u32>() {
                 Ok(c) if (1..=MAX_REPLICAS * 2).contains(&c) => Ok(c),
@@ -269,7 +267,10 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(forced.replicas_for(&p, 1 << 30, &GPU), 3);
-        assert_eq!(Policy::default().replicas_for(&p, 1 << 30, &Target::HOST), 1);
+        assert_eq!(
+            Policy::default().replicas_for(&p, 1 << 30, &Target::HOST),
+            1
+        );
         let mut q = p.clone();
         q.channels = 4;
         assert_eq!(Policy::default().replicas_for(&q, 8, &GPU), 4);
@@ -280,7 +281,10 @@ mod tests {
         let d = Policy::default();
         let p = plan(1, Protocol::Auto);
         assert_eq!(d.protocol_for(&p, &req(8 << 10), 1, &GPU), Protocol::Ll);
-        assert_eq!(d.protocol_for(&p, &req(64 << 20), 1, &GPU), Protocol::Simple);
+        assert_eq!(
+            d.protocol_for(&p, &req(64 << 20), 1, &GPU),
+            Protocol::Simple
+        );
         // More replicas make each share smaller.
         assert_eq!(d.protocol_for(&p, &req(1 << 20), 32, &GPU), Protocol::Ll);
         let simple = plan(1, Protocol::Simple);
@@ -289,14 +293,20 @@ mod tests {
             protocol: Some(Protocol::Ll),
             ..d
         };
-        assert_eq!(force_ll.protocol_for(&simple, &req(1 << 30), 1, &GPU), Protocol::Ll);
+        assert_eq!(
+            force_ll.protocol_for(&simple, &req(1 << 30), 1, &GPU),
+            Protocol::Ll
+        );
         // auto from the environment defers to the plan; ll128 falls back to simple; a
         // backend without LL never gets it.
         let auto = Policy {
             protocol: Some(Protocol::Auto),
             ..d
         };
-        assert_eq!(auto.protocol_for(&simple, &req(8), 1, &GPU), Protocol::Simple);
+        assert_eq!(
+            auto.protocol_for(&simple, &req(8), 1, &GPU),
+            Protocol::Simple
+        );
         let ll128 = plan(1, Protocol::Ll128);
         assert_eq!(d.protocol_for(&ll128, &req(8), 1, &GPU), Protocol::Simple);
         assert_eq!(

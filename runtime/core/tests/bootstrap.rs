@@ -110,7 +110,9 @@ fn wrong_secret_is_refused_and_the_group_still_forms() {
         .collect();
     members.into_iter().for_each(|h| h.join().unwrap());
     match intruder.join().unwrap() {
-        Err(RuntimeError::Bootstrap(m)) => assert!(m.contains("does not know this group's secret"), "{m}"),
+        Err(RuntimeError::Bootstrap(m)) => {
+            assert!(m.contains("does not know this group's secret"), "{m}")
+        }
         other => panic!("intruder was not refused: {other:?}"),
     }
 }
@@ -711,7 +713,10 @@ fn silent_connections_do_not_hold_up_the_join() {
     let mut got = [0u8; 7];
     rx.recv(&mut got, Instant::now() + T).unwrap();
     assert_eq!(&got, b"through");
-    assert!(formed < Duration::from_secs(5), "the group took {formed:?} to form");
+    assert!(
+        formed < Duration::from_secs(5),
+        "the group took {formed:?} to form"
+    );
     drop((silent, more));
 }
 

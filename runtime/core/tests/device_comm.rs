@@ -97,8 +97,16 @@ impl Bufs {
         if self.in_place {
             spec.in_place_buffers(rank, self.send.as_mut_ptr() as u64)
         } else {
-            let s = if self.send.is_empty() { 8 } else { self.send.as_ptr() as u64 };
-            let r = if self.recv.is_empty() { 8 } else { self.recv.as_mut_ptr() as u64 };
+            let s = if self.send.is_empty() {
+                8
+            } else {
+                self.send.as_ptr() as u64
+            };
+            let r = if self.recv.is_empty() {
+                8
+            } else {
+                self.recv.as_mut_ptr() as u64
+            };
             (s, r)
         }
     }
@@ -121,7 +129,11 @@ fn run(r: &Ranks, spec: &CallSpec, mode: Mode, seed: u64) -> Result<(), String> 
     let mut bufs: Vec<Bufs> = (0..n)
         .map(|k| Bufs::new(spec, k, n, mode, &ins[k as usize]))
         .collect();
-    let addrs: Vec<(u64, u64)> = bufs.iter_mut().enumerate().map(|(k, b)| b.addrs(spec, k as u32)).collect();
+    let addrs: Vec<(u64, u64)> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(k, b)| b.addrs(spec, k as u32))
+        .collect();
     let calls: Vec<GroupCall<HostEngine>> = r
         .comms
         .iter()
@@ -154,7 +166,13 @@ fn run(r: &Ranks, spec: &CallSpec, mode: Mode, seed: u64) -> Result<(), String> 
                     return Err(format!("rank {k}: element {i}: expected {x}, got {y}"));
                 }
             }
-            (w, g) => return Err(format!("rank {k}: output presence {} vs {}", w.is_some(), g.is_some())),
+            (w, g) => {
+                return Err(format!(
+                    "rank {k}: output presence {} vs {}",
+                    w.is_some(),
+                    g.is_some()
+                ))
+            }
         }
     }
     Ok(())
@@ -175,7 +193,11 @@ fn every_collective_on_raw_buffers_any_count_and_mode_on_one_to_eight_ranks() {
     for n in [1u32, 2, 3, 8] {
         let r = open(n, 32 << 20, Duration::from_secs(30));
         for c in Collective::ALL {
-            let roots = if c.is_rooted() { vec![Some(0), Some(n - 1)] } else { vec![None] };
+            let roots = if c.is_rooted() {
+                vec![Some(0), Some(n - 1)]
+            } else {
+                vec![None]
+            };
             for root in roots {
                 for (i, count) in [0usize, 1, 7, 1003].into_iter().enumerate() {
                     let (d, o) = [
@@ -201,7 +223,12 @@ fn every_collective_on_raw_buffers_any_count_and_mode_on_one_to_eight_ranks() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {runs} failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -258,8 +285,9 @@ fn replicas_run_ahead_through_rounds_without_touching_each_others_scratch() {
                     root,
                 };
                 for seed in 0..3 {
-                    run(&r, &spec, Mode::OutOfPlace, seed)
-                        .unwrap_or_else(|e| panic!("{replicas} replicas, {c} {root:?} {}: {e}", d.name()));
+                    run(&r, &spec, Mode::OutOfPlace, seed).unwrap_or_else(|e| {
+                        panic!("{replicas} replicas, {c} {root:?} {}: {e}", d.name())
+                    });
                 }
             }
         }
@@ -269,7 +297,11 @@ fn replicas_run_ahead_through_rounds_without_touching_each_others_scratch() {
 #[test]
 fn nothing_is_set_up_per_call_after_the_first() {
     let r = open(4, 32 << 20, Duration::from_secs(30));
-    for (c, count) in [(Collective::Allreduce, 1usize << 16), (Collective::ReduceScatter, 999), (Collective::Allgather, 5)] {
+    for (c, count) in [
+        (Collective::Allreduce, 1usize << 16),
+        (Collective::ReduceScatter, 999),
+        (Collective::Allgather, 5),
+    ] {
         let spec = CallSpec {
             collective: c,
             count,
@@ -279,7 +311,9 @@ fn nothing_is_set_up_per_call_after_the_first() {
         };
         run(&r, &spec, Mode::OutOfPlace, 1).unwrap();
         let before: Vec<_> = r.comms.iter().map(|c| c.stats()).collect();
-        assert!(before.iter().all(|s| s.prepared > 0 && s.verifications + s.prepared > 0));
+        assert!(before
+            .iter()
+            .all(|s| s.prepared > 0 && s.verifications + s.prepared > 0));
         for i in 0..20 {
             run(&r, &spec, Mode::OutOfPlace, i).unwrap();
         }
@@ -352,7 +386,12 @@ fn abort_ends_a_waiting_call_and_the_next_call_reports_it() {
     // SAFETY: the buffers live until the stream is synchronised below.
     unsafe {
         r.comms[0]
-            .enqueue(&spec, send.as_ptr() as u64, recv.as_mut_ptr() as u64, &r.streams[0])
+            .enqueue(
+                &spec,
+                send.as_ptr() as u64,
+                recv.as_mut_ptr() as u64,
+                &r.streams[0],
+            )
             .unwrap();
     }
     std::thread::sleep(Duration::from_millis(100));
@@ -362,17 +401,29 @@ fn abort_ends_a_waiting_call_and_the_next_call_reports_it() {
         s.spawn(|| r.comms[0].abort("aborted by the test"));
     });
     let done = r.streams[0].synchronize();
-    assert!(t.elapsed() < Duration::from_secs(2), "the stream took {:?} to drain", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "the stream took {:?} to drain",
+        t.elapsed()
+    );
     assert!(matches!(done, Err(RuntimeError::Aborted(_))), "{done:?}");
     // SAFETY: as above.
     let next = unsafe {
-        r.comms[0].enqueue(&spec, send.as_ptr() as u64, recv.as_mut_ptr() as u64, &r.streams[0])
+        r.comms[0].enqueue(
+            &spec,
+            send.as_ptr() as u64,
+            recv.as_mut_ptr() as u64,
+            &r.streams[0],
+        )
     };
     match next {
         Err(RuntimeError::Aborted(m)) => assert!(m.contains("aborted by the test"), "{m}"),
         other => panic!("expected the abort to be reported, got {other:?}"),
     }
-    assert_eq!(r.comms[0].async_error().as_deref(), Some("aborted by the test"));
+    assert_eq!(
+        r.comms[0].async_error().as_deref(),
+        Some("aborted by the test")
+    );
 }
 
 #[test]
@@ -418,13 +469,20 @@ fn a_mismatched_call_fails_on_every_rank() {
         // SAFETY: the buffers live until the streams are synchronised.
         unsafe {
             r.comms[k]
-                .enqueue(&spec, ins[k].as_ptr() as u64, outs[k].as_mut_ptr() as u64, &r.streams[k])
+                .enqueue(
+                    &spec,
+                    ins[k].as_ptr() as u64,
+                    outs[k].as_mut_ptr() as u64,
+                    &r.streams[k],
+                )
                 .unwrap();
         }
     }
     for s in &r.streams {
         match s.synchronize() {
-            Err(RuntimeError::Mismatch(m)) => assert!(m.contains("count=100") && m.contains("count=101"), "{m}"),
+            Err(RuntimeError::Mismatch(m)) => {
+                assert!(m.contains("count=100") && m.contains("count=101"), "{m}")
+            }
             other => panic!("expected a mismatch, got {other:?}"),
         }
     }

@@ -33,7 +33,9 @@ impl Ring {
         Ring {
             head: AtomicU64::new(0),
             tail: AtomicU64::new(0),
-            slots: (0..SLOTS).map(|_| (UnsafeCell::new(0), UnsafeCell::new(0))).collect(),
+            slots: (0..SLOTS)
+                .map(|_| (UnsafeCell::new(0), UnsafeCell::new(0)))
+                .collect(),
         }
     }
 }
@@ -96,7 +98,11 @@ fn model(o: Order) {
             let (value, check) = &ring.slots[(tail % SLOTS) as usize];
             let v = value.with(|p| unsafe { *p });
             let c = check.with(|p| unsafe { *p });
-            assert_eq!((v, c), (m, m * 7), "message {m} arrived torn or out of order");
+            assert_eq!(
+                (v, c),
+                (m, m * 7),
+                "message {m} arrived torn or out of order"
+            );
             publish(&ring.tail, tail + 1, o);
         }
         sender.join().unwrap();
@@ -115,11 +121,15 @@ fn the_kernel_fifo_flags_are_race_free() {
 
 #[test]
 fn a_ring_without_ordering_is_caught() {
-    let caught = std::panic::catch_unwind(|| model(Order::Broken)).expect_err("a race went unnoticed");
+    let caught =
+        std::panic::catch_unwind(|| model(Order::Broken)).expect_err("a race went unnoticed");
     let text = caught
         .downcast_ref::<String>()
         .cloned()
         .or_else(|| caught.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default();
-    assert!(text.contains("Causality violation") || text.contains("torn"), "{text}");
+    assert!(
+        text.contains("Causality violation") || text.contains("torn"),
+        "{text}"
+    );
 }

@@ -36,15 +36,24 @@ fn two_ranks_allreduce_and_allgather() {
                 let mine: Vec<f32> = (0..count).map(|i| (r * 10 + i) as f32).collect();
                 let send: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
                 let mut recv = vec![0u8; count * 4];
-                c.all_reduce(Buffers::OutOfPlace { send: &send, recv: &mut recv }, count, DType::F32, RedOp::Sum)
-                    .unwrap();
+                c.all_reduce(
+                    Buffers::OutOfPlace {
+                        send: &send,
+                        recv: &mut recv,
+                    },
+                    count,
+                    DType::F32,
+                    RedOp::Sum,
+                )
+                .unwrap();
                 for i in 0..count {
                     let got = f32::from_le_bytes(recv[i * 4..i * 4 + 4].try_into().unwrap());
                     assert_eq!(got, (10 + 2 * i) as f32);
                 }
                 let mut all = vec![0u8; count * 4 * n as usize];
                 all[r * count * 4..(r + 1) * count * 4].copy_from_slice(&send);
-                c.all_gather(Buffers::InPlace(&mut all), count, DType::F32).unwrap();
+                c.all_gather(Buffers::InPlace(&mut all), count, DType::F32)
+                    .unwrap();
                 for q in 0..n as usize {
                     for i in 0..count {
                         let at = (q * count + i) * 4;

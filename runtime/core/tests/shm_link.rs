@@ -311,12 +311,19 @@ fn ring_files_are_private_and_never_taken_over() {
     let squat = unique_name(22);
     let squat_path = braid_runtime::shm_link::shm_dir().join(&squat);
     std::fs::write(&squat_path, b"forged").unwrap();
-    let e = ShmLink::create_sender(&squat, 2, 64, flag()).err().expect("published over a squatter");
+    let e = ShmLink::create_sender(&squat, 2, 64, flag())
+        .err()
+        .expect("published over a squatter");
     assert!(e.to_string().contains("cannot publish"), "{e}");
     // And a receiver refuses the squatter's file (mode 0644 here, not a private ring).
     std::fs::set_permissions(&squat_path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let e = ShmLink::open_receiver(&squat, flag(), soon(1)).err().expect("opened a squatter's file");
-    assert!(e.to_string().contains("not this user's private ring"), "{e}");
+    let e = ShmLink::open_receiver(&squat, flag(), soon(1))
+        .err()
+        .expect("opened a squatter's file");
+    assert!(
+        e.to_string().contains("not this user's private ring"),
+        "{e}"
+    );
     std::fs::remove_file(&squat_path).unwrap();
 
     // A symbolic link under a ring's name is not followed.
@@ -325,7 +332,11 @@ fn ring_files_are_private_and_never_taken_over() {
     let link_name = unique_name(24);
     let link_path = braid_runtime::shm_link::shm_dir().join(&link_name);
     std::os::unix::fs::symlink(&target, &link_path).unwrap();
-    let r = ShmLink::open_receiver(&link_name, flag(), Instant::now() + Duration::from_millis(200));
+    let r = ShmLink::open_receiver(
+        &link_name,
+        flag(),
+        Instant::now() + Duration::from_millis(200),
+    );
     assert!(r.is_err(), "followed a symbolic link");
     std::fs::remove_file(&link_path).unwrap();
     std::fs::remove_file(&target).unwrap();

@@ -29,11 +29,18 @@ impl PlanProvider for Lib {
 }
 
 fn calls() -> usize {
-    std::env::var("BRAID_SOAK_CALLS").ok().and_then(|v| v.parse().ok()).unwrap_or(400)
+    std::env::var("BRAID_SOAK_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400)
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn run_job(extra: &[(&str, &str)]) {
@@ -42,7 +49,12 @@ fn run_job(extra: &[(&str, &str)]) {
     let children: Vec<_> = (0..RANKS)
         .map(|r| {
             std::process::Command::new(&exe)
-                .args(["--exact", "soak_rank_entry", "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    "soak_rank_entry",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CHILD, "1")
                 .env("RANK", r.to_string())
                 .env("WORLD_SIZE", RANKS.to_string())
@@ -96,7 +108,11 @@ fn open_files() -> usize {
 
 fn shm_entries() -> usize {
     std::fs::read_dir(braid_runtime::shm_link::shm_dir())
-        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("braid-")).count())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("braid-"))
+                .count()
+        })
         .unwrap_or(0)
 }
 
@@ -115,7 +131,8 @@ fn pick(i: usize) -> (Collective, DType, RedOp, usize, Option<u32>) {
     let op = RedOp::ALL[(i / 7) % RedOp::ALL.len()];
     let counts = [1usize, 3, 17, 255, 1024, 4099, 65_537];
     let count = counts[(i * 7 + i / 3) % counts.len()];
-    let root = matches!(c, Collective::Broadcast | Collective::Reduce).then_some((i % RANKS as usize) as u32);
+    let root = matches!(c, Collective::Broadcast | Collective::Reduce)
+        .then_some((i % RANKS as usize) as u32);
     (c, d, op, count, root)
 }
 
@@ -132,14 +149,30 @@ fn soak_rank_entry() {
     let mut at_1000 = None;
     for i in 0..total {
         let (c, d, op, count, root) = pick(i);
-        let spec = braid_runtime::call::CallSpec { collective: c, count, dtype: d, op, root };
+        let spec = braid_runtime::call::CallSpec {
+            collective: c,
+            count,
+            dtype: d,
+            op,
+            root,
+        };
         let sizes = spec.sizes(rank, n);
         let ins = inputs(c, d, op, n, count, i as u64);
         let want = reference(c, d, op, root, &ins);
         let mut recv = vec![0u8; sizes.recv.unwrap_or(0)];
         let send = &ins[rank as usize];
-        comm.call(c, Buffers::OutOfPlace { send, recv: &mut recv }, count, d, op, root)
-            .unwrap_or_else(|e| panic!("call {i} ({c} {count} {} {}): {e}", d.name(), op.name()));
+        comm.call(
+            c,
+            Buffers::OutOfPlace {
+                send,
+                recv: &mut recv,
+            },
+            count,
+            d,
+            op,
+            root,
+        )
+        .unwrap_or_else(|e| panic!("call {i} ({c} {count} {} {}): {e}", d.name(), op.name()));
         if let Some(w) = &want[rank as usize] {
             if let Some((at, want, got)) = first_mismatch(d, w, &recv) {
                 panic!(
@@ -155,7 +188,10 @@ fn soak_rank_entry() {
     }
     let (rss0, fds0, shm0) = at_1000.unwrap();
     let (rss1, fds1, shm1) = (rss_kib(), open_files(), shm_entries());
-    assert!(rss1 * 100 < rss0 * 105, "resident memory grew from {rss0} KiB to {rss1} KiB");
+    assert!(
+        rss1 * 100 < rss0 * 105,
+        "resident memory grew from {rss0} KiB to {rss1} KiB"
+    );
     assert!(fds1 <= fds0, "open files grew from {fds0} to {fds1}");
     assert!(shm1 <= shm0, "/dev/shm entries grew from {shm0} to {shm1}");
     println!(

@@ -35,7 +35,10 @@ const CASES: &[Case] = &[
 ];
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 fn target_dir(root: &Path) -> PathBuf {
@@ -59,14 +62,22 @@ fn check(case: &Case, root: &Path, work: &Path) -> (bool, String) {
     );
     std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
     std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/compile_fail").join(case.file);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/compile_fail")
+        .join(case.file);
     std::fs::copy(&source, dir.join("src/main.rs")).unwrap();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(&dir)
         .env("CARGO_TARGET_DIR", work.join("target"))
         .env_remove("RUSTFLAGS")
-        .args(["check", "--offline", "--quiet", "--color=never", "--message-format=short"])
+        .args([
+            "check",
+            "--offline",
+            "--quiet",
+            "--color=never",
+            "--message-format=short",
+        ])
         .output()
         .expect("cargo runs");
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -82,7 +93,9 @@ fn an_executor_refuses_an_unverified_plan() {
         let (ok, stderr) = check(case, &root, &work);
         let want = format!("src/main.rs:{}:", case.line);
         let found = stderr.lines().any(|l| {
-            l.starts_with(&want) && l.contains(&format!("error[{}]", case.code)) && l.contains(case.words)
+            l.starts_with(&want)
+                && l.contains(&format!("error[{}]", case.code))
+                && l.contains(case.words)
         });
         if ok {
             failures.push(format!("{}: compiled, but must not\n{stderr}", case.file));

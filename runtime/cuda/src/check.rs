@@ -137,7 +137,14 @@ impl<'a> Prepared<'a> {
             ));
         }
         let n = comms.len() as u32;
-        let ins = inputs(case.collective, case.dtype, case.op, n, case.count, case.seed);
+        let ins = inputs(
+            case.collective,
+            case.dtype,
+            case.op,
+            n,
+            case.count,
+            case.seed,
+        );
         let expected = if case.count == 0 {
             vec![None; n as usize]
         } else {
@@ -224,7 +231,10 @@ impl<'a> Prepared<'a> {
 
 /// The plan (replicated) and protocol the communicator runs `case` with; `None` for a
 /// zero count.
-pub fn selection(comm: &CudaComm, case: &Case) -> Result<Option<(std::sync::Arc<braid_plan::Verified>, braid_ir::Protocol)>> {
+pub fn selection(
+    comm: &CudaComm,
+    case: &Case,
+) -> Result<Option<(std::sync::Arc<braid_plan::Verified>, braid_ir::Protocol)>> {
     Ok(comm.selection(&case.spec(), case.mode)?)
 }
 
@@ -246,7 +256,11 @@ pub fn compare(dtype: DType, rank: u32, want: Option<&[u8]>, got: Option<&[u8]>)
 }
 
 /// Runs `case` once on every rank of an in-process communicator and checks it.
-pub fn run_checked(comms: &[CudaComm], streams: &[Stream], case: &Case) -> Result<(Duration, Vec<Wrong>)> {
+pub fn run_checked(
+    comms: &[CudaComm],
+    streams: &[Stream],
+    case: &Case,
+) -> Result<(Duration, Vec<Wrong>)> {
     let p = Prepared::new(comms, streams, case)?;
     let t = p.run()?;
     Ok((t, p.wrong()?))
@@ -254,9 +268,20 @@ pub fn run_checked(comms: &[CudaComm], streams: &[Stream], case: &Case) -> Resul
 
 /// Runs `case` once on this process's rank (one rank per process) and checks its
 /// result: every process computes every rank's input to know its own expected output.
-pub fn run_checked_rank(comm: &CudaComm, stream: &Stream, case: &Case) -> Result<(Duration, Option<Wrong>)> {
+pub fn run_checked_rank(
+    comm: &CudaComm,
+    stream: &Stream,
+    case: &Case,
+) -> Result<(Duration, Option<Wrong>)> {
     let (rank, n) = (comm.rank(), comm.n_ranks());
-    let ins = inputs(case.collective, case.dtype, case.op, n, case.count, case.seed);
+    let ins = inputs(
+        case.collective,
+        case.dtype,
+        case.op,
+        n,
+        case.count,
+        case.seed,
+    );
     let b = RankBuffers::new(comm, case, &ins[rank as usize])?;
     let start = Instant::now();
     comm.call(
@@ -276,8 +301,11 @@ pub fn run_checked_rank(comm: &CudaComm, stream: &Stream, case: &Case) -> Result
     if case.count == 0 {
         return Ok((t, None));
     }
-    let want = reference(case.collective, case.dtype, case.op, case.root, &ins)
-        .swap_remove(rank as usize);
+    let want =
+        reference(case.collective, case.dtype, case.op, case.root, &ins).swap_remove(rank as usize);
     let got = b.output()?;
-    Ok((t, compare(case.dtype, rank, want.as_deref(), got.as_deref())))
+    Ok((
+        t,
+        compare(case.dtype, rank, want.as_deref(), got.as_deref()),
+    ))
 }

@@ -221,7 +221,10 @@ impl Clique {
 
     /// [`Clique::abort`], remembering why (the first reason wins).
     pub fn abort_because(&self, why: &str) {
-        self.abort_reason.lock().unwrap().get_or_insert_with(|| why.to_string());
+        self.abort_reason
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| why.to_string());
         self.abort();
     }
 

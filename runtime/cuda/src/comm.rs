@@ -36,7 +36,9 @@ fn watch_bootstrap(boot: &Arc<Bootstrap>, clique: &Arc<Clique>) -> Result<()> {
         .spawn(move || loop {
             let Some(c) = clique.upgrade() else { return };
             if boot.abort_flag().load(std::sync::atomic::Ordering::SeqCst) {
-                let why = boot.failure().unwrap_or_else(|| "the group was aborted".into());
+                let why = boot
+                    .failure()
+                    .unwrap_or_else(|| "the group was aborted".into());
                 tracing::warn!("rank {}: aborting its kernels: {why}", boot.rank());
                 c.abort_because(&why);
                 return;
@@ -262,7 +264,9 @@ impl CudaComm {
         opts: &Options,
     ) -> Result<Vec<CudaComm>> {
         if devices.is_empty() {
-            return Err(CudaError::Invalid("a communicator needs at least one rank".into()));
+            return Err(CudaError::Invalid(
+                "a communicator needs at least one rank".into(),
+            ));
         }
         let mut ctxs: Vec<Arc<CudaContext>> = Vec::new();
         let mut per_rank = Vec::with_capacity(devices.len());
@@ -309,7 +313,11 @@ impl CudaComm {
         }
         let n = devices.len() as u32;
         let stats = Stats::default();
-        let locals = per_rank.into_iter().enumerate().map(|(r, c)| (r as u32, c)).collect();
+        let locals = per_rank
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| (r as u32, c))
+            .collect();
         let clique = Arc::new(Clique::new(
             n,
             locals,
@@ -525,8 +533,22 @@ impl CudaComm {
         self.call(Collective::Allreduce, bufs, count, dtype, op, None, stream)
     }
 
-    pub fn all_gather(&self, bufs: Bufs, sendcount: usize, dtype: DType, stream: &Stream) -> Result<()> {
-        self.call(Collective::Allgather, bufs, sendcount, dtype, RedOp::Sum, None, stream)
+    pub fn all_gather(
+        &self,
+        bufs: Bufs,
+        sendcount: usize,
+        dtype: DType,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.call(
+            Collective::Allgather,
+            bufs,
+            sendcount,
+            dtype,
+            RedOp::Sum,
+            None,
+            stream,
+        )
     }
 
     pub fn reduce_scatter(
@@ -537,11 +559,34 @@ impl CudaComm {
         op: RedOp,
         stream: &Stream,
     ) -> Result<()> {
-        self.call(Collective::ReduceScatter, bufs, recvcount, dtype, op, None, stream)
+        self.call(
+            Collective::ReduceScatter,
+            bufs,
+            recvcount,
+            dtype,
+            op,
+            None,
+            stream,
+        )
     }
 
-    pub fn broadcast(&self, bufs: Bufs, count: usize, dtype: DType, root: u32, stream: &Stream) -> Result<()> {
-        self.call(Collective::Broadcast, bufs, count, dtype, RedOp::Sum, Some(root), stream)
+    pub fn broadcast(
+        &self,
+        bufs: Bufs,
+        count: usize,
+        dtype: DType,
+        root: u32,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.call(
+            Collective::Broadcast,
+            bufs,
+            count,
+            dtype,
+            RedOp::Sum,
+            Some(root),
+            stream,
+        )
     }
 
     pub fn reduce(
@@ -553,7 +598,15 @@ impl CudaComm {
         root: u32,
         stream: &Stream,
     ) -> Result<()> {
-        self.call(Collective::Reduce, bufs, count, dtype, op, Some(root), stream)
+        self.call(
+            Collective::Reduce,
+            bufs,
+            count,
+            dtype,
+            op,
+            Some(root),
+            stream,
+        )
     }
 
     /// `count` is what one rank sends to one peer.
@@ -582,7 +635,13 @@ impl CudaComm {
     /// `send` and `recv` must be device memory this rank's GPU can access, holding
     /// [`CallSpec::sizes`] bytes where the rank has them, allocated and otherwise unused
     /// until the call completes on `stream`.
-    pub unsafe fn enqueue_raw(&self, spec: &CallSpec, send: u64, recv: u64, stream: &Stream) -> Result<()> {
+    pub unsafe fn enqueue_raw(
+        &self,
+        spec: &CallSpec,
+        send: u64,
+        recv: u64,
+        stream: &Stream,
+    ) -> Result<()> {
         // SAFETY: passed on.
         unsafe { self.inner.enqueue(spec, send, recv, stream) }?;
         Ok(())

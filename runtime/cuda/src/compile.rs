@@ -64,7 +64,8 @@ fn err(what: &str, e: impl std::fmt::Debug) -> CudaError {
 fn nvrtc_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
     let src = CString::new(source).map_err(|e| err("source", e))?;
     let name = CString::new("braid_kernel.cu").expect("no NUL");
-    let prog = result::create_program(&src, Some(&name)).map_err(|e| err("nvrtcCreateProgram", e))?;
+    let prog =
+        result::create_program(&src, Some(&name)).map_err(|e| err("nvrtcCreateProgram", e))?;
     let opts = [
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
@@ -75,8 +76,14 @@ fn nvrtc_cubin(source: &str, arch: &str) -> Result<Vec<u8>> {
         Err(_) => {
             // SAFETY: as above.
             let log = unsafe { result::get_program_log(prog) }.unwrap_or_default();
-            let bytes: Vec<u8> = log.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
-            Err(CudaError::Compile(String::from_utf8_lossy(&bytes).into_owned()))
+            let bytes: Vec<u8> = log
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            Err(CudaError::Compile(
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ))
         }
         Ok(()) => {
             let mut size = 0usize;

@@ -63,9 +63,21 @@ pub const LAUNCH_LAYOUT: &[(&str, &str, usize)] = &[
     ("CallArgs", "in", std::mem::offset_of!(KernelCall, input)),
     ("CallArgs", "out", std::mem::offset_of!(KernelCall, output)),
     ("CallArgs", "count", std::mem::offset_of!(KernelCall, count)),
-    ("CallArgs", "chunk_elems", std::mem::offset_of!(KernelCall, chunk_elems)),
-    ("CallArgs", "round_elems", std::mem::offset_of!(KernelCall, round_elems)),
-    ("CallArgs", "per_segment", std::mem::offset_of!(KernelCall, per_segment)),
+    (
+        "CallArgs",
+        "chunk_elems",
+        std::mem::offset_of!(KernelCall, chunk_elems),
+    ),
+    (
+        "CallArgs",
+        "round_elems",
+        std::mem::offset_of!(KernelCall, round_elems),
+    ),
+    (
+        "CallArgs",
+        "per_segment",
+        std::mem::offset_of!(KernelCall, per_segment),
+    ),
     ("CallArgs", "avg_n", std::mem::offset_of!(KernelCall, avg_n)),
     ("CallArgs", "sizeof", std::mem::size_of::<KernelCall>()),
     ("Launch", "n", std::mem::offset_of!(LaunchParams, n)),
@@ -500,7 +512,11 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
             // SAFETY: live event and streams.
             unsafe {
                 result::event::record(ev, s)?;
-                result::stream::wait_event(stream, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?;
+                result::stream::wait_event(
+                    stream,
+                    ev,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )?;
             }
         }
     }
@@ -562,7 +578,10 @@ mod tests {
     fn failures_name_the_rank_block_and_wait() {
         let t = std::time::Duration::from_secs(5);
         let m = describe_failure(3, (1 << 24) | 7, t);
-        assert!(m.contains("rank 3") && m.contains("block 7") && m.contains("receive peer"), "{m}");
+        assert!(
+            m.contains("rank 3") && m.contains("block 7") && m.contains("receive peer"),
+            "{m}"
+        );
         assert!(describe_failure(0, 4 << 24, t).contains("aborted"));
     }
 }

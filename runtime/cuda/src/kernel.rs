@@ -174,12 +174,16 @@ mod tests {
         ] {
             assert!(s.contains(line), "{line} missing");
         }
-        assert!(s.contains("extern \"C\" __global__ void __launch_bounds__(BRAID_THREADS) braid_kernel("));
+        assert!(s.contains(
+            "extern \"C\" __global__ void __launch_bounds__(BRAID_THREADS) braid_kernel("
+        ));
         let simple = source(Variant {
             wire: Wire::default(),
             ..v
         });
-        assert!(simple.contains(&format!("#define BRAID_PIECE_BYTES {SIMPLE_SLOT_BYTES}ull\n")));
+        assert!(simple.contains(&format!(
+            "#define BRAID_PIECE_BYTES {SIMPLE_SLOT_BYTES}ull\n"
+        )));
         assert_ne!(s, simple);
     }
 
@@ -193,4 +197,3 @@ mod tests {
         }
     }
 }
-

@@ -10,10 +10,10 @@
 use crate::device::DeviceAlloc;
 use crate::error::{CudaError, Result};
 use crate::stream::Stream;
-use cudarc::driver::CudaContext;
 use braid_ir::Collective;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::selfcheck::buffer_elems;
+use cudarc::driver::CudaContext;
 use cudarc::nccl::result::NcclStatus;
 use cudarc::nccl::{result, sys};
 use std::ffi::c_void;

@@ -172,7 +172,9 @@ pub fn check(plan: &Plan, rank: u32) -> Result<()> {
         }
         for p in [block.send_peer, block.recv_peer].into_iter().flatten() {
             if p >= n || p == rank {
-                return bad(format!("rank {rank} block {bi}: peer {p} is not another rank"));
+                return bad(format!(
+                    "rank {rank} block {bi}: peer {p} is not another rank"
+                ));
             }
         }
         for (si, s) in block.steps.iter().enumerate() {
@@ -184,7 +186,10 @@ pub fn check(plan: &Plan, rank: u32) -> Result<()> {
                 return bad(format!("{at} sends in a block without a send peer"));
             }
             if s.src.is_some() != s.kind.has_src() || s.dst.is_some() != s.kind.has_dst() {
-                return bad(format!("{at}: operands do not fit a {} step", s.kind.short_name()));
+                return bad(format!(
+                    "{at}: operands do not fit a {} step",
+                    s.kind.short_name()
+                ));
             }
             if let (Some(a), Some(b)) = (s.src, s.dst) {
                 if a.count != b.count {
@@ -217,7 +222,10 @@ pub fn check(plan: &Plan, rank: u32) -> Result<()> {
         }
     }
     if plan.collective.has_k() && plan.chunks % n != 0 {
-        return bad(format!("{} chunks do not split over {n} ranks", plan.chunks));
+        return bad(format!(
+            "{} chunks do not split over {n} ranks",
+            plan.chunks
+        ));
     }
     Ok(())
 }
@@ -489,7 +497,10 @@ mod tests {
         }
         assert_eq!(u64_at(&t, at("blocks")), 0x1000 + TABLE_BYTES as u64);
         assert_eq!(u32_at(&t, at("replicas")), p.channels.max(1));
-        assert_eq!(u32_at(&t, at("tiled")), u32::from(p.execution == Execution::Tiled));
+        assert_eq!(
+            u32_at(&t, at("tiled")),
+            u32::from(p.execution == Execution::Tiled)
+        );
         let blocks = u64_at(&t, 56) - 0x1000;
         assert_eq!(blocks as usize, 112);
         assert_eq!(u32_at(&t, 88), p.ranks[1].blocks.len() as u32);
@@ -513,7 +524,12 @@ mod tests {
         q.ranks[0].blocks[0].send_peer = Some(0);
         assert!(check(&q, 0).is_err());
         let mut r = fixture();
-        r.ranks[0].blocks[0].steps[0].deps.push(braid_plan::Dep { block: 9, step: 0 });
-        assert!(check(&r, 0).unwrap_err().to_string().contains("does not exist"));
+        r.ranks[0].blocks[0].steps[0]
+            .deps
+            .push(braid_plan::Dep { block: 9, step: 0 });
+        assert!(check(&r, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("does not exist"));
     }
 }

@@ -91,7 +91,9 @@ impl Transport for PeerMemory {
         Ok((Box::new(Owned(d, p)), p.to_le_bytes().to_vec()))
     }
     fn open(&self, _ctx: &Arc<CudaContext>, desc: &[u8]) -> Result<Box<dyn Region>> {
-        Ok(Box::new(Borrowed(u64_at(desc, 0).ok_or_else(|| malformed("p2p"))?)))
+        Ok(Box::new(Borrowed(
+            u64_at(desc, 0).ok_or_else(|| malformed("p2p"))?,
+        )))
     }
 }
 
@@ -192,11 +194,16 @@ impl Transport for SharedFile {
             .expect("created here")
             .to_string_lossy()
             .into_owned();
-        Ok((Box::new(SharedRegion(h)), format!("{len} {name}").into_bytes()))
+        Ok((
+            Box::new(SharedRegion(h)),
+            format!("{len} {name}").into_bytes(),
+        ))
     }
     fn open(&self, ctx: &Arc<CudaContext>, desc: &[u8]) -> Result<Box<dyn Region>> {
         let text = std::str::from_utf8(desc).map_err(|_| malformed("shared-host"))?;
-        let (len, name) = text.split_once(' ').ok_or_else(|| malformed("shared-host"))?;
+        let (len, name) = text
+            .split_once(' ')
+            .ok_or_else(|| malformed("shared-host"))?;
         let len: usize = len.parse().map_err(|_| malformed("shared-host"))?;
         Ok(Box::new(SharedRegion(SharedHost::open(ctx, name, len)?)))
     }

@@ -16,7 +16,9 @@
 mod support;
 
 use braid_cuda::check::compare;
-use braid_cuda::{driver_present, group, Bufs, CudaComm, GroupItem, Options, RawDeviceMemory, Stream};
+use braid_cuda::{
+    driver_present, group, Bufs, CudaComm, GroupItem, Options, RawDeviceMemory, Stream,
+};
 use braid_ir::{Collective, Mode};
 use braid_library::Library;
 use braid_runtime::call::CallSpec;
@@ -46,8 +48,15 @@ fn main() -> ExitCode {
     }
     let quick = std::env::var("BRAID_CUDA_QUICK").is_ok();
     let sections = std::env::var("BRAID_GPU_SECTIONS").ok();
-    let want = |s: &str| sections.as_deref().is_none_or(|l| l.split(',').any(|x| x == s));
-    println!("gpu_comm: {gpus} GPU(s), {} matrix", if quick { "quick" } else { "full" });
+    let want = |s: &str| {
+        sections
+            .as_deref()
+            .is_none_or(|l| l.split(',').any(|x| x == s))
+    };
+    println!(
+        "gpu_comm: {gpus} GPU(s), {} matrix",
+        if quick { "quick" } else { "full" }
+    );
     let mut t = Tally::default();
     let start = Instant::now();
     if want("matrix") {
@@ -65,7 +74,9 @@ fn main() -> ExitCode {
         }
     }
     if want("two") {
-        section(&mut t, "two communicators in flight", || two_in_flight(gpus));
+        section(&mut t, "two communicators in flight", || {
+            two_in_flight(gpus)
+        });
     }
     if want("counters") {
         section(&mut t, "nothing set up per call", || counters(gpus));
@@ -75,7 +86,9 @@ fn main() -> ExitCode {
     }
     if want("procs") {
         section(&mut t, "2 processes", || procs(gpus, quick, false));
-        section(&mut t, "2 processes, host-staged", || procs(gpus, true, true));
+        section(&mut t, "2 processes, host-staged", || {
+            procs(gpus, true, true)
+        });
         section(&mut t, "2 processes, dead peer", dead_peer);
     }
     if let Ok(path) = std::env::var("BRAID_GPU_BENCH") {
@@ -116,7 +129,11 @@ impl Tally {
 }
 
 /// Runs a section that returns its own cases' results.
-fn section(t: &mut Tally, name: &str, f: impl FnOnce() -> Result<Vec<(String, Result<(), String>)>, String>) {
+fn section(
+    t: &mut Tally,
+    name: &str,
+    f: impl FnOnce() -> Result<Vec<(String, Result<(), String>)>, String>,
+) {
     let start = Instant::now();
     match f() {
         Ok(cases) => {
@@ -126,7 +143,11 @@ fn section(t: &mut Tally, name: &str, f: impl FnOnce() -> Result<Vec<(String, Re
                 failed += usize::from(r.is_err());
                 t.record(&format!("{name}: {what}"), r);
             }
-            println!("{name}: {} of {n} passed in {:.1?}", n - failed, start.elapsed());
+            println!(
+                "{name}: {} of {n} passed in {:.1?}",
+                n - failed,
+                start.elapsed()
+            );
         }
         Err(e) => t.record(name, Err(e)),
     }
@@ -217,7 +238,14 @@ struct RankCall {
 }
 
 impl RankCall {
-    fn new(comm: &CudaComm, s: &Stream, spec: &CallSpec, mode: Mode, kind: Kind, input: &[u8]) -> Result<RankCall, String> {
+    fn new(
+        comm: &CudaComm,
+        s: &Stream,
+        spec: &CallSpec,
+        mode: Mode,
+        kind: Kind,
+        input: &[u8],
+    ) -> Result<RankCall, String> {
         let (rank, n) = (comm.rank(), comm.n_ranks());
         let sizes = spec.sizes(rank, n);
         let ctx = comm.context();
@@ -232,7 +260,12 @@ impl RankCall {
             ),
             Mode::InPlace => {
                 let (i, o) = spec.in_place_buffers(rank, 0);
-                (Mem::new(ctx, kind, sizes.larger, s)?, None, i as usize, o as usize)
+                (
+                    Mem::new(ctx, kind, sizes.larger, s)?,
+                    None,
+                    i as usize,
+                    o as usize,
+                )
             }
         };
         Ok(RankCall {
@@ -258,13 +291,23 @@ impl RankCall {
         }
         self.send.fill_async(0xAA, s)?;
         app.spin(20_000, s)?;
-        app.copy(self.send.ptr() + self.input_at as u64, self.staged.ptr(), self.input_len, s)
+        app.copy(
+            self.send.ptr() + self.input_at as u64,
+            self.staged.ptr(),
+            self.input_len,
+            s,
+        )
     }
 
     /// After the collective: copy the output out (an application kernel).
     fn after(&self, app: &AppKernels, s: &Stream) -> Result<(), String> {
         let out = self.recv.as_ref().unwrap_or(&self.send);
-        app.copy(self.result.ptr(), out.ptr() + self.output_at as u64, self.output_len, s)
+        app.copy(
+            self.result.ptr(),
+            out.ptr() + self.output_at as u64,
+            self.output_len,
+            s,
+        )
     }
 
     fn output(&self) -> Result<Option<Vec<u8>>, String> {
@@ -282,19 +325,24 @@ fn upload(m: &Mem, data: &[u8], s: &Stream) -> Result<(), String> {
         return Ok(());
     }
     // SAFETY: `data` fits the allocation (sized from it) and outlives the copy.
-    unsafe { cudarc::driver::result::memcpy_htod_async(m.ptr(), data, s.raw()) }.map_err(|e| e.to_string())
+    unsafe { cudarc::driver::result::memcpy_htod_async(m.ptr(), data, s.raw()) }
+        .map_err(|e| e.to_string())
 }
 
 fn download(m: &Mem, n: usize) -> Result<Vec<u8>, String> {
     let mut v = vec![0u8; n];
     // SAFETY: `n` bytes lie in the allocation.
-    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, m.ptr()) }.map_err(|e| e.to_string())?;
+    unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut v, m.ptr()) }
+        .map_err(|e| e.to_string())?;
     Ok(v)
 }
 
 fn bufs<'a>(v: &'a (RawDeviceMemory, Option<RawDeviceMemory>)) -> Bufs<'a> {
     match &v.1 {
-        Some(r) => Bufs::OutOfPlace { send: &v.0, recv: r },
+        Some(r) => Bufs::OutOfPlace {
+            send: &v.0,
+            recv: r,
+        },
         None => Bufs::InPlace(&v.0),
     }
 }
@@ -358,8 +406,12 @@ fn run_case(r: &Ranks, spec: &CallSpec, mode: Mode, kind: Kind, seed: u64) -> Re
     let expected = reference(spec.collective, spec.dtype, spec.op, spec.root, &ins);
     for (rank, (c, want)) in calls.iter().zip(&expected).enumerate() {
         let got = c.output()?;
-        if let Some((_, bad, i, w, g)) = compare(spec.dtype, rank as u32, want.as_deref(), got.as_deref()) {
-            return Err(format!("rank {rank}: {bad} wrong, first at element {i}: expected {w}, got {g}"));
+        if let Some((_, bad, i, w, g)) =
+            compare(spec.dtype, rank as u32, want.as_deref(), got.as_deref())
+        {
+            return Err(format!(
+                "rank {rank}: {bad} wrong, first at element {i}: expected {w}, got {g}"
+            ));
         }
     }
     Ok(())
@@ -367,7 +419,11 @@ fn run_case(r: &Ranks, spec: &CallSpec, mode: Mode, kind: Kind, seed: u64) -> Re
 
 fn dtype_ops(c: Collective, quick: bool) -> Vec<(DType, RedOp)> {
     if !c.reduces() {
-        let d: &[DType] = if quick { &[DType::F32, DType::U8] } else { &DType::ALL };
+        let d: &[DType] = if quick {
+            &[DType::F32, DType::U8]
+        } else {
+            &DType::ALL
+        };
         return d.iter().map(|&d| (d, RedOp::Sum)).collect();
     }
     if quick {
@@ -468,7 +524,11 @@ fn graph(n: u32, gpus: usize) -> Result<Cases, String> {
     };
     let mut cases = Vec::new();
     for (i, c) in Collective::ALL.into_iter().enumerate() {
-        let mode = if c == Collective::Alltoall { Mode::OutOfPlace } else { Mode::InPlace };
+        let mode = if c == Collective::Alltoall {
+            Mode::OutOfPlace
+        } else {
+            Mode::InPlace
+        };
         let spec = CallSpec {
             collective: c,
             count: 1000 + 3 * i,
@@ -526,8 +586,15 @@ fn graph_case(r: &Ranks, one: &Ranks, spec: &CallSpec, mode: Mode) -> Result<(),
     }
     let expected = reference(spec.collective, spec.dtype, spec.op, spec.root, &ins);
     for (rank, (c, want)) in calls.iter().zip(&expected).enumerate() {
-        if let Some((_, bad, i, w, g)) = compare(spec.dtype, rank as u32, want.as_deref(), c.output()?.as_deref()) {
-            return Err(format!("rank {rank}: {bad} wrong, first at {i}: expected {w}, got {g}"));
+        if let Some((_, bad, i, w, g)) = compare(
+            spec.dtype,
+            rank as u32,
+            want.as_deref(),
+            c.output()?.as_deref(),
+        ) {
+            return Err(format!(
+                "rank {rank}: {bad} wrong, first at {i}: expected {w}, got {g}"
+            ));
         }
     }
     Ok(())
@@ -581,7 +648,10 @@ fn two_in_flight(gpus: usize) -> Result<Cases, String> {
         }
     }
     let mut cases = Vec::new();
-    for (name, calls, ins, s, r) in [("allreduce", &ca, &ia, &sa, &a), ("allgather", &cb, &ib, &sb, &b)] {
+    for (name, calls, ins, s, r) in [
+        ("allreduce", &ca, &ia, &sa, &a),
+        ("allgather", &cb, &ib, &sb, &b),
+    ] {
         let exp = reference(s.collective, s.dtype, s.op, None, ins);
         let mut res = Ok(());
         if let Some(e) = r.comms[0].async_error() {
@@ -589,8 +659,16 @@ fn two_in_flight(gpus: usize) -> Result<Cases, String> {
         }
         for (rank, (c, want)) in calls.iter().zip(&exp).enumerate() {
             if res.is_ok() {
-                if let Some(w) = compare(s.dtype, rank as u32, want.as_deref(), c.output()?.as_deref()) {
-                    res = Err(format!("rank {rank}: {} wrong, first at {}: expected {}, got {}", w.1, w.2, w.3, w.4));
+                if let Some(w) = compare(
+                    s.dtype,
+                    rank as u32,
+                    want.as_deref(),
+                    c.output()?.as_deref(),
+                ) {
+                    res = Err(format!(
+                        "rank {rank}: {} wrong, first at {}: expected {}, got {}",
+                        w.1, w.2, w.3, w.4
+                    ));
                 }
             }
         }
@@ -604,7 +682,11 @@ fn two_in_flight(gpus: usize) -> Result<Cases, String> {
 fn counters(gpus: usize) -> Result<Cases, String> {
     let r = open(2, gpus, &opts(10))?;
     let mut cases = Vec::new();
-    for (c, count) in [(Collective::Allreduce, 2usize), (Collective::Allreduce, 1 << 20), (Collective::Allgather, 1000)] {
+    for (c, count) in [
+        (Collective::Allreduce, 2usize),
+        (Collective::Allreduce, 1 << 20),
+        (Collective::Allgather, 1000),
+    ] {
         let spec = CallSpec {
             collective: c,
             count,
@@ -639,10 +721,15 @@ fn counters(gpus: usize) -> Result<Cases, String> {
             for (rank, (c, b)) in r.comms.iter().zip(&before).enumerate() {
                 let now = c.stats();
                 if now.setup() != b.setup() {
-                    return Err(format!("rank {rank} set up something per call: {b:?} -> {now:?}"));
+                    return Err(format!(
+                        "rank {rank} set up something per call: {b:?} -> {now:?}"
+                    ));
                 }
                 if now.launches != b.launches + 1000 {
-                    return Err(format!("rank {rank}: {} launches for 1000 calls", now.launches - b.launches));
+                    return Err(format!(
+                        "rank {rank}: {} launches for 1000 calls",
+                        now.launches - b.launches
+                    ));
                 }
             }
             Ok(())
@@ -665,15 +752,37 @@ fn abort() -> Result<Cases, String> {
         root: None,
     };
     let ins = inputs(spec.collective, spec.dtype, spec.op, 2, spec.count, 3);
-    let call = RankCall::new(&r.comms[0], &r.streams[0], &spec, Mode::OutOfPlace, Kind::Plain, &ins[0])?;
+    let call = RankCall::new(
+        &r.comms[0],
+        &r.streams[0],
+        &spec,
+        Mode::OutOfPlace,
+        Kind::Plain,
+        &ins[0],
+    )?;
     let v = call.views();
     r.comms[0]
-        .call(spec.collective, bufs(&v), spec.count, spec.dtype, spec.op, None, &r.streams[0])
+        .call(
+            spec.collective,
+            bufs(&v),
+            spec.count,
+            spec.dtype,
+            spec.op,
+            None,
+            &r.streams[0],
+        )
         .map_err(|e| e.to_string())?;
     std::thread::sleep(Duration::from_millis(300));
     let mut cases = Vec::new();
     let busy = !r.streams[0].is_idle().map_err(|e| e.to_string())?;
-    cases.push(("the lonely rank's kernel waits".to_string(), if busy { Ok(()) } else { Err("its stream is idle already".into()) }));
+    cases.push((
+        "the lonely rank's kernel waits".to_string(),
+        if busy {
+            Ok(())
+        } else {
+            Err("its stream is idle already".into())
+        },
+    ));
     let comm0 = &r.comms[0];
     let aborted_at = std::thread::scope(|s| {
         s.spawn(|| {
@@ -703,7 +812,15 @@ fn abort() -> Result<Cases, String> {
             None => Err("still busy 5 s after abort()".into()),
         },
     ));
-    let next = r.comms[0].call(spec.collective, bufs(&v), spec.count, spec.dtype, spec.op, None, &r.streams[0]);
+    let next = r.comms[0].call(
+        spec.collective,
+        bufs(&v),
+        spec.count,
+        spec.dtype,
+        spec.op,
+        None,
+        &r.streams[0],
+    );
     cases.push((
         "the next call reports the error".to_string(),
         match next {
@@ -712,14 +829,22 @@ fn abort() -> Result<Cases, String> {
         },
     ));
     // Nothing left running: the whole GPU drains.
-    let drained = r.comms[0].context().synchronize().map_err(|e| e.to_string());
+    let drained = r.comms[0]
+        .context()
+        .synchronize()
+        .map_err(|e| e.to_string());
     cases.push(("nothing is left running on the GPU".to_string(), drained));
     Ok(cases)
 }
 
 /// Starts this program twice as ranks 0 and 1 of a launcher-style job (`role` says what
 /// the children do), both on GPU 0 when there is one GPU, and collects their verdicts.
-fn spawn_pair(role: &str, gpus: usize, env: &[(&str, &str)], limit: Duration) -> Result<Vec<(i32, String)>, String> {
+fn spawn_pair(
+    role: &str,
+    gpus: usize,
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Result<Vec<(i32, String)>, String> {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
         l.local_addr().unwrap().port() - 1
@@ -797,13 +922,22 @@ fn procs(gpus: usize, quick: bool, staged: bool) -> Result<Cases, String> {
 /// hanging.
 fn dead_peer() -> Result<Cases, String> {
     let t = Instant::now();
-    let ranks = spawn_pair("dead", 1, &[("BRAID_TIMEOUT", "3")], Duration::from_secs(60))?;
+    let ranks = spawn_pair(
+        "dead",
+        1,
+        &[("BRAID_TIMEOUT", "3")],
+        Duration::from_secs(60),
+    )?;
     let (code, text) = &ranks[0];
     print!("{text}");
     let ok = *code == 0 && text.contains("peer failure reported");
     Ok(vec![(
         format!("the survivor reports the dead peer ({:.1?})", t.elapsed()),
-        if ok { Ok(()) } else { Err(format!("exit code {code}")) },
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("exit code {code}"))
+        },
     )])
 }
 
@@ -838,20 +972,46 @@ fn child_run(role: &str) -> Result<(), String> {
                 root: None,
             };
             let ins = inputs(spec.collective, spec.dtype, spec.op, 2, spec.count, 1);
-            proc_case(&comm, &stream, &app, &spec, Mode::OutOfPlace, Kind::Plain, 1)?;
+            proc_case(
+                &comm,
+                &stream,
+                &app,
+                &spec,
+                Mode::OutOfPlace,
+                Kind::Plain,
+                1,
+            )?;
             if rank == 1 {
                 println!("rank 1 dies");
                 std::process::exit(0);
             }
-            let c = RankCall::new(&comm, &stream, &spec, Mode::OutOfPlace, Kind::Plain, &ins[0])?;
+            let c = RankCall::new(
+                &comm,
+                &stream,
+                &spec,
+                Mode::OutOfPlace,
+                Kind::Plain,
+                &ins[0],
+            )?;
             let v = c.views();
             let t = Instant::now();
-            comm.call(spec.collective, bufs(&v), spec.count, spec.dtype, spec.op, None, &stream)
-                .map_err(|e| e.to_string())?;
+            comm.call(
+                spec.collective,
+                bufs(&v),
+                spec.count,
+                spec.dtype,
+                spec.op,
+                None,
+                &stream,
+            )
+            .map_err(|e| e.to_string())?;
             stream.synchronize().map_err(|e| e.to_string())?;
             match comm.async_error() {
                 Some(e) => {
-                    println!("rank 0: peer failure reported after {:.1?}: {e}", t.elapsed());
+                    println!(
+                        "rank 0: peer failure reported after {:.1?}: {e}",
+                        t.elapsed()
+                    );
                     Ok(())
                 }
                 None => Err("the call against a dead peer succeeded".into()),
@@ -863,7 +1023,12 @@ fn child_run(role: &str) -> Result<(), String> {
             for c in Collective::ALL {
                 for root in roots(c, 2) {
                     let ops = if quick || c != Collective::Allreduce {
-                        vec![(DType::F32, RedOp::Sum), (DType::Bf16, RedOp::Avg), (DType::I64, RedOp::Min), (DType::U8, RedOp::Prod)]
+                        vec![
+                            (DType::F32, RedOp::Sum),
+                            (DType::Bf16, RedOp::Avg),
+                            (DType::I64, RedOp::Min),
+                            (DType::U8, RedOp::Prod),
+                        ]
                     } else {
                         dtype_ops(c, false)
                     };
@@ -871,14 +1036,22 @@ fn child_run(role: &str) -> Result<(), String> {
                         let (d, o) = if c.reduces() { (d, o) } else { (d, RedOp::Sum) };
                         for mode in modes(c) {
                             for count in [0usize, 1, 7, (1 << 20) + 3] {
-                                let spec = CallSpec { collective: c, count, dtype: d, op: o, root };
+                                let spec = CallSpec {
+                                    collective: c,
+                                    count,
+                                    dtype: d,
+                                    op: o,
+                                    root,
+                                };
                                 let kind = KINDS[k % 3];
                                 k += 1;
                                 let what = format!("{c} root {root:?} {} {} {mode} count {count} ({kind:?} memory)", d.name(), o.name());
                                 if !selected(&what) {
                                     continue;
                                 }
-                                if let Err(e) = proc_case(&comm, &stream, &app, &spec, mode, kind, k as u64) {
+                                if let Err(e) =
+                                    proc_case(&comm, &stream, &app, &spec, mode, kind, k as u64)
+                                {
                                     failed += 1;
                                     println!("FAIL rank {rank}: {c} {root:?} {} {} {mode} {count} {kind:?}: {e}", d.name(), o.name());
                                     if failed >= 3 {
@@ -893,20 +1066,39 @@ fn child_run(role: &str) -> Result<(), String> {
             if failed > 0 {
                 return Err(format!("{failed} of {k} cases failed"));
             }
-            println!("rank {rank}: {k} cases right (p2p {}); rank done", comm.p2p());
+            println!(
+                "rank {rank}: {k} cases right (p2p {}); rank done",
+                comm.p2p()
+            );
             Ok(())
         }
     }
 }
 
-fn proc_case(comm: &CudaComm, stream: &Stream, app: &AppKernels, spec: &CallSpec, mode: Mode, kind: Kind, seed: u64) -> Result<(), String> {
+fn proc_case(
+    comm: &CudaComm,
+    stream: &Stream,
+    app: &AppKernels,
+    spec: &CallSpec,
+    mode: Mode,
+    kind: Kind,
+    seed: u64,
+) -> Result<(), String> {
     let rank = comm.rank();
     let ins = inputs(spec.collective, spec.dtype, spec.op, 2, spec.count, seed);
     let c = RankCall::new(comm, stream, spec, mode, kind, &ins[rank as usize])?;
     c.before(app, stream)?;
     let v = c.views();
-    comm.call(spec.collective, bufs(&v), spec.count, spec.dtype, spec.op, spec.root, stream)
-        .map_err(|e| e.to_string())?;
+    comm.call(
+        spec.collective,
+        bufs(&v),
+        spec.count,
+        spec.dtype,
+        spec.op,
+        spec.root,
+        stream,
+    )
+    .map_err(|e| e.to_string())?;
     c.after(app, stream)?;
     stream.synchronize().map_err(|e| e.to_string())?;
     if let Some(e) = comm.async_error() {
@@ -915,7 +1107,8 @@ fn proc_case(comm: &CudaComm, stream: &Stream, app: &AppKernels, spec: &CallSpec
     if spec.count == 0 {
         return Ok(());
     }
-    let want = reference(spec.collective, spec.dtype, spec.op, spec.root, &ins).swap_remove(rank as usize);
+    let want =
+        reference(spec.collective, spec.dtype, spec.op, spec.root, &ins).swap_remove(rank as usize);
     match compare(spec.dtype, rank, want.as_deref(), c.output()?.as_deref()) {
         None => Ok(()),
         Some((_, bad, i, w, g)) => Err(format!("{bad} wrong, first at {i}: expected {w}, got {g}")),
@@ -953,10 +1146,26 @@ fn bench(path: &str) -> Result<Cases, String> {
     let s1 = &r.streams[1];
     for _ in 0..10 {
         r.comms[0]
-            .call(spec.collective, bufs(&views[0]), 2, spec.dtype, spec.op, None, s)
+            .call(
+                spec.collective,
+                bufs(&views[0]),
+                2,
+                spec.dtype,
+                spec.op,
+                None,
+                s,
+            )
             .map_err(|e| e.to_string())?;
         r.comms[1]
-            .call(spec.collective, bufs(&views[1]), 2, spec.dtype, spec.op, None, s1)
+            .call(
+                spec.collective,
+                bufs(&views[1]),
+                2,
+                spec.dtype,
+                spec.op,
+                None,
+                s1,
+            )
             .map_err(|e| e.to_string())?;
     }
     let same = [s.clone(), s.clone()];
@@ -1006,7 +1215,10 @@ fn bench(path: &str) -> Result<Cases, String> {
     }
     bare.sort_by(f64::total_cmp);
     let launch_median = bare[bare.len() / 2];
-    let roof_eager = per_call(&|| (0..1000).try_for_each(|_| app.roof(f, v, o, 2, s)), 1000)?;
+    let roof_eager = per_call(
+        &|| (0..1000).try_for_each(|_| app.roof(f, v, o, 2, s)),
+        1000,
+    )?;
     let rg = Graph::capture(s, || (0..1000).try_for_each(|_| app.roof(f, v, o, 2, s)))?;
     rg.launch(s)?;
     let roof_graph = per_call(&|| rg.launch(s), 1000)?;
@@ -1027,7 +1239,9 @@ fn bench(path: &str) -> Result<Cases, String> {
     let host_ok = if median <= 5.0 {
         Ok(())
     } else {
-        Err(format!("median host cost {median:.2} us is over the 5 us target"))
+        Err(format!(
+            "median host cost {median:.2} us is over the 5 us target"
+        ))
     };
     Ok(vec![("per-call host cost <= 5 us".to_string(), host_ok)])
 }

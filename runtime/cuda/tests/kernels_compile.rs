@@ -42,7 +42,10 @@ fn every_variant_compiles() {
                 let Some(&v) = variants.get(i) else { break };
                 match compile(&source(v), &arch) {
                     Ok(c) if c.cubin.starts_with(b"\x7fELF") => {}
-                    Ok(_) => failed.lock().unwrap().push(format!("{v:?}: not an ELF image")),
+                    Ok(_) => failed
+                        .lock()
+                        .unwrap()
+                        .push(format!("{v:?}: not an ELF image")),
                     Err(e) => failed.lock().unwrap().push(format!("{v:?}: {e}")),
                 }
             });
@@ -75,7 +78,10 @@ fn covering(all: &[Variant]) -> Vec<Variant> {
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         let op = RedOp::ALL[i % RedOp::ALL.len()];
         let wire = wires[i % wires.len()];
-        if let Some(v) = all.iter().find(|v| v.dtype == dtype && v.op == op && v.wire == wire) {
+        if let Some(v) = all
+            .iter()
+            .find(|v| v.dtype == dtype && v.op == op && v.wire == wire)
+        {
             out.push(*v);
         }
     }
@@ -94,4 +100,3 @@ fn covering(all: &[Variant]) -> Vec<Variant> {
     }
     out
 }
-

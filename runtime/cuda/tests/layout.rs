@@ -9,24 +9,39 @@
 use std::process::Command;
 
 const STRUCTS: [&str; 8] = [
-    "End", "BlockDesc", "StepDesc", "StepDeps", "DepDesc", "Table", "CallArgs", "Launch",
+    "End",
+    "BlockDesc",
+    "StepDesc",
+    "StepDeps",
+    "DepDesc",
+    "Table",
+    "CallArgs",
+    "Launch",
 ];
 
 /// The text of `struct NAME { ... };` in the template.
 fn definition(src: &str, name: &str) -> String {
     let head = format!("struct {name} {{");
-    let start = src.find(&head).unwrap_or_else(|| panic!("no `{head}` in braid_kernel.cuh"));
+    let start = src
+        .find(&head)
+        .unwrap_or_else(|| panic!("no `{head}` in braid_kernel.cuh"));
     let end = src[start..].find("\n};").expect("struct end") + start + 3;
     src[start..end].to_string()
 }
 
 fn c_source(tamper: bool) -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels_templates/braid_kernel.cuh");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../kernels_templates/braid_kernel.cuh"
+    );
     let src = std::fs::read_to_string(path).unwrap();
     let mut c = String::from(
         "#include <stddef.h>\n#include <stdint.h>\ntypedef uint32_t u32;\ntypedef uint64_t u64;\n",
     );
-    c += &format!("#define BRAID_MAX_LOCAL {}\n", braid_cuda::kernel::MAX_LOCAL);
+    c += &format!(
+        "#define BRAID_MAX_LOCAL {}\n",
+        braid_cuda::kernel::MAX_LOCAL
+    );
     for s in STRUCTS {
         c += &format!("typedef struct {s} {s};\n");
     }
@@ -34,9 +49,14 @@ fn c_source(tamper: bool) -> String {
         c += &definition(&src, s);
         c += "\n";
     }
-    let fields = braid_cuda::program::LAYOUT.iter().chain(braid_cuda::engine::LAUNCH_LAYOUT);
+    let fields = braid_cuda::program::LAYOUT
+        .iter()
+        .chain(braid_cuda::engine::LAUNCH_LAYOUT);
     for (i, (strukt, field, offset)) in fields.enumerate() {
-        assert!(STRUCTS.contains(strukt), "{strukt} is not copied from the template");
+        assert!(
+            STRUCTS.contains(strukt),
+            "{strukt} is not copied from the template"
+        );
         let offset = offset + usize::from(tamper && i == 3);
         let what = if *field == "sizeof" {
             format!("sizeof({strukt})")

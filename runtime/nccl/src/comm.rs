@@ -82,9 +82,7 @@ impl Comm {
         }
         match self.backend.get()? {
             Err(f) => Some(f.clone()),
-            Ok(Backend::Cuda(c)) => c
-                .async_error()
-                .map(|m| Failure::new(abi::REMOTE_ERROR, m)),
+            Ok(Backend::Cuda(c)) => c.async_error().map(|m| Failure::new(abi::REMOTE_ERROR, m)),
             Ok(Backend::Host(_)) => None,
         }
     }
@@ -97,9 +95,12 @@ impl Comm {
     /// Forwarding's state (the communicator is ready).
     pub fn forward(&self) -> Res<&forward::Slot> {
         self.ready()?;
-        self.forward
-            .get()
-            .ok_or_else(|| Failure::new(abi::INTERNAL_ERROR, "a ready communicator without forwarding state"))
+        self.forward.get().ok_or_else(|| {
+            Failure::new(
+                abi::INTERNAL_ERROR,
+                "a ready communicator without forwarding state",
+            )
+        })
     }
 
     /// Records a failure that leaves the communicator unusable (a peer's failure).
@@ -307,13 +308,26 @@ fn make_rank(shell: &Comm, id: &UniqueId) -> Res<Backend> {
             "no CUDA driver on this machine (BRAID_BACKEND=host runs on host memory)",
         ));
     }
-    let timeout = if host { timeout() } else { cuda_options()?.timeout };
+    let timeout = if host {
+        timeout()
+    } else {
+        cuda_options()?.timeout
+    };
     let boot = Arc::new(Bootstrap::init(id, rank, n, timeout)?);
     let backend = if host {
-        Backend::Host(Communicator::with_bootstrap(boot.clone(), registry, timeout))
+        Backend::Host(Communicator::with_bootstrap(
+            boot.clone(),
+            registry,
+            timeout,
+        ))
     } else {
         let opts = cuda_options()?;
-        Backend::Cuda(CudaComm::with_bootstrap(boot.clone(), shell.device.max(0) as usize, registry, &opts)?)
+        Backend::Cuda(CudaComm::with_bootstrap(
+            boot.clone(),
+            shell.device.max(0) as usize,
+            registry,
+            &opts,
+        )?)
     };
     // The real NCCL's id for forwarding: rank 0 makes one if it has a real NCCL and
     // sends it (or nothing) to all.
@@ -330,14 +344,23 @@ fn make_rank(shell: &Comm, id: &UniqueId) -> Res<Backend> {
     };
     let got = boot.broadcast_from(0, &mine)?;
     let real_id = (got.len() == UNIQUE_ID_BYTES_USIZE).then(|| {
-        let mut id = abi::ncclUniqueId { internal: [0; abi::UNIQUE_ID_BYTES] };
+        let mut id = abi::ncclUniqueId {
+            internal: [0; abi::UNIQUE_ID_BYTES],
+        };
         for (d, s) in id.internal.iter_mut().zip(&got) {
             *d = *s as std::ffi::c_char;
         }
         id
     });
     let _ = shell.boot.set(boot);
-    let _ = shell.forward.set(forward::Slot::new(lib, forward::How::Rank { id: real_id, rank, n }));
+    let _ = shell.forward.set(forward::Slot::new(
+        lib,
+        forward::How::Rank {
+            id: real_id,
+            rank,
+            n,
+        },
+    ));
     Ok(backend)
 }
 
@@ -375,7 +398,10 @@ pub fn init_all(devices: &[i32]) -> Res<Vec<Comm>> {
             let comm = Comm::new(r as u32, n, if host { -1 } else { devices[r] });
             let _ = comm.forward.set(forward::Slot::new(
                 lib.clone(),
-                forward::How::All { group: group.clone(), index: r },
+                forward::How::All {
+                    group: group.clone(),
+                    index: r,
+                },
             ));
             let _ = comm.backend.set(Ok(b));
             comm

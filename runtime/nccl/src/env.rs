@@ -48,7 +48,12 @@ fn level(v: Option<&str>) -> &'static str {
 /// The tracing targets behind one of NCCL's subsystems (`NCCL_DEBUG_SUBSYS`).
 fn subsystem_targets(name: &str) -> &'static [&'static str] {
     match name {
-        "INIT" => &["nccl::comm", "braid_runtime::bootstrap", "braid_cuda::comm", "braid_cuda::clique"],
+        "INIT" => &[
+            "nccl::comm",
+            "braid_runtime::bootstrap",
+            "braid_cuda::comm",
+            "braid_cuda::clique",
+        ],
         "COLL" => &[
             "braid_runtime::device_comm",
             "braid_runtime::registry",
@@ -57,10 +62,18 @@ fn subsystem_targets(name: &str) -> &'static [&'static str] {
             "nccl::forward",
         ],
         "P2P" => &["nccl::ops", "nccl::forward", "braid_cuda::transport"],
-        "NET" => &["braid_runtime::net_fabric", "braid_runtime::tcp_link", "braid_runtime::shm_link"],
+        "NET" => &[
+            "braid_runtime::net_fabric",
+            "braid_runtime::tcp_link",
+            "braid_runtime::shm_link",
+        ],
         "BOOTSTRAP" => &["braid_runtime::bootstrap"],
         "ENV" => &["nccl::env", "nccl::forward"],
-        "TUNING" => &["braid_runtime::policy", "braid_runtime::registry", "braid_runtime::device_comm"],
+        "TUNING" => &[
+            "braid_runtime::policy",
+            "braid_runtime::registry",
+            "braid_runtime::device_comm",
+        ],
         "ALLOC" => &["braid_cuda::device", "braid_cuda::modules"],
         _ => &[],
     }
@@ -69,7 +82,9 @@ fn subsystem_targets(name: &str) -> &'static [&'static str] {
 /// The tracing filter for a level and an `NCCL_DEBUG_SUBSYS` value: the level for the
 /// subsystems named (all when none or `ALL`), warnings from everything else.
 fn filter(level: &str, subsys: Option<&str>) -> String {
-    let list = subsys.map(|s| s.trim().to_ascii_uppercase()).unwrap_or_default();
+    let list = subsys
+        .map(|s| s.trim().to_ascii_uppercase())
+        .unwrap_or_default();
     if level == "off" || list.is_empty() || list == "ALL" {
         return level.to_string();
     }
@@ -77,7 +92,11 @@ fn filter(level: &str, subsys: Option<&str>) -> String {
         Some(rest) => (true, rest.to_string()),
         None => (false, list),
     };
-    let quiet = if matches!(level, "error") { "error" } else { "warn" };
+    let quiet = if matches!(level, "error") {
+        "error"
+    } else {
+        "warn"
+    };
     let mut directives = vec![if exclude { level } else { quiet }.to_string()];
     for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         for t in subsystem_targets(name) {
@@ -92,10 +111,14 @@ pub fn buffsize() -> Result<Option<usize>, String> {
     if var("BRAID_SCRATCH_BYTES").is_some() {
         return Ok(None);
     }
-    let Some(v) = var("NCCL_BUFFSIZE") else { return Ok(None) };
+    let Some(v) = var("NCCL_BUFFSIZE") else {
+        return Ok(None);
+    };
     match v.trim().parse::<usize>() {
         Ok(b) if b >= 1 << 16 => Ok(Some(b)),
-        _ => Err(format!("NCCL_BUFFSIZE={v}: Braid needs a byte count of at least 65536")),
+        _ => Err(format!(
+            "NCCL_BUFFSIZE={v}: Braid needs a byte count of at least 65536"
+        )),
     }
 }
 
@@ -124,11 +147,17 @@ pub fn init_logging() {
             std::fs::File::create(debug_file_name(&p, &host, std::process::id())).ok()
         });
         let _ = match file {
-            Some(f) => builder.with_ansi(false).with_writer(std::sync::Mutex::new(f)).try_init(),
+            Some(f) => builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(f))
+                .try_init(),
             None => {
                 use std::io::IsTerminal;
                 let ansi = std::io::stderr().is_terminal();
-                builder.with_ansi(ansi).with_writer(std::io::stderr).try_init()
+                builder
+                    .with_ansi(ansi)
+                    .with_writer(std::io::stderr)
+                    .try_init()
             }
         };
         for (k, _) in std::env::vars() {
@@ -169,7 +198,10 @@ mod tests {
         assert_eq!(level(None), "off");
         assert_eq!(level(Some("info")), "info");
         assert_eq!(level(Some("WARN")), "warn");
-        assert_eq!(debug_file_name("/tmp/nccl.%h.%p.log", "n1", 42), "/tmp/nccl.n1.42.log");
+        assert_eq!(
+            debug_file_name("/tmp/nccl.%h.%p.log", "n1", 42),
+            "/tmp/nccl.n1.42.log"
+        );
     }
 
     #[test]
@@ -182,9 +214,16 @@ mod tests {
         assert!(f.contains("nccl::env=info"), "{f}");
         assert!(!f.contains("device_comm"), "{f}");
         let f = filter("info", Some("^COLL"));
-        assert!(f.starts_with("info,") && f.contains("braid_runtime::device_comm=warn"), "{f}");
+        assert!(
+            f.starts_with("info,") && f.contains("braid_runtime::device_comm=warn"),
+            "{f}"
+        );
         // Every directive parses.
-        for s in ["INIT,COLL,P2P,NET,BOOTSTRAP,ENV,TUNING,ALLOC", "^INIT", "NOPE"] {
+        for s in [
+            "INIT,COLL,P2P,NET,BOOTSTRAP,ENV,TUNING,ALLOC",
+            "^INIT",
+            "NOPE",
+        ] {
             tracing_subscriber::EnvFilter::try_new(filter("trace", Some(s))).unwrap();
         }
     }

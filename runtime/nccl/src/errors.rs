@@ -105,7 +105,10 @@ pub fn guard(what: &str, f: impl FnOnce() -> Res<()>) -> ncclResult_t {
                 .unwrap_or_else(|| "a panic".into());
             report(
                 what,
-                &Failure::new(abi::INTERNAL_ERROR, format!("internal error (caught): {msg}")),
+                &Failure::new(
+                    abi::INTERNAL_ERROR,
+                    format!("internal error (caught): {msg}"),
+                ),
             )
         }
     }

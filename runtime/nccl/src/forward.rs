@@ -30,8 +30,15 @@ type FnComm = unsafe extern "C" fn(Comm) -> ncclResult_t;
 type FnGroup = unsafe extern "C" fn() -> ncclResult_t;
 type FnLastError = unsafe extern "C" fn(Comm) -> *const c_char;
 /// AllReduce, ReduceScatter: (send, recv, count, dtype, op, comm, stream).
-type FnReduceLike =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> ncclResult_t;
+type FnReduceLike = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    Comm,
+    Stream,
+) -> ncclResult_t;
 /// Reduce: (send, recv, count, dtype, op, root, comm, stream).
 type FnReduce = unsafe extern "C" fn(
     *const c_void,
@@ -44,10 +51,18 @@ type FnReduce = unsafe extern "C" fn(
     Stream,
 ) -> ncclResult_t;
 /// Broadcast, Gather, Scatter: (send, recv, count, dtype, root, comm, stream).
-type FnRooted =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> ncclResult_t;
+type FnRooted = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    Comm,
+    Stream,
+) -> ncclResult_t;
 /// AllGather, AlltoAll: (send, recv, count, dtype, comm, stream).
-type FnMove = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> ncclResult_t;
+type FnMove =
+    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> ncclResult_t;
 /// Send, Recv: (buf, count, dtype, peer, comm, stream).
 type FnP2p = unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, Stream) -> ncclResult_t;
 type FnPreMul = unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, c_int, Comm) -> ncclResult_t;
@@ -132,8 +147,15 @@ impl RealNccl {
             }
         };
         Failure::new(
-            if (0..NUM_RESULTS).contains(&rc) { rc } else { INTERNAL_ERROR },
-            format!("forwarded to the real NCCL ({}): {what} returned {rc}: {text}", self.path),
+            if (0..NUM_RESULTS).contains(&rc) {
+                rc
+            } else {
+                INTERNAL_ERROR
+            },
+            format!(
+                "forwarded to the real NCCL ({}): {what} returned {rc}: {text}",
+                self.path
+            ),
         )
     }
 
@@ -147,7 +169,9 @@ impl RealNccl {
 
     /// A fresh real unique id.
     pub fn unique_id(&self) -> Res<ncclUniqueId> {
-        let mut id = ncclUniqueId { internal: [0; UNIQUE_ID_BYTES] };
+        let mut id = ncclUniqueId {
+            internal: [0; UNIQUE_ID_BYTES],
+        };
         // SAFETY: an out-parameter of NCCL's size.
         let rc = unsafe { (self.unique_id)(&mut id) };
         self.check("ncclGetUniqueId", rc, std::ptr::null_mut())?;
@@ -192,7 +216,9 @@ static OPENED: Mutex<Option<HashMap<String, Arc<RealNccl>>>> = Mutex::new(None);
 /// The real NCCL `BRAID_NCCL_LIB` names: `None` when unset, else the library or why it
 /// cannot be used.
 pub fn configured() -> Option<Result<Arc<RealNccl>, String>> {
-    let path = std::env::var("BRAID_NCCL_LIB").ok().filter(|p| !p.trim().is_empty())?;
+    let path = std::env::var("BRAID_NCCL_LIB")
+        .ok()
+        .filter(|p| !p.trim().is_empty())?;
     let mut opened = OPENED.lock().unwrap_or_else(|e| e.into_inner());
     let map = opened.get_or_insert_with(HashMap::new);
     if let Some(l) = map.get(&path) {
@@ -215,14 +241,20 @@ fn log_once(kind: &str, path: &str) {
         .get_or_insert_with(HashSet::new)
         .insert(kind.to_string())
     {
-        tracing::info!("{kind}: forwarded to the real NCCL ({path}); further such calls are not logged");
+        tracing::info!(
+            "{kind}: forwarded to the real NCCL ({path}); further such calls are not logged"
+        );
     }
 }
 
 /// How a Braid communicator's real twin is made.
 pub enum How {
     /// One rank per process (or thread): the real id rank 0 made, if it had a real NCCL.
-    Rank { id: Option<ncclUniqueId>, rank: u32, n: u32 },
+    Rank {
+        id: Option<ncclUniqueId>,
+        rank: u32,
+        n: u32,
+    },
     /// One of `ncclCommInitAll`'s communicators.
     All { group: Arc<AllGroup>, index: usize },
 }
@@ -235,7 +267,10 @@ pub struct AllGroup {
 
 impl AllGroup {
     pub fn new(devices: Vec<c_int>) -> Arc<AllGroup> {
-        Arc::new(AllGroup { devices, comms: OnceLock::new() })
+        Arc::new(AllGroup {
+            devices,
+            comms: OnceLock::new(),
+        })
     }
 }
 
@@ -250,7 +285,11 @@ pub struct Slot {
 
 impl Slot {
     pub fn new(lib: Option<Result<Arc<RealNccl>, String>>, how: How) -> Slot {
-        Slot { lib, how, real: Mutex::new(None) }
+        Slot {
+            lib,
+            how,
+            real: Mutex::new(None),
+        }
     }
 
     fn lib(&self, what: &str) -> Res<&Arc<RealNccl>> {
@@ -271,7 +310,11 @@ impl Slot {
                     let mut comms = vec![std::ptr::null_mut(); group.devices.len()];
                     // SAFETY: one slot per device.
                     let rc = unsafe {
-                        (lib.init_all)(comms.as_mut_ptr(), comms.len() as c_int, group.devices.as_ptr())
+                        (lib.init_all)(
+                            comms.as_mut_ptr(),
+                            comms.len() as c_int,
+                            group.devices.as_ptr(),
+                        )
                     };
                     lib.check("ncclCommInitAll", rc, std::ptr::null_mut())?;
                     Ok(comms.into_iter().map(|c| c as usize).collect())
@@ -296,10 +339,18 @@ impl Slot {
                     let mut c: Comm = std::ptr::null_mut();
                     // SAFETY: out-parameter, a config of NCCL 2.28's layout (versioned).
                     let rc = unsafe {
-                        (lib.init_rank_config)(&mut c, *n as c_int, *id, *rank as c_int, &mut config)
+                        (lib.init_rank_config)(
+                            &mut c,
+                            *n as c_int,
+                            *id,
+                            *rank as c_int,
+                            &mut config,
+                        )
                     };
                     lib.check("ncclCommInitRankConfig", rc, c)?;
-                    if let Err(e) = lib.settle("ncclCommInitRankConfig", &[c], Instant::now() + timeout) {
+                    if let Err(e) =
+                        lib.settle("ncclCommInitRankConfig", &[c], Instant::now() + timeout)
+                    {
                         // SAFETY: the real communicator just made, given up.
                         unsafe { (lib.abort)(c) };
                         return Err(e);
@@ -362,16 +413,73 @@ fn config_nonblocking() -> ncclConfig_t {
 /// A call as the application made it, for the real library.
 #[derive(Clone, Debug)]
 pub enum Call {
-    AllReduce { send: u64, recv: u64, count: usize, dtype: c_int, op: c_int },
-    ReduceScatter { send: u64, recv: u64, count: usize, dtype: c_int, op: c_int },
-    Reduce { send: u64, recv: u64, count: usize, dtype: c_int, op: c_int, root: c_int },
-    Broadcast { send: u64, recv: u64, count: usize, dtype: c_int, root: c_int },
-    Gather { send: u64, recv: u64, count: usize, dtype: c_int, root: c_int },
-    Scatter { send: u64, recv: u64, count: usize, dtype: c_int, root: c_int },
-    AllGather { send: u64, recv: u64, count: usize, dtype: c_int },
-    AlltoAll { send: u64, recv: u64, count: usize, dtype: c_int },
-    Send { buf: u64, count: usize, dtype: c_int, peer: c_int },
-    Recv { buf: u64, count: usize, dtype: c_int, peer: c_int },
+    AllReduce {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        op: c_int,
+    },
+    ReduceScatter {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        op: c_int,
+    },
+    Reduce {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        op: c_int,
+        root: c_int,
+    },
+    Broadcast {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        root: c_int,
+    },
+    Gather {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        root: c_int,
+    },
+    Scatter {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+        root: c_int,
+    },
+    AllGather {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+    },
+    AlltoAll {
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: c_int,
+    },
+    Send {
+        buf: u64,
+        count: usize,
+        dtype: c_int,
+        peer: c_int,
+    },
+    Recv {
+        buf: u64,
+        count: usize,
+        dtype: c_int,
+        peer: c_int,
+    },
 }
 
 impl Call {
@@ -392,7 +500,9 @@ impl Call {
 
     fn op_mut(&mut self) -> Option<&mut c_int> {
         match self {
-            Call::AllReduce { op, .. } | Call::ReduceScatter { op, .. } | Call::Reduce { op, .. } => Some(op),
+            Call::AllReduce { op, .. }
+            | Call::ReduceScatter { op, .. }
+            | Call::Reduce { op, .. } => Some(op),
             _ => None,
         }
     }
@@ -405,26 +515,85 @@ impl Call {
         let name = self.name();
         let p = |a: u64| a as *mut c_void;
         Ok(match *self {
-            Call::AllReduce { send, recv, count, dtype, op }
-            | Call::ReduceScatter { send, recv, count, dtype, op } => {
+            Call::AllReduce {
+                send,
+                recv,
+                count,
+                dtype,
+                op,
+            }
+            | Call::ReduceScatter {
+                send,
+                recv,
+                count,
+                dtype,
+                op,
+            } => {
                 let f: FnReduceLike = symbol(&lib.lib, name).map_err(Failure::usage)?;
                 f(p(send), p(recv), count, dtype, op, comm, stream)
             }
-            Call::Reduce { send, recv, count, dtype, op, root } => {
+            Call::Reduce {
+                send,
+                recv,
+                count,
+                dtype,
+                op,
+                root,
+            } => {
                 let f: FnReduce = symbol(&lib.lib, name).map_err(Failure::usage)?;
                 f(p(send), p(recv), count, dtype, op, root, comm, stream)
             }
-            Call::Broadcast { send, recv, count, dtype, root }
-            | Call::Gather { send, recv, count, dtype, root }
-            | Call::Scatter { send, recv, count, dtype, root } => {
+            Call::Broadcast {
+                send,
+                recv,
+                count,
+                dtype,
+                root,
+            }
+            | Call::Gather {
+                send,
+                recv,
+                count,
+                dtype,
+                root,
+            }
+            | Call::Scatter {
+                send,
+                recv,
+                count,
+                dtype,
+                root,
+            } => {
                 let f: FnRooted = symbol(&lib.lib, name).map_err(Failure::usage)?;
                 f(p(send), p(recv), count, dtype, root, comm, stream)
             }
-            Call::AllGather { send, recv, count, dtype } | Call::AlltoAll { send, recv, count, dtype } => {
+            Call::AllGather {
+                send,
+                recv,
+                count,
+                dtype,
+            }
+            | Call::AlltoAll {
+                send,
+                recv,
+                count,
+                dtype,
+            } => {
                 let f: FnMove = symbol(&lib.lib, name).map_err(Failure::usage)?;
                 f(p(send), p(recv), count, dtype, comm, stream)
             }
-            Call::Send { buf, count, dtype, peer } | Call::Recv { buf, count, dtype, peer } => {
+            Call::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+            }
+            | Call::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+            } => {
                 let f: FnP2p = symbol(&lib.lib, name).map_err(Failure::usage)?;
                 f(p(buf), count, dtype, peer, comm, stream)
             }
@@ -451,13 +620,17 @@ pub fn available(slot: &Slot, what: &str) -> Res<()> {
 /// Runs forwarded calls together: the real communicators first (made if needed), then
 /// the calls inside one real group, then waits for the group to be issued.
 pub fn run(calls: Vec<Forwarded>, timeout: Duration) -> Res<()> {
-    let Some(first) = calls.first() else { return Ok(()) };
+    let Some(first) = calls.first() else {
+        return Ok(());
+    };
     let lib = first.slot.lib(first.call.name())?.clone();
     let mut reals = Vec::with_capacity(calls.len());
     for f in &calls {
         let l = f.slot.lib(f.call.name())?;
         if !Arc::ptr_eq(l, &lib) {
-            return Err(Failure::usage("one group forwards to two different real NCCL libraries"));
+            return Err(Failure::usage(
+                "one group forwards to two different real NCCL libraries",
+            ));
         }
         log_once(&format!("{} ({})", f.call.name(), f.why), &lib.path);
         reals.push(f.slot.real(&lib, timeout)?);
@@ -472,17 +645,30 @@ pub fn run(calls: Vec<Forwarded>, timeout: Duration) -> Res<()> {
         }
     };
     // SAFETY: no arguments.
-    lib.check("ncclGroupStart", unsafe { (lib.group_start)() }, std::ptr::null_mut())?;
+    lib.check(
+        "ncclGroupStart",
+        unsafe { (lib.group_start)() },
+        std::ptr::null_mut(),
+    )?;
     let mut result = Ok(());
     for (f, &c) in calls.iter().zip(&reals) {
         let mut call = f.call.clone();
         if let Some((scalar, dtype)) = &f.premul {
             let made = (|| {
-                let create: FnPreMul = symbol(&lib.lib, "ncclRedOpCreatePreMulSum").map_err(Failure::usage)?;
+                let create: FnPreMul =
+                    symbol(&lib.lib, "ncclRedOpCreatePreMulSum").map_err(Failure::usage)?;
                 let mut op = 0;
                 let mut s = scalar.clone();
                 // SAFETY: one element of `dtype` on the host, read at once.
-                let rc = unsafe { create(&mut op, s.as_mut_ptr() as *mut c_void, *dtype, SCALAR_HOST_IMMEDIATE, c) };
+                let rc = unsafe {
+                    create(
+                        &mut op,
+                        s.as_mut_ptr() as *mut c_void,
+                        *dtype,
+                        SCALAR_HOST_IMMEDIATE,
+                        c,
+                    )
+                };
                 lib.check("ncclRedOpCreatePreMulSum", rc, c)?;
                 Ok(op)
             })();

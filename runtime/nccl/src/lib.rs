@@ -195,7 +195,14 @@ pub unsafe extern "C" fn ncclCommInitRank(
     comm_id: ncclUniqueId,
     rank: c_int,
 ) -> ncclResult_t {
-    init_rank_config("ncclCommInitRank", newcomm, nranks, comm_id, rank, std::ptr::null())
+    init_rank_config(
+        "ncclCommInitRank",
+        newcomm,
+        nranks,
+        comm_id,
+        rank,
+        std::ptr::null(),
+    )
 }
 
 #[no_mangle]
@@ -206,7 +213,14 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     rank: c_int,
     config: *mut ncclConfig_t,
 ) -> ncclResult_t {
-    init_rank_config("ncclCommInitRankConfig", newcomm, nranks, comm_id, rank, config)
+    init_rank_config(
+        "ncclCommInitRankConfig",
+        newcomm,
+        nranks,
+        comm_id,
+        rank,
+        config,
+    )
 }
 
 /// Several ids spread NCCL's bootstrap over several roots; Braid's has one, the first.
@@ -226,7 +240,14 @@ pub unsafe extern "C" fn ncclCommInitRankScalable(
     }
     // SAFETY: at least one id (checked).
     let id = unsafe { *comm_ids };
-    init_rank_config("ncclCommInitRankScalable", newcomm, nranks, id, myrank, config)
+    init_rank_config(
+        "ncclCommInitRankScalable",
+        newcomm,
+        nranks,
+        id,
+        myrank,
+        config,
+    )
 }
 
 #[no_mangle]
@@ -247,7 +268,9 @@ pub unsafe extern "C" fn ncclCommInitAll(
             unsafe { std::slice::from_raw_parts(devlist, ndev as usize) }.to_vec()
         };
         if devices.iter().any(|&d| d < 0) {
-            return Err(Failure::invalid(format!("devlist has a negative device: {devices:?}")));
+            return Err(Failure::invalid(format!(
+                "devlist has a negative device: {devices:?}"
+            )));
         }
         let made = comm::init_all(&devices)?;
         for (i, c) in made.into_iter().enumerate() {
@@ -301,7 +324,10 @@ pub unsafe extern "C" fn ncclCommRevoke(comm: ncclComm_t, revoke_flags: c_int) -
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommGetAsyncError(comm: ncclComm_t, async_error: *mut ncclResult_t) -> ncclResult_t {
+pub unsafe extern "C" fn ncclCommGetAsyncError(
+    comm: ncclComm_t,
+    async_error: *mut ncclResult_t,
+) -> ncclResult_t {
     with_comm("ncclCommGetAsyncError", comm, |c| {
         non_null(async_error, "asyncError")?;
         let state = match c.backend.get() {
@@ -325,12 +351,16 @@ pub unsafe extern "C" fn ncclCommCount(comm: ncclComm_t, count: *mut c_int) -> n
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommCuDevice(comm: ncclComm_t, device: *mut c_int) -> ncclResult_t {
-    with_comm("ncclCommCuDevice", comm, |c| out(device, "device", c.device))
+    with_comm("ncclCommCuDevice", comm, |c| {
+        out(device, "device", c.device)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommUserRank(comm: ncclComm_t, rank: *mut c_int) -> ncclResult_t {
-    with_comm("ncclCommUserRank", comm, |c| out(rank, "rank", c.rank as c_int))
+    with_comm("ncclCommUserRank", comm, |c| {
+        out(rank, "rank", c.rank as c_int)
+    })
 }
 
 /// Splits a one-rank-per-process communicator by color, ranked by key (NCCL's
@@ -358,7 +388,10 @@ pub unsafe extern "C" fn ncclCommSplit(
         let all = boot.allgather(&mine)?;
         let parse = |b: &Vec<u8>| -> Res<(c_int, c_int)> {
             if b.len() != 8 {
-                return Err(Failure::new(REMOTE_ERROR, "a rank sent a malformed split request"));
+                return Err(Failure::new(
+                    REMOTE_ERROR,
+                    "a rank sent a malformed split request",
+                ));
             }
             Ok((
                 c_int::from_le_bytes(b[..4].try_into().unwrap()),
@@ -375,14 +408,26 @@ pub unsafe extern "C" fn ncclCommSplit(
         members.sort();
         let new_rank = members.iter().position(|(_, r)| *r == c.rank);
         let leader = new_rank == Some(0);
-        let id = if leader { Some(comm::new_unique_id()?) } else { None };
-        let ids = boot.allgather(&id.as_ref().map(|i| i.to_bytes().to_vec()).unwrap_or_default())?;
+        let id = if leader {
+            Some(comm::new_unique_id()?)
+        } else {
+            None
+        };
+        let ids = boot.allgather(
+            &id.as_ref()
+                .map(|i| i.to_bytes().to_vec())
+                .unwrap_or_default(),
+        )?;
         let Some(new_rank) = new_rank else {
             return out(newcomm, "newcomm", std::ptr::null_mut());
         };
         let leader_rank = members[0].1 as usize;
         let id = UniqueId::from_bytes(&ids[leader_rank])?;
-        let made = Arc::new(comm::Comm::new(new_rank as u32, members.len() as u32, c.device));
+        let made = Arc::new(comm::Comm::new(
+            new_rank as u32,
+            members.len() as u32,
+            c.device,
+        ));
         comm::init_rank(&made, &id)?;
         let h = comm::register(made);
         out(newcomm, "newcomm", h as ncclComm_t)
@@ -436,7 +481,9 @@ pub unsafe extern "C" fn ncclCommRegister(
 
 #[no_mangle]
 pub unsafe extern "C" fn ncclCommDeregister(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t {
-    with_comm("ncclCommDeregister", comm, |_| memory::release_handle(handle, "handle"))
+    with_comm("ncclCommDeregister", comm, |_| {
+        memory::release_handle(handle, "handle")
+    })
 }
 
 #[no_mangle]
@@ -455,8 +502,13 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
-    with_comm("ncclCommWindowDeregister", comm, |_| memory::release_handle(win, "win"))
+pub unsafe extern "C" fn ncclCommWindowDeregister(
+    comm: ncclComm_t,
+    win: ncclWindow_t,
+) -> ncclResult_t {
+    with_comm("ncclCommWindowDeregister", comm, |_| {
+        memory::release_handle(win, "win")
+    })
 }
 
 mod memory {
@@ -507,17 +559,28 @@ mod memory {
             // SAFETY: a non-zero size.
             let p = unsafe { std::alloc::alloc_zeroed(layout) };
             if p.is_null() {
-                return Err(Failure::new(SYSTEM_ERROR, format!("out of host memory for {size} bytes")));
+                return Err(Failure::new(
+                    SYSTEM_ERROR,
+                    format!("out of host memory for {size} bytes"),
+                ));
             }
-            HOST.lock().unwrap().get_or_insert_with(Default::default).insert(p as usize, size);
+            HOST.lock()
+                .unwrap()
+                .get_or_insert_with(Default::default)
+                .insert(p as usize, size);
             return Ok(p as *mut c_void);
         }
         if !braid_cuda::driver_present() {
-            return Err(Failure::new(UNHANDLED_CUDA_ERROR, "no CUDA driver on this machine"));
+            return Err(Failure::new(
+                UNHANDLED_CUDA_ERROR,
+                "no CUDA driver on this machine",
+            ));
         }
         let device = comm::current_device().max(0) as usize;
-        let ctx = cudarc::driver::CudaContext::new(device).map_err(|e| Failure::new(UNHANDLED_CUDA_ERROR, e.to_string()))?;
-        ctx.bind_to_thread().map_err(|e| Failure::new(UNHANDLED_CUDA_ERROR, e.to_string()))?;
+        let ctx = cudarc::driver::CudaContext::new(device)
+            .map_err(|e| Failure::new(UNHANDLED_CUDA_ERROR, e.to_string()))?;
+        ctx.bind_to_thread()
+            .map_err(|e| Failure::new(UNHANDLED_CUDA_ERROR, e.to_string()))?;
         // SAFETY: a fresh allocation, owned by the caller until ncclMemFree.
         let p = unsafe { cudarc::driver::result::malloc_sync(size) }
             .map_err(|e| Failure::new(UNHANDLED_CUDA_ERROR, e.to_string()))?;
@@ -526,14 +589,21 @@ mod memory {
 
     pub fn free(p: *mut c_void) -> Res<()> {
         non_null(p, "ptr")?;
-        if let Some(size) = HOST.lock().unwrap().as_mut().and_then(|m| m.remove(&(p as usize))) {
+        if let Some(size) = HOST
+            .lock()
+            .unwrap()
+            .as_mut()
+            .and_then(|m| m.remove(&(p as usize)))
+        {
             let layout = std::alloc::Layout::from_size_align(size, 4096).expect("made by alloc");
             // SAFETY: allocated by `alloc` with this layout, freed once (removed above).
             unsafe { std::alloc::dealloc(p as *mut u8, layout) };
             return Ok(());
         }
         if comm::host_backend() || !braid_cuda::driver_present() {
-            return Err(Failure::invalid(format!("{p:?} was not allocated by ncclMemAlloc")));
+            return Err(Failure::invalid(format!(
+                "{p:?} was not allocated by ncclMemAlloc"
+            )));
         }
         // SAFETY: memory from ncclMemAlloc (the caller's contract); cuMemFree refuses
         // anything else with an error.
@@ -557,19 +627,23 @@ pub unsafe extern "C" fn ncclRedOpCreatePreMulSum(
         non_null(scalar, "scalar")?;
         let d = dtype(datatype, true).map_err(Failure::invalid)?;
         if residence != SCALAR_HOST_IMMEDIATE && residence != SCALAR_DEVICE {
-            return Err(Failure::invalid(format!("residence {residence} is neither host nor device")));
+            return Err(Failure::invalid(format!(
+                "residence {residence} is neither host nor device"
+            )));
         }
         let bytes = match residence {
             // SAFETY: one element of `datatype` at `scalar` (NCCL's contract).
-            SCALAR_HOST_IMMEDIATE => unsafe { std::slice::from_raw_parts(scalar as *const u8, d.size()) }.to_vec(),
-            _ => {
-                return Err(Failure::usage(
-                    "ncclRedOpCreatePreMulSum with a device-resident scalar is not served by Braid yet",
-                ))
+            SCALAR_HOST_IMMEDIATE => {
+                unsafe { std::slice::from_raw_parts(scalar as *const u8, d.size()) }.to_vec()
             }
+            _ => return Err(Failure::usage(
+                "ncclRedOpCreatePreMulSum with a device-resident scalar is not served by Braid yet",
+            )),
         };
         let mut ops = c.premul.lock().unwrap();
-        let id = (NUM_OPS..).find(|i| !ops.contains_key(i)).expect("free op id");
+        let id = (NUM_OPS..)
+            .find(|i| !ops.contains_key(i))
+            .expect("free op id");
         ops.insert(id, (bytes, datatype));
         out(op, "op", id)
     })
@@ -602,12 +676,47 @@ fn forward_call(
 ) -> forward::Call {
     let (send, recv) = (send as u64, recv as u64);
     match collective {
-        Collective::Allreduce => forward::Call::AllReduce { send, recv, count, dtype, op },
-        Collective::ReduceScatter => forward::Call::ReduceScatter { send, recv, count, dtype, op },
-        Collective::Reduce => forward::Call::Reduce { send, recv, count, dtype, op, root },
-        Collective::Broadcast => forward::Call::Broadcast { send, recv, count, dtype, root },
-        Collective::Allgather => forward::Call::AllGather { send, recv, count, dtype },
-        Collective::Alltoall => forward::Call::AlltoAll { send, recv, count, dtype },
+        Collective::Allreduce => forward::Call::AllReduce {
+            send,
+            recv,
+            count,
+            dtype,
+            op,
+        },
+        Collective::ReduceScatter => forward::Call::ReduceScatter {
+            send,
+            recv,
+            count,
+            dtype,
+            op,
+        },
+        Collective::Reduce => forward::Call::Reduce {
+            send,
+            recv,
+            count,
+            dtype,
+            op,
+            root,
+        },
+        Collective::Broadcast => forward::Call::Broadcast {
+            send,
+            recv,
+            count,
+            dtype,
+            root,
+        },
+        Collective::Allgather => forward::Call::AllGather {
+            send,
+            recv,
+            count,
+            dtype,
+        },
+        Collective::Alltoall => forward::Call::AlltoAll {
+            send,
+            recv,
+            count,
+            dtype,
+        },
     }
 }
 
@@ -629,7 +738,12 @@ fn collective(
         let root_checked = match root {
             None => None,
             Some(r) if r >= 0 && (r as u32) < c.n => Some(r as u32),
-            Some(r) => return Err(Failure::invalid(format!("root {r} is not a rank of {}", c.n))),
+            Some(r) => {
+                return Err(Failure::invalid(format!(
+                    "root {r} is not a rank of {}",
+                    c.n
+                )))
+            }
         };
         // What Braid does not serve goes to the real NCCL, checked as NCCL would.
         let fp8_reduction = reduces && matches!(datatype, FLOAT8_E4M3 | FLOAT8_E5M2);
@@ -653,12 +767,26 @@ fn collective(
             };
             check_buffers(count, send, recv, sends, receives)?;
             let premul = premul.map(|s| {
-                let d = c.premul.lock().unwrap().get(&op).map(|(_, d)| *d).unwrap_or(datatype);
+                let d = c
+                    .premul
+                    .lock()
+                    .unwrap()
+                    .get(&op)
+                    .map(|(_, d)| *d)
+                    .unwrap_or(datatype);
                 (s, d)
             });
             return ops::submit(ops::Op::Fwd {
                 comm: c.clone(),
-                call: forward_call(collective, send, recv, count, datatype, op, root.unwrap_or(0)),
+                call: forward_call(
+                    collective,
+                    send,
+                    recv,
+                    count,
+                    datatype,
+                    op,
+                    root.unwrap_or(0),
+                ),
                 stream: stream as usize,
                 premul,
                 why,
@@ -696,13 +824,21 @@ fn collective(
 /// Refuses counts whose buffers would not fit in the address space.
 fn check_count(count: usize, elem: usize, n: u32) -> Res<()> {
     if count > (isize::MAX as usize) / elem.max(1) / n.max(1) as usize {
-        return Err(Failure::invalid(format!("count {count} overflows the buffer size")));
+        return Err(Failure::invalid(format!(
+            "count {count} overflows the buffer size"
+        )));
     }
     Ok(())
 }
 
 /// Refuses null buffers a forwarded call would use on this rank.
-fn check_buffers(count: usize, send: *const c_void, recv: *mut c_void, sends: bool, receives: bool) -> Res<()> {
+fn check_buffers(
+    count: usize,
+    send: *const c_void,
+    recv: *mut c_void,
+    sends: bool,
+    receives: bool,
+) -> Res<()> {
     if count > 0 && sends && send.is_null() {
         return Err(Failure::invalid("sendbuff is NULL"));
     }
@@ -722,7 +858,18 @@ pub unsafe extern "C" fn ncclAllReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    collective("ncclAllReduce", Collective::Allreduce, sendbuff, recvbuff, count, datatype, op, None, comm, stream)
+    collective(
+        "ncclAllReduce",
+        Collective::Allreduce,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        op,
+        None,
+        comm,
+        stream,
+    )
 }
 
 #[no_mangle]
@@ -736,7 +883,18 @@ pub unsafe extern "C" fn ncclReduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    collective("ncclReduce", Collective::Reduce, sendbuff, recvbuff, count, datatype, op, Some(root), comm, stream)
+    collective(
+        "ncclReduce",
+        Collective::Reduce,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        op,
+        Some(root),
+        comm,
+        stream,
+    )
 }
 
 #[no_mangle]
@@ -749,7 +907,18 @@ pub unsafe extern "C" fn ncclBroadcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    collective("ncclBroadcast", Collective::Broadcast, sendbuff, recvbuff, count, datatype, 0, Some(root), comm, stream)
+    collective(
+        "ncclBroadcast",
+        Collective::Broadcast,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        0,
+        Some(root),
+        comm,
+        stream,
+    )
 }
 
 /// The in-place broadcast of NCCL's older API.
@@ -762,7 +931,18 @@ pub unsafe extern "C" fn ncclBcast(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    collective("ncclBcast", Collective::Broadcast, buff, buff, count, datatype, 0, Some(root), comm, stream)
+    collective(
+        "ncclBcast",
+        Collective::Broadcast,
+        buff,
+        buff,
+        count,
+        datatype,
+        0,
+        Some(root),
+        comm,
+        stream,
+    )
 }
 
 #[no_mangle]
@@ -774,7 +954,18 @@ pub unsafe extern "C" fn ncclAllGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    collective("ncclAllGather", Collective::Allgather, sendbuff, recvbuff, sendcount, datatype, 0, None, comm, stream)
+    collective(
+        "ncclAllGather",
+        Collective::Allgather,
+        sendbuff,
+        recvbuff,
+        sendcount,
+        datatype,
+        0,
+        None,
+        comm,
+        stream,
+    )
 }
 
 #[no_mangle]
@@ -787,7 +978,18 @@ pub unsafe extern "C" fn ncclReduceScatter(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    collective("ncclReduceScatter", Collective::ReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, None, comm, stream)
+    collective(
+        "ncclReduceScatter",
+        Collective::ReduceScatter,
+        sendbuff,
+        recvbuff,
+        recvcount,
+        datatype,
+        op,
+        None,
+        comm,
+        stream,
+    )
 }
 
 #[no_mangle]
@@ -799,7 +1001,18 @@ pub unsafe extern "C" fn ncclAlltoAll(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    collective("ncclAlltoAll", Collective::Alltoall, sendbuff, recvbuff, count, datatype, 0, None, comm, stream)
+    collective(
+        "ncclAlltoAll",
+        Collective::Alltoall,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        0,
+        None,
+        comm,
+        stream,
+    )
 }
 
 /// Gather and Scatter: Braid has no plans for them; they go to the real NCCL.
@@ -819,17 +1032,36 @@ fn rooted_forwarded(
         forward::available(c.forward()?, what)?;
         let elem = dtype(datatype, false).map_err(Failure::invalid)?.size();
         if root < 0 || root as u32 >= c.n {
-            return Err(Failure::invalid(format!("root {root} is not a rank of {}", c.n)));
+            return Err(Failure::invalid(format!(
+                "root {root} is not a rank of {}",
+                c.n
+            )));
         }
         check_count(count, elem, c.n)?;
         let at_root = root as u32 == c.rank;
-        let (sends, receives) = if gather { (true, at_root) } else { (at_root, true) };
+        let (sends, receives) = if gather {
+            (true, at_root)
+        } else {
+            (at_root, true)
+        };
         check_buffers(count, send, recv, sends, receives)?;
         let (send, recv) = (send as u64, recv as u64);
         let call = if gather {
-            forward::Call::Gather { send, recv, count, dtype: datatype, root }
+            forward::Call::Gather {
+                send,
+                recv,
+                count,
+                dtype: datatype,
+                root,
+            }
         } else {
-            forward::Call::Scatter { send, recv, count, dtype: datatype, root }
+            forward::Call::Scatter {
+                send,
+                recv,
+                count,
+                dtype: datatype,
+                root,
+            }
         };
         ops::submit(ops::Op::Fwd {
             comm: c.clone(),
@@ -851,7 +1083,17 @@ pub unsafe extern "C" fn ncclGather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    rooted_forwarded("ncclGather", true, sendbuff, recvbuff, count, datatype, root, comm, stream)
+    rooted_forwarded(
+        "ncclGather",
+        true,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        root,
+        comm,
+        stream,
+    )
 }
 
 #[no_mangle]
@@ -864,7 +1106,17 @@ pub unsafe extern "C" fn ncclScatter(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    rooted_forwarded("ncclScatter", false, sendbuff, recvbuff, count, datatype, root, comm, stream)
+    rooted_forwarded(
+        "ncclScatter",
+        false,
+        sendbuff,
+        recvbuff,
+        count,
+        datatype,
+        root,
+        comm,
+        stream,
+    )
 }
 
 // ---- point to point and groups --------------------------------------------------------
@@ -883,10 +1135,15 @@ fn p2p(
     with_comm(what, comm, |c| {
         let dtype = dtype(datatype, false).map_err(Failure::invalid)?;
         if peer < 0 || peer as u32 >= c.n {
-            return Err(Failure::invalid(format!("peer {peer} is not a rank of {}", c.n)));
+            return Err(Failure::invalid(format!(
+                "peer {peer} is not a rank of {}",
+                c.n
+            )));
         }
         if count > (isize::MAX as usize) / dtype.size() {
-            return Err(Failure::invalid(format!("count {count} overflows the buffer size")));
+            return Err(Failure::invalid(format!(
+                "count {count} overflows the buffer size"
+            )));
         }
         if count > 0 && buf.is_null() {
             return Err(Failure::invalid("the buffer is NULL"));
@@ -897,9 +1154,19 @@ fn p2p(
             forward::available(c.forward()?, what)?;
             let (buf, peer) = (buf as u64, peer);
             let call = if send {
-                forward::Call::Send { buf, count, dtype: datatype, peer }
+                forward::Call::Send {
+                    buf,
+                    count,
+                    dtype: datatype,
+                    peer,
+                }
             } else {
-                forward::Call::Recv { buf, count, dtype: datatype, peer }
+                forward::Call::Recv {
+                    buf,
+                    count,
+                    dtype: datatype,
+                    peer,
+                }
             };
             return ops::submit(ops::Op::Fwd {
                 comm: c.clone(),
@@ -930,7 +1197,9 @@ pub unsafe extern "C" fn ncclSend(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    p2p("ncclSend", true, sendbuff, count, datatype, peer, comm, stream)
+    p2p(
+        "ncclSend", true, sendbuff, count, datatype, peer, comm, stream,
+    )
 }
 
 #[no_mangle]
@@ -942,7 +1211,9 @@ pub unsafe extern "C" fn ncclRecv(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    p2p("ncclRecv", false, recvbuff, count, datatype, peer, comm, stream)
+    p2p(
+        "ncclRecv", false, recvbuff, count, datatype, peer, comm, stream,
+    )
 }
 
 #[no_mangle]
@@ -980,22 +1251,35 @@ pub unsafe extern "C" fn ncclGroupSimulateEnd(sim_info: *mut ncclSimInfo_t) -> n
 // ---- the device API (NCCL 2.28): not served -------------------------------------------
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclDevCommCreate(comm: ncclComm_t, _reqs: *const c_void, _out: *mut c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclDevCommCreate(
+    comm: ncclComm_t,
+    _reqs: *const c_void,
+    _out: *mut c_void,
+) -> ncclResult_t {
     with_comm("ncclDevCommCreate", comm, |_| {
-        Err(Failure::usage("NCCL's device API (ncclDevCommCreate) is not served by Braid"))
+        Err(Failure::usage(
+            "NCCL's device API (ncclDevCommCreate) is not served by Braid",
+        ))
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ncclDevCommDestroy(comm: ncclComm_t, _dev_comm: *const c_void) -> ncclResult_t {
+pub unsafe extern "C" fn ncclDevCommDestroy(
+    comm: ncclComm_t,
+    _dev_comm: *const c_void,
+) -> ncclResult_t {
     with_comm("ncclDevCommDestroy", comm, |_| {
-        Err(Failure::usage("NCCL's device API (ncclDevCommDestroy) is not served by Braid"))
+        Err(Failure::usage(
+            "NCCL's device API (ncclDevCommDestroy) is not served by Braid",
+        ))
     })
 }
 
 fn unserved_device_api(what: &str) -> ncclResult_t {
     guard(what, || {
-        Err(Failure::usage(format!("NCCL's device API ({what}) is not served by Braid")))
+        Err(Failure::usage(format!(
+            "NCCL's device API ({what}) is not served by Braid"
+        )))
     })
 }
 
@@ -1083,7 +1367,11 @@ pub unsafe extern "C" fn ncclTeamRail(comm: ncclComm_t) -> ncclTeam_t {
 /// The world rank of rank `rank` of `team` (as seen from this rank); -1 if not a
 /// communicator.
 #[no_mangle]
-pub unsafe extern "C" fn ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
+pub unsafe extern "C" fn ncclTeamRankToWorld(
+    comm: ncclComm_t,
+    team: ncclTeam_t,
+    rank: c_int,
+) -> c_int {
     match comm::lookup(key(comm)) {
         Ok(c) => c.rank as c_int + (rank - team.rank) * team.stride,
         Err(_) => -1,
@@ -1092,6 +1380,10 @@ pub unsafe extern "C" fn ncclTeamRankToWorld(comm: ncclComm_t, team: ncclTeam_t,
 
 /// The rank in the shared-memory team (all ranks here) of rank `rank` of `team`.
 #[no_mangle]
-pub unsafe extern "C" fn ncclTeamRankToLsa(comm: ncclComm_t, team: ncclTeam_t, rank: c_int) -> c_int {
+pub unsafe extern "C" fn ncclTeamRankToLsa(
+    comm: ncclComm_t,
+    team: ncclTeam_t,
+    rank: c_int,
+) -> c_int {
     ncclTeamRankToWorld(comm, team, rank)
 }

@@ -6,8 +6,8 @@ use crate::abi::{self, ncclRedOp_t};
 use crate::comm::{Backend, Comm};
 use crate::errors::{Failure, Res};
 use crate::forward;
-use braid_runtime::bootstrap::UniqueId;
 use braid_ir::{Collective, Mode};
+use braid_runtime::bootstrap::UniqueId;
 use braid_runtime::call::CallSpec;
 use braid_runtime::comm::Buffers;
 use braid_runtime::device_comm::{enqueue_group, GroupCall};
@@ -88,11 +88,19 @@ fn run_inits(inits: Vec<(Arc<Comm>, UniqueId)>) -> Res<()> {
     let results: Vec<Res<()>> = std::thread::scope(|s| {
         let handles: Vec<_> = inits
             .iter()
-            .map(|(shell, id)| s.spawn(move || crate::comm::on_device(shell.device, || crate::comm::init_rank(shell, id))))
+            .map(|(shell, id)| {
+                s.spawn(move || {
+                    crate::comm::on_device(shell.device, || crate::comm::init_rank(shell, id))
+                })
+            })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Failure::new(abi::INTERNAL_ERROR, "an init thread panicked"))))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Failure::new(abi::INTERNAL_ERROR, "an init thread panicked"))
+                })
+            })
             .collect()
     });
     results.into_iter().collect()
@@ -109,7 +117,11 @@ pub fn group_end(simulate: bool) -> Res<()> {
         if g.depth > 0 {
             return Ok((Vec::new(), Vec::new(), None));
         }
-        Ok((std::mem::take(&mut g.ops), std::mem::take(&mut g.inits), g.error.take()))
+        Ok((
+            std::mem::take(&mut g.ops),
+            std::mem::take(&mut g.inits),
+            g.error.take(),
+        ))
     })?;
     // Inits join even in a failed or simulated group: other ranks wait for them.
     let inited = run_inits(inits);
@@ -208,12 +220,35 @@ fn run_own(ops: Vec<Op>) -> Res<()> {
 fn run_self(ops: &[Op]) -> Res<()> {
     let mut done = vec![false; ops.len()];
     for (i, recv) in ops.iter().enumerate() {
-        let Op::P2p { comm, send: false, buf: dst, count, dtype, stream, .. } = recv else { continue };
+        let Op::P2p {
+            comm,
+            send: false,
+            buf: dst,
+            count,
+            dtype,
+            stream,
+            ..
+        } = recv
+        else {
+            continue;
+        };
         let matched = ops.iter().enumerate().find(|(j, o)| {
             !done[*j] && matches!(o, Op::P2p { comm: c, send: true, .. } if Arc::ptr_eq(c, comm))
         });
-        let Some((j, Op::P2p { buf: src, count: sent, dtype: sent_type, .. })) = matched else {
-            return Err(Failure::usage(format!("rank {}: a receive from itself without a send to itself", comm.rank)));
+        let Some((
+            j,
+            Op::P2p {
+                buf: src,
+                count: sent,
+                dtype: sent_type,
+                ..
+            },
+        )) = matched
+        else {
+            return Err(Failure::usage(format!(
+                "rank {}: a receive from itself without a send to itself",
+                comm.rank
+            )));
         };
         let bytes = count * dtype.size();
         if sent * sent_type.size() != bytes {
@@ -241,13 +276,19 @@ fn run_self(ops: &[Op]) -> Res<()> {
                     sys::cuMemcpyAsync(*dst, *src, bytes, *stream as sys::CUstream)
                 });
                 if rc != sys::CUresult::CUDA_SUCCESS {
-                    return Err(Failure::new(abi::UNHANDLED_CUDA_ERROR, format!("a copy to itself: {rc:?}")));
+                    return Err(Failure::new(
+                        abi::UNHANDLED_CUDA_ERROR,
+                        format!("a copy to itself: {rc:?}"),
+                    ));
                 }
             }
         }
     }
     if let Some((o, _)) = ops.iter().zip(&done).find(|(_, d)| !**d) {
-        return Err(Failure::usage(format!("rank {}: a send to itself without a receive from itself", o.comm().rank)));
+        return Err(Failure::usage(format!(
+            "rank {}: a send to itself without a receive from itself",
+            o.comm().rank
+        )));
     }
     Ok(())
 }
@@ -255,7 +296,14 @@ fn run_self(ops: &[Op]) -> Res<()> {
 fn run_forwarded(ops: &[Op]) -> Res<()> {
     let mut calls = Vec::with_capacity(ops.len());
     for op in ops {
-        if let Op::Fwd { comm, call, stream, premul, why } = op {
+        if let Op::Fwd {
+            comm,
+            call,
+            stream,
+            premul,
+            why,
+        } = op
+        {
             calls.push(forward::Forwarded {
                 slot: comm.forward()?,
                 call: call.clone(),
@@ -277,7 +325,9 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
                     "ncclSend / ncclRecv: point-to-point is not served by Braid's CUDA backend yet",
                 ))
             }
-            Op::Coll { premul: Some(_), .. } => {
+            Op::Coll {
+                premul: Some(_), ..
+            } => {
                 return Err(Failure::usage(
                     "a ncclRedOpCreatePreMulSum op: not served by Braid's CUDA backend yet",
                 ))
@@ -287,7 +337,10 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
                 // SAFETY: the application's stream of the communicator's device (NCCL's
                 // contract), alive until the call completes; 0 is the legacy stream.
                 streams.push(unsafe {
-                    braid_cuda::Stream::from_raw(*stream as cudarc::driver::sys::CUstream, comm.device.max(0) as usize)
+                    braid_cuda::Stream::from_raw(
+                        *stream as cudarc::driver::sys::CUstream,
+                        comm.device.max(0) as usize,
+                    )
                 });
             }
         }
@@ -343,8 +396,12 @@ fn run_host(ops: Vec<Op>) -> Res<()> {
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Failure::new(abi::INTERNAL_ERROR, "a rank's thread panicked")))
+                h.join().unwrap_or_else(|_| {
+                    Err(Failure::new(
+                        abi::INTERNAL_ERROR,
+                        "a rank's thread panicked",
+                    ))
+                })
             })
             .collect()
     });
@@ -385,7 +442,13 @@ fn run_host_comm(comm: &Comm, ops: &[Op]) -> Res<()> {
                 dtype,
                 peer,
                 ..
-            } => (*send, unsafe { bytes_mut(*buf, count * dtype.size()) }, *count, *dtype, *peer),
+            } => (
+                *send,
+                unsafe { bytes_mut(*buf, count * dtype.size()) },
+                *count,
+                *dtype,
+                *peer,
+            ),
             Op::Coll { .. } | Op::Fwd { .. } => unreachable!("filtered"),
         })
         .collect();
@@ -449,7 +512,14 @@ fn host_collective(
                 let (at, _) = spec.in_place_buffers(rank, 0);
                 buf[at as usize..at as usize + s.len()].copy_from_slice(s);
             }
-            c.call(spec.collective, Buffers::InPlace(buf), spec.count, spec.dtype, spec.op, spec.root)
+            c.call(
+                spec.collective,
+                Buffers::InPlace(buf),
+                spec.count,
+                spec.dtype,
+                spec.op,
+                spec.root,
+            )
         }
         Mode::OutOfPlace => {
             // SAFETY: NCCL's contract; distinct buffers out of place.
@@ -460,7 +530,10 @@ fn host_collective(
             let r_buf = unsafe { bytes_mut(recv, sizes.recv.unwrap_or(0)) };
             c.call(
                 spec.collective,
-                Buffers::OutOfPlace { send: s_buf, recv: r_buf },
+                Buffers::OutOfPlace {
+                    send: s_buf,
+                    recv: r_buf,
+                },
                 spec.count,
                 spec.dtype,
                 spec.op,

@@ -29,7 +29,11 @@ fn abi_list() -> Vec<String> {
 #[test]
 fn defines_every_symbol_nccls_library_exports() {
     let names = abi_list();
-    assert!(names.len() >= 50, "the ABI list has only {} names", names.len());
+    assert!(
+        names.len() >= 50,
+        "the ABI list has only {} names",
+        names.len()
+    );
     let path = support::built_library();
     // SAFETY: loading the library under test; its initialisers only set up statics.
     let lib = unsafe { libloading::Library::new(&path) }.unwrap();

@@ -14,9 +14,16 @@ const HOST: (&str, &str) = ("BRAID_BACKEND", "host");
 fn every_function_with_bad_arguments_fails_with_a_message() {
     let lib = setup("bad-args");
     let program = lib.program("bad_args.c");
-    let out = succeeded("bad_args", run(&program, &[], &[], Duration::from_secs(120)));
+    let out = succeeded(
+        "bad_args",
+        run(&program, &[], &[], Duration::from_secs(120)),
+    );
     let last = out.lines().last().unwrap_or_default();
-    let calls: usize = last.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let calls: usize = last
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     assert!(last.ends_with(" 0 failures") && calls >= 100, "{out}");
     assert!(!out.contains("FAIL"), "{out}");
 }
@@ -25,11 +32,19 @@ fn host_section(section: &str, extra: &[(&str, &str)], expect_ok_lines: usize) -
     host_section_in(&setup(section), section, extra, expect_ok_lines)
 }
 
-fn host_section_in(lib: &support::CLib, section: &str, extra: &[(&str, &str)], expect_ok_lines: usize) -> String {
+fn host_section_in(
+    lib: &support::CLib,
+    section: &str,
+    extra: &[(&str, &str)],
+    expect_ok_lines: usize,
+) -> String {
     let program = lib.program("nccl_api.c");
     let mut env = vec![HOST];
     env.extend_from_slice(extra);
-    let out = succeeded(section, run(&program, &[section], &env, Duration::from_secs(300)));
+    let out = succeeded(
+        section,
+        run(&program, &[section], &env, Duration::from_secs(300)),
+    );
     assert!(out.ends_with("done\n"), "{out}");
     let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
     assert_eq!(oks, expect_ok_lines, "{out}");
@@ -39,7 +54,10 @@ fn host_section_in(lib: &support::CLib, section: &str, extra: &[(&str, &str)], e
 #[test]
 fn every_collective_type_op_and_mode_over_2_3_and_4_ranks() {
     let out = host_section("matrix", &[], 3);
-    assert!(out.contains("matrix over 4 ranks: 1080 collectives"), "{out}");
+    assert!(
+        out.contains("matrix over 4 ranks: 1080 collectives"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -95,7 +113,10 @@ fn unserved_calls_are_forwarded_to_the_real_nccl() {
         "gather rank 1 root 0",
         "abort rank 0 of 2",
     ] {
-        assert!(log.contains(line), "the fake NCCL never saw {line:?}:\n{log}");
+        assert!(
+            log.contains(line),
+            "the fake NCCL never saw {line:?}:\n{log}"
+        );
     }
 }
 
@@ -106,8 +127,14 @@ fn unserved_calls_are_forwarded_to_the_real_nccl() {
 fn the_log_shows_user_plans_serving_calls() {
     let lib = setup("log");
     let plan = lib.work.join("my_ring.braid");
-    let source = std::fs::read_to_string(support::crate_dir().join("../../algorithms/ring_allreduce.braid")).unwrap();
-    std::fs::write(&plan, source.replace("algorithm ring_allreduce", "algorithm my_ring_allreduce")).unwrap();
+    let source =
+        std::fs::read_to_string(support::crate_dir().join("../../algorithms/ring_allreduce.braid"))
+            .unwrap();
+    std::fs::write(
+        &plan,
+        source.replace("algorithm ring_allreduce", "algorithm my_ring_allreduce"),
+    )
+    .unwrap();
     let program = lib.program("nccl_api.c");
     let log_pattern = lib.work.join("nccl.%p.log");
     let logs = |subsys: &str| -> String {
@@ -124,7 +151,10 @@ fn the_log_shows_user_plans_serving_calls() {
             ("NCCL_DEBUG_FILE", log_pattern.to_str().unwrap()),
             ("NCCL_ALGO", "Ring"),
         ];
-        succeeded("groups", run(&program, &["groups"], &env, Duration::from_secs(120)));
+        succeeded(
+            "groups",
+            run(&program, &["groups"], &env, Duration::from_secs(120)),
+        );
         let mut text = String::new();
         for e in std::fs::read_dir(&lib.work).unwrap().flatten() {
             if e.file_name().to_string_lossy().starts_with("nccl.") {
@@ -134,10 +164,19 @@ fn the_log_shows_user_plans_serving_calls() {
         text
     };
     let all = logs("ALL");
-    assert!(all.contains("NCCL_ALGO is set; Braid does not honour it"), "{all}");
-    assert!(all.contains("user plan from BRAID_PLANS plan=my_ring_allreduce"), "{all}");
     assert!(
-        all.lines().any(|l| l.contains("allreduce of 1332 bytes (outofplace, f32 sum)") && l.contains("plan=my_ring_allreduce")),
+        all.contains("NCCL_ALGO is set; Braid does not honour it"),
+        "{all}"
+    );
+    assert!(
+        all.contains("user plan from BRAID_PLANS plan=my_ring_allreduce"),
+        "{all}"
+    );
+    assert!(
+        all.lines().any(
+            |l| l.contains("allreduce of 1332 bytes (outofplace, f32 sum)")
+                && l.contains("plan=my_ring_allreduce")
+        ),
         "{all}"
     );
     assert!(!all.contains('\x1b'), "colour codes in a log file");

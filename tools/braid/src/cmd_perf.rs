@@ -190,7 +190,10 @@ fn plan_serves(
         }
     }
     if let Some(range) = &plan.bytes {
-        let outside = steps.iter().filter(|s| !range.contains(s.fitted.bytes)).count();
+        let outside = steps
+            .iter()
+            .filter(|s| !range.contains(s.fitted.bytes))
+            .count();
         if outside > 0 {
             eprintln!(
                 "note: the plan `{}` states it serves {} to {} bytes; {outside} of {} sizes of the sweep are outside that range and run with it all the same",
@@ -259,12 +262,16 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         };
         root = plan_serves(&plan, path, args, collective, n, &steps)?;
         // The plan and no other: nothing falls back to a shipped plan.
-        registry.add_verified(Arc::new(plan.any_size()), Origin::User(path.display().to_string()));
+        registry.add_verified(
+            Arc::new(plan.any_size()),
+            Origin::User(path.display().to_string()),
+        );
         registry
     } else if let Some(name) = &args.algo {
         let library = braid_library::Library::new(topo);
-        let plan =
-            crate::plans::register_shipped(&registry, &library, collective, root, name, &args.topo)?;
+        let plan = crate::plans::register_shipped(
+            &registry, &library, collective, root, name, &args.topo,
+        )?;
         if !plan.modes.contains(Mode::OutOfPlace) {
             return Err(CliError::Input(format!(
                 "error: --algo {name}: the algorithm is not valid out of place, and braid perf calls out of place"
@@ -419,7 +426,16 @@ fn run_cuda(
         None => String::new(),
     };
     let mut rows = Vec::new();
-    let swept = sweep_cuda(args, collective, &comms, &streams, root, steps, nccl.as_ref(), &mut rows);
+    let swept = sweep_cuda(
+        args,
+        collective,
+        &comms,
+        &streams,
+        root,
+        steps,
+        nccl.as_ref(),
+        &mut rows,
+    );
     drop(nccl);
     let out = format_cuda(args, collective, n, root, &nccl_version, &rows);
     // A failure part-way keeps the rows measured so far.
@@ -479,9 +495,17 @@ fn sweep_cuda(
         drop(p);
         let nccl_secs = match nccl {
             Some(nc) => Some(
-                nc.time(collective, root, args.dtype, args.op, count, args.warmup, iters)
-                    .map_err(rt)?
-                    .as_secs_f64(),
+                nc.time(
+                    collective,
+                    root,
+                    args.dtype,
+                    args.op,
+                    count,
+                    args.warmup,
+                    iters,
+                )
+                .map_err(rt)?
+                .as_secs_f64(),
             ),
             None => None,
         };
@@ -492,7 +516,11 @@ fn sweep_cuda(
             wrong,
             plan: plan.name.clone(),
             replicas: plan.channels,
-            protocol: if proto == braid_ir::Protocol::Ll { "ll" } else { "simple" },
+            protocol: if proto == braid_ir::Protocol::Ll {
+                "ll"
+            } else {
+                "simple"
+            },
             nccl_secs,
         });
     }

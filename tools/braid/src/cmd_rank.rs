@@ -90,11 +90,19 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
         sizes::mem_available(),
     )?;
     let count = usize::try_from(fitted.count).map_err(|_| {
-        CliError::Usage(format!("error: --size {}: too large for this machine", args.size))
+        CliError::Usage(format!(
+            "error: --size {}: too large for this machine",
+            args.size
+        ))
     })?;
-    if let Some(note) =
-        sizes::rounding_notice("--size", args.size, &fitted, collective, job.world_size, args.dtype)
-    {
+    if let Some(note) = sizes::rounding_notice(
+        "--size",
+        args.size,
+        &fitted,
+        collective,
+        job.world_size,
+        args.dtype,
+    ) {
         eprintln!("{note}");
     }
     let registry = Registry::new();
@@ -108,7 +116,9 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
                 eprintln!("note: BRAID_PLANS is not used: --algorithm chooses the plan");
             }
             let library = braid_library::Library::new(topo);
-            crate::plans::register_shipped(&registry, &library, collective, root, name, &args.topo)?;
+            crate::plans::register_shipped(
+                &registry, &library, collective, root, name, &args.topo,
+            )?;
             registry
         }
     };
@@ -197,7 +207,8 @@ fn run_cuda(
             root,
             seed: u64::from(iter),
         };
-        let (t, wrong) = braid_cuda::check::run_checked_rank(&comm, &stream, &case).map_err(cuda)?;
+        let (t, wrong) =
+            braid_cuda::check::run_checked_rank(&comm, &stream, &case).map_err(cuda)?;
         if let Some((_, bad, i, w, g)) = wrong {
             return Err(CliError::Input(format!(
                 "error: rank {rank}: {bad} wrong element(s), first at element {i}: expected {w}, got {g}"
@@ -208,7 +219,11 @@ fn run_cuda(
                 "{} x{} {}",
                 plan.name,
                 plan.channels,
-                if proto == braid_ir::Protocol::Ll { "ll" } else { "simple" }
+                if proto == braid_ir::Protocol::Ll {
+                    "ll"
+                } else {
+                    "simple"
+                }
             ),
             None => "nothing to do".to_string(),
         };

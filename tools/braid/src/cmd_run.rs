@@ -74,7 +74,11 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
     let modes: Vec<Mode> = match args.mode {
         None => plan.modes.iter().collect(),
         Some(asked) => {
-            let missing: Vec<Mode> = asked.modes().iter().filter(|m| !plan.modes.contains(*m)).collect();
+            let missing: Vec<Mode> = asked
+                .modes()
+                .iter()
+                .filter(|m| !plan.modes.contains(*m))
+                .collect();
             if let Some(m) = missing.first() {
                 let valid: Vec<&str> = plan.modes.iter().map(Mode::name).collect();
                 return Err(CliError::Input(format!(
@@ -97,7 +101,10 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
         sizes::mem_available(),
     )?;
     let count = usize::try_from(fitted.count).map_err(|_| {
-        CliError::Usage(format!("error: --size {}: too large for this machine", args.size))
+        CliError::Usage(format!(
+            "error: --size {}: too large for this machine",
+            args.size
+        ))
     })?;
     if let Some(note) =
         sizes::rounding_notice("--size", args.size, &fitted, plan.collective, n, args.dtype)
@@ -156,7 +163,11 @@ fn check_root(args: &RunArgs, plan: &Plan) -> Result<(), CliError> {
 /// `an allreduce`, `a broadcast`.
 pub(crate) fn a_collective(c: braid_ir::Collective) -> String {
     let name = c.name();
-    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
     format!("{article} {name}")
 }
 
@@ -220,7 +231,8 @@ pub(crate) fn open_cuda(
         return Err(CliError::Runtime("error: this machine has no GPU".into()));
     }
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
-    let mut opts = braid_cuda::Options::from_env().map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    let mut opts =
+        braid_cuda::Options::from_env().map_err(|e| CliError::Usage(format!("error: {e}")))?;
     if replicas.is_some() {
         opts.policy.replicas = replicas;
     }

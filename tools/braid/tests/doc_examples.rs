@@ -39,8 +39,19 @@ fn examples(file: &str, text: &str) -> Vec<Example> {
                 None => (cmd.trim(), 0),
             };
             let mut words = cmd.split_whitespace().map(String::from);
-            assert_eq!(words.next().as_deref(), Some("braid"), "{file}:{}: only `braid` commands run", i + 1);
-            out.push(Example { file: file.into(), line: i + 1, args: words.collect(), exit, expected: Vec::new() });
+            assert_eq!(
+                words.next().as_deref(),
+                Some("braid"),
+                "{file}:{}: only `braid` commands run",
+                i + 1
+            );
+            out.push(Example {
+                file: file.into(),
+                line: i + 1,
+                args: words.collect(),
+                exit,
+                expected: Vec::new(),
+            });
         } else if let Some(e) = out.last_mut() {
             e.expected.push(t.to_string());
         }
@@ -78,7 +89,9 @@ fn lines_match(pattern: &[String], lines: &[&str]) -> bool {
     match pattern.split_first() {
         None => lines.is_empty(),
         Some((p, rest)) if p == "..." => (0..=lines.len()).any(|k| lines_match(rest, &lines[k..])),
-        Some((p, rest)) => lines.first().is_some_and(|l| line_matches(p, l)) && lines_match(rest, &lines[1..]),
+        Some((p, rest)) => {
+            lines.first().is_some_and(|l| line_matches(p, l)) && lines_match(rest, &lines[1..])
+        }
     }
 }
 
@@ -126,7 +139,12 @@ fn every_console_example_in_the_docs_runs_as_shown() {
         }
     }
     assert!(ran >= 10, "only {ran} examples found in the docs");
-    assert!(failures.is_empty(), "{} of {ran} examples differ:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {ran} examples differ:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }
 
 #[test]

@@ -146,12 +146,32 @@ fn the_cuda_backend_without_a_driver_fails_with_one_line() {
         return;
     }
     for args in [
-        &["perf", "allreduce", "--backend", "cuda", "--topo", "nvswitch:2", "-e", "1K"][..],
-        &["run", "algorithms/ring_allreduce.braid", "--backend", "cuda", "--topo", "nvswitch:2"][..],
+        &[
+            "perf",
+            "allreduce",
+            "--backend",
+            "cuda",
+            "--topo",
+            "nvswitch:2",
+            "-e",
+            "1K",
+        ][..],
+        &[
+            "run",
+            "algorithms/ring_allreduce.braid",
+            "--backend",
+            "cuda",
+            "--topo",
+            "nvswitch:2",
+        ][..],
     ] {
         let out = braid(args, &[]);
         assert_eq!(out.code, 3, "{args:?}: {}", out.stderr);
-        let lines: Vec<&str> = out.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let lines: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect();
         assert_eq!(lines.len(), 1, "{args:?}: {}", out.stderr);
         assert!(lines[0].contains("no CUDA driver"), "{}", lines[0]);
         assert!(out.stdout.is_empty(), "{args:?} printed: {}", out.stdout);

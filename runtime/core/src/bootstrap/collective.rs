@@ -26,7 +26,6 @@ pub(crate) enum Role {
     Member(Arc<Peer>),
 }
 
-
 pub(crate) struct Control {
     pub role: Role,
     pub seq: u64,
@@ -92,7 +91,9 @@ pub(crate) fn run(
     health: &Health,
 ) -> Result<Vec<u8>> {
     if let Some(e) = &ctl.broken {
-        return Err(health.reason().map_or_else(|| e.clone(), RuntimeError::Aborted));
+        return Err(health
+            .reason()
+            .map_or_else(|| e.clone(), RuntimeError::Aborted));
     }
     ctl.seq += 1;
     let seq = ctl.seq;
@@ -106,8 +107,13 @@ pub(crate) fn run(
         if !matches!(e, RuntimeError::Aborted(_)) {
             health.fail(e.to_string(), abort);
         }
+        // An abort says only where it was seen; what the group knows names the rank.
+        let told = match (e, health.reason()) {
+            (RuntimeError::Aborted(_), Some(why)) => RuntimeError::Aborted(why),
+            _ => e.clone(),
+        };
         match &ctl.role {
-            Role::Root(members) => report(members.iter().flatten().map(|m| m.as_ref()), e),
+            Role::Root(members) => report(members.iter().flatten().map(|m| m.as_ref()), &told),
             // Closing tells the root at once (it sees the connection end) instead of it
             // waiting out its own deadline.
             Role::Member(p) => {

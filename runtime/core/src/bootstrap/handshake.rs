@@ -28,7 +28,12 @@ const MAC_LEN: usize = 32;
 const ACCEPT_LABEL: &[u8] = b"braid-accept-v2";
 const OPEN_LABEL: &[u8] = b"braid-open-v2";
 
-fn mac(secret: &[u8; 32], label: &[u8], hello: &[u8; HELLO_LEN], nonce: &[u8; NONCE_LEN]) -> HmacSha256 {
+fn mac(
+    secret: &[u8; 32],
+    label: &[u8],
+    hello: &[u8; HELLO_LEN],
+    nonce: &[u8; NONCE_LEN],
+) -> HmacSha256 {
     let mut m = HmacSha256::new_from_slice(secret).expect("HMAC takes any key length");
     m.update(label);
     m.update(hello);
@@ -59,7 +64,9 @@ pub(crate) fn open(stream: &TcpStream, secret: &[u8; 32], hello: &Hello, w: &Wai
                 w.what
             ))
         })?;
-    let proof = mac(secret, OPEN_LABEL, &bytes, &nonce_a).finalize().into_bytes();
+    let proof = mac(secret, OPEN_LABEL, &bytes, &nonce_a)
+        .finalize()
+        .into_bytes();
     write_full(stream, &[&proof], w)
 }
 
@@ -82,7 +89,9 @@ pub(crate) fn accept(stream: &TcpStream, secret: &[u8; 32], w: &Wait) -> Result<
         Err(why) => return Ok(Accepted::Stranger(why)),
     };
     let nonce_a = nonce();
-    let proof = mac(secret, ACCEPT_LABEL, &bytes, &nonce_a).finalize().into_bytes();
+    let proof = mac(secret, ACCEPT_LABEL, &bytes, &nonce_a)
+        .finalize()
+        .into_bytes();
     write_full(stream, &[&nonce_a, &proof], w)?;
     let mut theirs = [0u8; MAC_LEN];
     read_full(stream, &mut theirs, w)?;
@@ -108,7 +117,14 @@ mod tests {
     }
 
     fn hello() -> Hello {
-        Hello { kind: HelloKind::Link, nonce: nonce(), a: 1, b: 0, tag: 7, addr: None }
+        Hello {
+            kind: HelloKind::Link,
+            nonce: nonce(),
+            a: 1,
+            b: 0,
+            tag: 7,
+            addr: None,
+        }
     }
 
     fn run(open_secret: [u8; 32], accept_secret: [u8; 32]) -> (Result<()>, Result<Accepted>) {
@@ -116,7 +132,12 @@ mod tests {
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
             let acc = s.spawn(|| {
-                let w = Wait::new(Instant::now() + Duration::from_secs(5), &stop, 1, "accepting");
+                let w = Wait::new(
+                    Instant::now() + Duration::from_secs(5),
+                    &stop,
+                    1,
+                    "accepting",
+                );
                 accept(&b, &accept_secret, &w)
             });
             let w = Wait::new(Instant::now() + Duration::from_secs(5), &stop, 0, "opening");

@@ -13,7 +13,9 @@
 
 use super::handshake::{self, Accepted};
 use super::io::{prepare, Wait};
-use super::wire::{decode_error, get_addr, kind, put_addr, Frame, Hello, HelloKind, ADDR_LEN, NONCE_LEN};
+use super::wire::{
+    decode_error, get_addr, kind, put_addr, Frame, Hello, HelloKind, ADDR_LEN, NONCE_LEN,
+};
 use crate::error::{Result, RuntimeError};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -61,7 +63,9 @@ impl Handshakes {
     pub fn start(&self, stream: TcpStream, from: SocketAddr, me: u32) {
         if self.in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_HANDSHAKES {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            tracing::warn!("rank {me}: {MAX_HANDSHAKES} handshakes in flight; closed a connection from {from}");
+            tracing::warn!(
+                "rank {me}: {MAX_HANDSHAKES} handshakes in flight; closed a connection from {from}"
+            );
             return;
         }
         let (secret, what) = (self.secret, self.what);
@@ -142,19 +146,36 @@ pub(crate) fn accept_joins(
 }
 
 /// Judges one authenticated connection at the root during the join; true if it joined.
-fn admit(stream: TcpStream, from: SocketAddr, hello: Hello, n: u32, joined: &mut [Option<Joined>]) -> bool {
+fn admit(
+    stream: TcpStream,
+    from: SocketAddr,
+    hello: Hello,
+    n: u32,
+    joined: &mut [Option<Joined>],
+) -> bool {
     let stop = AtomicBool::new(false);
-    let hw = Wait::new(Instant::now() + HANDSHAKE, &stop, u32::MAX, "answering a join request");
+    let hw = Wait::new(
+        Instant::now() + HANDSHAKE,
+        &stop,
+        u32::MAX,
+        "answering a join request",
+    );
     let addr = match (hello.kind, hello.addr) {
         (HelloKind::Join, Some(addr)) => addr,
         _ => {
-            refuse(&stream, "not a join request: the group is still forming", &hw);
+            refuse(
+                &stream,
+                "not a join request: the group is still forming",
+                &hw,
+            );
             tracing::warn!("bootstrap root: refused a connection from {from}: not a join request");
             return false;
         }
     };
     let rank = hello.a;
-    let verdict = judge_join(rank, hello.b, n, |r| joined[r as usize].as_ref().map(|j| j.addr));
+    let verdict = judge_join(rank, hello.b, n, |r| {
+        joined[r as usize].as_ref().map(|j| j.addr)
+    });
     if let Err(why) = verdict {
         refuse(&stream, &why, &hw);
         tracing::warn!("bootstrap root: refused rank {rank} from {from}: {why}");
@@ -201,7 +222,12 @@ fn tell_all(joined: &[Option<Joined>], err: &RuntimeError) {
     let frame = Frame::new(kind::ERROR, 0, super::wire::encode_error(err));
     let quiet = AtomicBool::new(false);
     for j in joined.iter().flatten() {
-        let w = Wait::new(Instant::now() + Duration::from_millis(200), &quiet, u32::MAX, "reporting a failure");
+        let w = Wait::new(
+            Instant::now() + Duration::from_millis(200),
+            &quiet,
+            u32::MAX,
+            "reporting a failure",
+        );
         let _ = frame.write(&j.stream, &w);
         let _ = j.stream.shutdown(std::net::Shutdown::Both);
     }
@@ -241,7 +267,13 @@ pub(crate) type Welcome = (TcpStream, TcpListener, Vec<SocketAddr>, [u8; NONCE_L
 /// Ranks 1..n: connects to the root (retrying while it is not up yet), opens this rank's
 /// link listener on the interface that reaches the root, joins, and returns what the
 /// root sent.
-pub(crate) fn join(root: SocketAddr, secret: &[u8; 32], rank: u32, n: u32, w: &Wait) -> Result<Welcome> {
+pub(crate) fn join(
+    root: SocketAddr,
+    secret: &[u8; 32],
+    rank: u32,
+    n: u32,
+    w: &Wait,
+) -> Result<Welcome> {
     let stream = connect_retry(root, w)?;
     prepare(&stream)?;
     // Peers reach this rank the way the root does, so listen on the address this
@@ -275,7 +307,9 @@ pub(crate) fn join(root: SocketAddr, secret: &[u8; 32], rank: u32, n: u32, w: &W
                 .chunks(ADDR_LEN)
                 .map(get_addr)
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|e| RuntimeError::Bootstrap(format!("bad address table from the root: {e}")))?;
+                .map_err(|e| {
+                    RuntimeError::Bootstrap(format!("bad address table from the root: {e}"))
+                })?;
             let job = frame.payload[table_len..].try_into().expect("16 bytes");
             Ok((stream, listener, table, job))
         }

@@ -94,7 +94,12 @@ impl Acceptor {
 
     fn handle(&self, stream: TcpStream, from: SocketAddr, hello: Hello) {
         let me = self.rank;
-        let w = Wait::new(Instant::now() + HANDSHAKE, &self.stop, u32::MAX, "answering a link request");
+        let w = Wait::new(
+            Instant::now() + HANDSHAKE,
+            &self.stop,
+            u32::MAX,
+            "answering a link request",
+        );
         let verdict = match hello.kind {
             HelloKind::Join => match judge_join(hello.a, hello.b, self.n, |r| {
                 self.table.get(r as usize).copied()
@@ -135,7 +140,11 @@ impl Acceptor {
                 key.1
             );
         }
-        tracing::debug!("rank {me}: accepted link from rank {} with tag {}", key.0, key.1);
+        tracing::debug!(
+            "rank {me}: accepted link from rank {} with tag {}",
+            key.0,
+            key.1
+        );
         pending.insert(key, stream);
         self.inbox.arrived.notify_all();
     }

@@ -31,7 +31,10 @@ pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `BRAID_HEARTBEAT_TIMEOUT` (seconds; 0: never judge a peer by its silence).
 pub fn heartbeat_timeout_from_env() -> Option<Duration> {
-    match std::env::var("BRAID_HEARTBEAT_TIMEOUT").ok().and_then(|v| v.trim().parse::<f64>().ok()) {
+    match std::env::var("BRAID_HEARTBEAT_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+    {
         Some(s) if s <= 0.0 => None,
         Some(s) => Some(Duration::from_secs_f64(s)),
         None => Some(DEFAULT_HEARTBEAT_TIMEOUT),
@@ -59,7 +62,10 @@ impl Health {
     }
 
     pub fn reason(&self) -> Option<String> {
-        self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
@@ -93,7 +99,11 @@ impl Watcher {
         }
         while !self.stop.load(Ordering::Relaxed) && !self.abort.load(Ordering::Relaxed) {
             let quiet = AtomicBool::new(false);
-            let watched: Vec<&Arc<Peer>> = self.peers.iter().filter(|p| !left.contains(&p.rank)).collect();
+            let watched: Vec<&Arc<Peer>> = self
+                .peers
+                .iter()
+                .filter(|p| !left.contains(&p.rank))
+                .collect();
             for p in watched {
                 let w = Wait::new(Instant::now() + BEAT, &quiet, p.rank, "sending a heartbeat");
                 let _ = p.send(&Frame::new(kind::HEARTBEAT, 0, Vec::new()), &w);
@@ -103,7 +113,13 @@ impl Watcher {
                     Seen::Failed(why) => {
                         let why = format!("{why} (noticed by rank {})", self.rank);
                         let text = format!("rank {} failed: {why}", p.rank);
-                        return self.failed(RuntimeError::PeerFailed { peer: p.rank, reason: why }, text);
+                        return self.failed(
+                            RuntimeError::PeerFailed {
+                                peer: p.rank,
+                                reason: why,
+                            },
+                            text,
+                        );
                     }
                     Seen::Reported(err) => {
                         let text = err.to_string();
@@ -112,7 +128,11 @@ impl Watcher {
                 }
             }
             if let Some(t) = self.timeout {
-                if let Some(p) = self.peers.iter().find(|p| !left.contains(&p.rank) && p.silent_for() > t) {
+                if let Some(p) = self
+                    .peers
+                    .iter()
+                    .find(|p| !left.contains(&p.rank) && p.silent_for() > t)
+                {
                     let why = format!(
                         "sent no heartbeat for {:.1} s (stopped or hung; BRAID_HEARTBEAT_TIMEOUT={})",
                         p.silent_for().as_secs_f64(),
@@ -120,7 +140,13 @@ impl Watcher {
                     );
                     let why = format!("{why} (noticed by rank {})", self.rank);
                     let text = format!("rank {} failed: {why}", p.rank);
-                    return self.failed(RuntimeError::PeerFailed { peer: p.rank, reason: why }, text);
+                    return self.failed(
+                        RuntimeError::PeerFailed {
+                            peer: p.rank,
+                            reason: why,
+                        },
+                        text,
+                    );
                 }
             }
             // Sleep a beat, waking early when the bootstrap goes away.
@@ -149,7 +175,12 @@ impl Watcher {
             // A frame has started: read it whole (it is 13 bytes, or an error report).
             let _ = p.stream.set_nonblocking(false);
             let quiet = AtomicBool::new(false);
-            let w = Wait::new(Instant::now() + Duration::from_secs(2), &quiet, p.rank, "reading a heartbeat");
+            let w = Wait::new(
+                Instant::now() + Duration::from_secs(2),
+                &quiet,
+                p.rank,
+                "reading a heartbeat",
+            );
             let frame = Frame::read(&p.stream, &w);
             let _ = p.stream.set_nonblocking(true);
             match frame {
@@ -182,7 +213,13 @@ impl Watcher {
                 RuntimeError::PeerFailed { peer, .. } => *peer,
                 _ => u32::MAX,
             };
-            report(self.peers.iter().filter(|p| p.rank != dead).map(|p| p.as_ref()), &err);
+            report(
+                self.peers
+                    .iter()
+                    .filter(|p| p.rank != dead)
+                    .map(|p| p.as_ref()),
+                &err,
+            );
         }
     }
 }
@@ -193,7 +230,12 @@ pub(crate) fn report<'a>(members: impl Iterator<Item = &'a Peer>, err: &RuntimeE
     let frame = Frame::new(kind::ERROR, 0, encode_error(err));
     let quiet = AtomicBool::new(false);
     for m in members {
-        let w = Wait::new(Instant::now() + Duration::from_millis(200), &quiet, m.rank, "reporting a failure");
+        let w = Wait::new(
+            Instant::now() + Duration::from_millis(200),
+            &quiet,
+            m.rank,
+            "reporting a failure",
+        );
         let _ = m.send(&frame, &w);
         let _ = m.stream.shutdown(Shutdown::Both);
     }

@@ -133,7 +133,8 @@ impl Bootstrap {
                 (Start::Root(joined), listener, table, handshake::nonce())
             }
             None => {
-                let (stream, listener, table, job) = join::join(id.addr(), &secret, rank, n_ranks, &w)?;
+                let (stream, listener, table, job) =
+                    join::join(id.addr(), &secret, rank, n_ranks, &w)?;
                 (Start::Member(stream), listener, table, job)
             }
         };
@@ -182,7 +183,9 @@ impl Bootstrap {
                     joined
                         .into_iter()
                         .enumerate()
-                        .map(|(r, j)| j.map(|j| Arc::new(peer::Peer::new(r as u32, j.stream, epoch))))
+                        .map(|(r, j)| {
+                            j.map(|j| Arc::new(peer::Peer::new(r as u32, j.stream, epoch)))
+                        })
                         .collect(),
                 )
             }
@@ -191,10 +194,20 @@ impl Bootstrap {
         // The liveness streams: every member to rank 0.
         boot.beats = if rank == 0 {
             (1..n_ranks)
-                .map(|r| Ok(Arc::new(peer::Peer::new(r, boot.accept_link(r, liveness::BEAT_TAG)?, epoch))))
+                .map(|r| {
+                    Ok(Arc::new(peer::Peer::new(
+                        r,
+                        boot.accept_link(r, liveness::BEAT_TAG)?,
+                        epoch,
+                    )))
+                })
                 .collect::<Result<Vec<_>>>()?
         } else {
-            vec![Arc::new(peer::Peer::new(0, boot.connect_link(0, liveness::BEAT_TAG)?, epoch))]
+            vec![Arc::new(peer::Peer::new(
+                0,
+                boot.connect_link(0, liveness::BEAT_TAG)?,
+                epoch,
+            ))]
         };
         let watcher = liveness::Watcher {
             rank,
@@ -239,6 +252,12 @@ impl Bootstrap {
 
     pub fn abort(&self) {
         self.abort.store(true, Ordering::Relaxed);
+    }
+
+    /// Aborts the group because of `why`, which becomes the group's failure unless one
+    /// is known already (what rank 0 tells the others, and [`Bootstrap::failure`]).
+    pub fn fail(&self, why: &str) {
+        self.health.fail(why.to_string(), &self.abort);
     }
 
     /// Which rank failed and why, once this rank knows (a peer's process gone, a peer
@@ -286,7 +305,15 @@ impl Bootstrap {
 
     fn control_op(&self, op: Op, root: u32, mine: &[u8]) -> Result<Vec<u8>> {
         let mut ctl = self.control.lock().unwrap_or_else(|p| p.into_inner());
-        collective::run(&mut ctl, op, root, mine, self.timeout, &self.abort, &self.health)
+        collective::run(
+            &mut ctl,
+            op,
+            root,
+            mine,
+            self.timeout,
+            &self.abort,
+            &self.health,
+        )
     }
 
     /// Opens a stream to `peer`, which must call `accept_link(self.rank(), tag)`. The
@@ -395,7 +422,12 @@ impl Drop for Bootstrap {
         if !self.abort.load(Ordering::SeqCst) {
             let quiet = AtomicBool::new(false);
             for p in &self.beats {
-                let w = Wait::new(Instant::now() + Duration::from_millis(200), &quiet, p.rank, "saying goodbye");
+                let w = Wait::new(
+                    Instant::now() + Duration::from_millis(200),
+                    &quiet,
+                    p.rank,
+                    "saying goodbye",
+                );
                 let _ = p.send(&Frame::new(kind::GOODBYE, 0, Vec::new()), &w);
             }
         }

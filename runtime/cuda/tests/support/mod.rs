@@ -44,7 +44,12 @@ pub struct Mem {
 }
 
 impl Mem {
-    pub fn new(ctx: &Arc<CudaContext>, kind: Kind, len: usize, stream: &Stream) -> Result<Mem, String> {
+    pub fn new(
+        ctx: &Arc<CudaContext>,
+        kind: Kind,
+        len: usize,
+        stream: &Stream,
+    ) -> Result<Mem, String> {
         ctx.bind_to_thread().map_err(|e| e.to_string())?;
         let len = len.max(1);
         let mut m = Mem {
@@ -60,7 +65,10 @@ impl Mem {
         unsafe {
             match kind {
                 Kind::Plain => check(sys::cuMemAlloc_v2(&mut m.ptr, len), "cuMemAlloc")?,
-                Kind::Pool => check(sys::cuMemAllocAsync(&mut m.ptr, len, m.stream), "cuMemAllocAsync")?,
+                Kind::Pool => check(
+                    sys::cuMemAllocAsync(&mut m.ptr, len, m.stream),
+                    "cuMemAllocAsync",
+                )?,
                 Kind::Vmm => {
                     let mut prop: sys::CUmemAllocationProp = std::mem::zeroed();
                     prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -76,14 +84,23 @@ impl Mem {
                         "cuMemGetAllocationGranularity",
                     )?;
                     let size = len.div_ceil(gran) * gran;
-                    check(sys::cuMemCreate(&mut m.handle, size, &prop, 0), "cuMemCreate")?;
-                    check(sys::cuMemAddressReserve(&mut m.ptr, size, 0, 0, 0), "cuMemAddressReserve")?;
+                    check(
+                        sys::cuMemCreate(&mut m.handle, size, &prop, 0),
+                        "cuMemCreate",
+                    )?;
+                    check(
+                        sys::cuMemAddressReserve(&mut m.ptr, size, 0, 0, 0),
+                        "cuMemAddressReserve",
+                    )?;
                     m.reserved = size;
                     check(sys::cuMemMap(m.ptr, size, 0, m.handle, 0), "cuMemMap")?;
                     let mut access: sys::CUmemAccessDesc = std::mem::zeroed();
                     access.location = prop.location;
                     access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-                    check(sys::cuMemSetAccess(m.ptr, size, &access, 1), "cuMemSetAccess")?;
+                    check(
+                        sys::cuMemSetAccess(m.ptr, size, &access, 1),
+                        "cuMemSetAccess",
+                    )?;
                 }
             }
         }
@@ -108,7 +125,10 @@ impl Mem {
     /// Enqueues filling every byte with `b`.
     pub fn fill_async(&self, b: u8, stream: &Stream) -> Result<(), String> {
         // SAFETY: inside the allocation.
-        check(unsafe { sys::cuMemsetD8Async(self.ptr, b, self.len, stream.raw()) }, "cuMemsetD8Async")
+        check(
+            unsafe { sys::cuMemsetD8Async(self.ptr, b, self.len, stream.raw()) },
+            "cuMemsetD8Async",
+        )
     }
 }
 
@@ -190,7 +210,14 @@ impl AppKernels {
         })
     }
 
-    fn launch(&self, f: &CudaFunction, grid: u32, threads: u32, stream: &Stream, args: &mut [*mut std::ffi::c_void]) -> Result<(), String> {
+    fn launch(
+        &self,
+        f: &CudaFunction,
+        grid: u32,
+        threads: u32,
+        stream: &Stream,
+        args: &mut [*mut std::ffi::c_void],
+    ) -> Result<(), String> {
         // SAFETY: the arguments match the kernels' signatures (callers below); addresses
         // are live device memory of the stream's GPU.
         unsafe {
@@ -228,7 +255,14 @@ impl AppKernels {
     }
 
     /// Enqueues one roofline allreduce of `ranks` ranks as blocks of one launch.
-    pub fn roof(&self, flags: u64, vals: u64, out: u64, ranks: i32, stream: &Stream) -> Result<(), String> {
+    pub fn roof(
+        &self,
+        flags: u64,
+        vals: u64,
+        out: u64,
+        ranks: i32,
+        stream: &Stream,
+    ) -> Result<(), String> {
         let (mut f, mut v, mut o, mut r) = (flags, vals, out, ranks);
         let mut args = [
             &mut f as *mut u64 as *mut _,
@@ -261,12 +295,14 @@ impl Timer {
 
     pub fn start(&self, s: &Stream) -> Result<(), String> {
         // SAFETY: live event and stream.
-        unsafe { cudarc::driver::result::event::record(self.start, s.raw()) }.map_err(|e| e.to_string())
+        unsafe { cudarc::driver::result::event::record(self.start, s.raw()) }
+            .map_err(|e| e.to_string())
     }
 
     pub fn stop(&self, s: &Stream) -> Result<(), String> {
         // SAFETY: live event and stream.
-        unsafe { cudarc::driver::result::event::record(self.end, s.raw()) }.map_err(|e| e.to_string())
+        unsafe { cudarc::driver::result::event::record(self.end, s.raw()) }
+            .map_err(|e| e.to_string())
     }
 
     /// Milliseconds between the two events (waits for the second).
@@ -275,7 +311,10 @@ impl Timer {
         // SAFETY: live events.
         unsafe {
             check(sys::cuEventSynchronize(self.end), "cuEventSynchronize")?;
-            check(sys::cuEventElapsedTime_v2(&mut ms, self.start, self.end), "cuEventElapsedTime")?;
+            check(
+                sys::cuEventElapsedTime_v2(&mut ms, self.start, self.end),
+                "cuEventElapsedTime",
+            )?;
         }
         Ok(f64::from(ms))
     }
@@ -294,7 +333,10 @@ impl Graph {
         // SAFETY: a live stream; capture ends below whatever `f` returns.
         unsafe {
             check(
-                sys::cuStreamBeginCapture_v2(s.raw(), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED),
+                sys::cuStreamBeginCapture_v2(
+                    s.raw(),
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                ),
                 "cuStreamBeginCapture",
             )?;
         }
@@ -306,13 +348,19 @@ impl Graph {
         check(end, "cuStreamEndCapture")?;
         let mut exec = std::ptr::null_mut();
         // SAFETY: a graph just captured.
-        check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate")?;
+        check(
+            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
+            "cuGraphInstantiate",
+        )?;
         Ok(Graph { graph, exec })
     }
 
     pub fn launch(&self, s: &Stream) -> Result<(), String> {
         // SAFETY: an instantiated graph and a live stream.
-        check(unsafe { sys::cuGraphLaunch(self.exec, s.raw()) }, "cuGraphLaunch")
+        check(
+            unsafe { sys::cuGraphLaunch(self.exec, s.raw()) },
+            "cuGraphLaunch",
+        )
     }
 }
 

@@ -33,7 +33,8 @@ pub fn crate_dir() -> PathBuf {
 /// A fresh directory for one test's programs.
 pub fn setup(name: &str) -> CLib {
     let lib = built_library();
-    let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}-{}", std::process::id()));
+    let work = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("capi-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     let link_dir = work.join("link");
     let run_dir = work.join("run");
@@ -41,7 +42,11 @@ pub fn setup(name: &str) -> CLib {
     std::fs::create_dir_all(&run_dir).unwrap();
     std::os::unix::fs::symlink(&lib, link_dir.join("libnccl.so")).unwrap();
     std::os::unix::fs::symlink(&lib, run_dir.join("libnccl.so.2")).unwrap();
-    CLib { link_dir, run_dir, work }
+    CLib {
+        link_dir,
+        run_dir,
+        work,
+    }
 }
 
 fn compiler() -> String {
@@ -83,7 +88,15 @@ impl CLib {
     pub fn shared(&self, src: &str, name: &str) -> PathBuf {
         let out = self.work.join(name);
         let r = Command::new(compiler())
-            .args(["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC"])
+            .args([
+                "-std=c11",
+                "-D_GNU_SOURCE",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-shared",
+                "-fPIC",
+            ])
             .arg(crate_dir().join("tests/c").join(src))
             .arg("-o")
             .arg(&out)
