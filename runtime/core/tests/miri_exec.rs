@@ -1,40 +1,46 @@
 //! A small run of the host executor meant for Miri (`cargo +nightly miri test -p
-//! braid-runtime --test miri_exec`, docs/testing.md): two ranks as threads, a ring
+//! braid-runtime --test miri_exec`, docs/testing.md): ranks as threads run a ring
 //! all-reduce of an odd count through the communicator (raw buffer addresses, block
 //! threads sharing the caller's memory through the executor's borrow protocol) and an
-//! all-gather in place; the results checked. It runs under plain `cargo test` too.
+//! all-gather in place; the results checked. The plans come from the test plan files
+//! (`tests/plans/good/`), so Miri interprets the executor, not the compiler. It runs
+//! under plain `cargo test` too.
 
-use braid_ir::Collective;
-use braid_library::Library;
-use braid_plan::Verified;
 use braid_runtime::comm::Buffers;
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::registry::{PlanProvider, Registry};
+use braid_runtime::registry::Registry;
 use braid_runtime::Communicator;
-use braid_topo::Topology;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-struct Lib(Library);
+fn comms(n: u32, plan: &str) -> Vec<Communicator> {
+    let reg = Registry::new();
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/plans/good")
+        .join(plan);
+    reg.add_file(&file).unwrap();
+    Communicator::create_local(n, Arc::new(reg), Duration::from_secs(600))
+}
 
-impl PlanProvider for Lib {
-    fn plans(&self, c: Collective, root: Option<u32>) -> Vec<Arc<Verified>> {
-        self.0.plans(c, root)
-    }
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
-fn two_ranks_allreduce_and_allgather() {
-    let n = 2u32;
-    let lib = Library::new(Topology::from_arg("nvswitch:2").unwrap());
-    let reg = Arc::new(Registry::new().with_provider(Box::new(Lib(lib))));
-    let comms = Communicator::create_local(n, reg, Duration::from_secs(600));
+fn four_ranks_ring_allreduce_out_of_place() {
+    let n = 4usize;
     let count = 7usize;
+    let comms = comms(n as u32, "ring_allreduce_4.json");
     std::thread::scope(|s| {
         for (r, c) in comms.iter().enumerate() {
             s.spawn(move || {
-                let mine: Vec<f32> = (0..count).map(|i| (r * 10 + i) as f32).collect();
-                let send: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let send: Vec<u8> = (0..count)
+                    .flat_map(|i| ((r * 10 + i) as f32).to_le_bytes())
+                    .collect();
                 let mut recv = vec![0u8; count * 4];
                 c.all_reduce(
                     Buffers::OutOfPlace {
@@ -46,21 +52,32 @@ fn two_ranks_allreduce_and_allgather() {
                     RedOp::Sum,
                 )
                 .unwrap();
+                let want: Vec<f32> = (0..count).map(|i| (60 + n * i) as f32).collect();
+                assert_eq!(f32s(&recv), want, "rank {r}");
+            });
+        }
+    });
+}
+
+#[test]
+fn two_ranks_allgather_in_place() {
+    let n = 2usize;
+    let count = 5usize;
+    let comms = comms(n as u32, "exchange_allgather_2.json");
+    std::thread::scope(|s| {
+        for (r, c) in comms.iter().enumerate() {
+            s.spawn(move || {
+                let mut all = vec![0u8; count * 4 * n];
                 for i in 0..count {
-                    let got = f32::from_le_bytes(recv[i * 4..i * 4 + 4].try_into().unwrap());
-                    assert_eq!(got, (10 + 2 * i) as f32);
+                    all[(r * count + i) * 4..][..4]
+                        .copy_from_slice(&((r * 10 + i) as f32).to_le_bytes());
                 }
-                let mut all = vec![0u8; count * 4 * n as usize];
-                all[r * count * 4..(r + 1) * count * 4].copy_from_slice(&send);
                 c.all_gather(Buffers::InPlace(&mut all), count, DType::F32)
                     .unwrap();
-                for q in 0..n as usize {
-                    for i in 0..count {
-                        let at = (q * count + i) * 4;
-                        let got = f32::from_le_bytes(all[at..at + 4].try_into().unwrap());
-                        assert_eq!(got, (q * 10 + i) as f32);
-                    }
-                }
+                let want: Vec<f32> = (0..n)
+                    .flat_map(|q| (0..count).map(move |i| (q * 10 + i) as f32))
+                    .collect();
+                assert_eq!(f32s(&all), want, "rank {r}");
             });
         }
     });
