@@ -82,3 +82,55 @@ fn two_ranks_allgather_in_place() {
         }
     });
 }
+
+#[test]
+fn four_ranks_ring_allreduce_in_place() {
+    let n = 4usize;
+    let count = 9usize;
+    let comms = comms(n as u32, "ring_allreduce_4.json");
+    std::thread::scope(|s| {
+        for (r, c) in comms.iter().enumerate() {
+            s.spawn(move || {
+                let mut buf: Vec<u8> = (0..count)
+                    .flat_map(|i| ((r + i) as f32).to_le_bytes())
+                    .collect();
+                c.all_reduce(Buffers::InPlace(&mut buf), count, DType::F32, RedOp::Max)
+                    .unwrap();
+                let want: Vec<f32> = (0..count).map(|i| (n - 1 + i) as f32).collect();
+                assert_eq!(f32s(&buf), want, "rank {r}");
+            });
+        }
+    });
+}
+
+#[test]
+fn three_ranks_chain_broadcast() {
+    let n = 3usize;
+    let count = 11usize;
+    let comms = comms(n as u32, "chain_broadcast_3.json");
+    let root = 0;
+    std::thread::scope(|s| {
+        for (r, c) in comms.iter().enumerate() {
+            s.spawn(move || {
+                let send: Vec<u8> = (0..count)
+                    .flat_map(|i| ((r * 100 + i) as f32).to_le_bytes())
+                    .collect();
+                let mut recv = vec![0u8; count * 4];
+                c.broadcast(
+                    Buffers::OutOfPlace {
+                        send: &send,
+                        recv: &mut recv,
+                    },
+                    count,
+                    DType::F32,
+                    root,
+                )
+                .unwrap();
+                let want: Vec<f32> = (0..count)
+                    .map(|i| (root as usize * 100 + i) as f32)
+                    .collect();
+                assert_eq!(f32s(&recv), want, "rank {r}");
+            });
+        }
+    });
+}
