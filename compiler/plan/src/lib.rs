@@ -15,6 +15,7 @@ pub mod dot;
 pub mod explain;
 pub mod json;
 pub mod plan;
+pub mod traffic;
 pub mod verified;
 pub mod verify;
 mod wiring;

@@ -217,9 +217,6 @@ impl Communicator {
         op: RedOp,
         root: Option<u32>,
     ) -> Result<()> {
-        if let Some(r) = self.comm.async_error() {
-            return Err(RuntimeError::Aborted(r));
-        }
         let spec = CallSpec {
             collective,
             count,
@@ -227,10 +224,36 @@ impl Communicator {
             op,
             root,
         };
+        self.submit(&spec, bufs, 1).map(|_| ())
+    }
+
+    /// Runs the same call `iters` times back to back on this rank's stream, with no
+    /// waiting between the calls, and returns the stream's time from just before the first
+    /// to just after the last (markers the stream itself records, as CUDA events do on a
+    /// GPU): how nccl-tests times a collective. Every rank of the group must make the
+    /// same `timed` call. The buffers' contents after it are those of the last call.
+    pub fn timed(&self, spec: &CallSpec, bufs: Buffers, iters: u32) -> Result<Duration> {
+        self.submit(spec, bufs, iters)
+    }
+
+    /// The plan and protocol that serve `spec` in `mode`, as a call would get them.
+    pub fn selection(
+        &self,
+        spec: &CallSpec,
+        mode: braid_ir::Mode,
+    ) -> Result<Option<(Arc<braid_plan::Verified>, braid_ir::Protocol)>> {
+        self.comm.selection(spec, mode)
+    }
+
+    /// Enqueues `iters` calls of `spec` between two stream markers and waits for them.
+    fn submit(&self, spec: &CallSpec, bufs: Buffers, iters: u32) -> Result<Duration> {
+        if let Some(r) = self.comm.async_error() {
+            return Err(RuntimeError::Aborted(r));
+        }
         let (rank, n) = (self.rank(), self.n_ranks());
         spec.check(n)?;
         let sizes = spec.sizes(rank, n);
-        check_lengths(&bufs, &spec, rank, sizes)?;
+        check_lengths(&bufs, spec, rank, sizes)?;
         let (send, recv) = match bufs {
             Buffers::OutOfPlace { send, recv } => (send.as_ptr() as u64, recv.as_mut_ptr() as u64),
             Buffers::InPlace(buf) => {
@@ -238,14 +261,37 @@ impl Communicator {
                 (input, output)
             }
         };
-        // SAFETY: the buffers were checked to hold the call's sizes, are borrowed for this
-        // whole function, and the call has finished when `synchronize` returns.
-        let enqueued = unsafe { self.comm.enqueue(&spec, send, recv, &self.stream) };
+        let marks: Arc<std::sync::Mutex<[Option<std::time::Instant>; 2]>> = Arc::default();
+        let mark = |i: usize| {
+            let marks = marks.clone();
+            self.stream.enqueue(move || {
+                marks.lock().unwrap()[i] = Some(std::time::Instant::now());
+                Ok(())
+            });
+        };
+        mark(0);
+        let mut enqueued = Ok(());
+        for _ in 0..iters {
+            // SAFETY: the buffers were checked to hold the call's sizes, are borrowed for
+            // this whole function, and every call has finished when `synchronize` returns.
+            enqueued = unsafe { self.comm.enqueue(spec, send, recv, &self.stream) };
+            if enqueued.is_err() {
+                break;
+            }
+        }
+        mark(1);
         let done = self.stream.synchronize();
         enqueued?;
         // A failed call leaves its error with the engine: like NCCL after an
         // asynchronous error, the communicator is unusable now.
-        done
+        done?;
+        let m = marks.lock().unwrap();
+        match (m[0], m[1]) {
+            (Some(a), Some(b)) => Ok(b - a),
+            _ => Err(RuntimeError::Invalid(
+                "the stream skipped its time markers".into(),
+            )),
+        }
     }
 }
 

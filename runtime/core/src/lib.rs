@@ -6,6 +6,7 @@
 //! The runtime never parses source: plans come compiled (from the library, from files,
 //! from `BRAID_PLANS`), and each is verified before it runs.
 
+pub mod bench;
 pub mod bootstrap;
 pub mod call;
 pub mod comm;
