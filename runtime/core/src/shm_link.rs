@@ -294,7 +294,10 @@ impl ShmLink {
         let built = (|| -> Result<(MmapRaw, Option<(u64, u64)>)> {
             let file = private_file(&tmp)?;
             file.set_len(len as u64)?;
-            let map = MmapRaw::map_raw(&file)?;
+            // Populated now (every page made resident at connection time), so that no
+            // call pays the ring's first page faults and memory does not creep up as
+            // the slots are first used.
+            let map = memmap2::MmapOptions::new().populate().map_raw(&file)?;
             let id = id_of(&file.metadata()?);
             Ok((map, id))
         })();
@@ -355,7 +358,7 @@ impl ShmLink {
                     check_owner(name, &meta)?;
                     let len = meta.len();
                     if len >= HEADER as u64 {
-                        let map = MmapRaw::map_raw(&file)?;
+                        let map = memmap2::MmapOptions::new().populate().map_raw(&file)?;
                         // SAFETY: the mapping is page-aligned and at least HEADER long.
                         let magic = unsafe { &*(map.as_mut_ptr() as *const AtomicU64) };
                         match magic.load(Ordering::Acquire) {
