@@ -71,6 +71,27 @@ impl Communicator {
             .collect()
     }
 
+    /// [`Communicator::create_local`] with the given selection policy instead of the
+    /// environment's.
+    pub fn create_local_with(
+        n: u32,
+        registry: Arc<Registry>,
+        timeout: Duration,
+        policy: Policy,
+    ) -> Vec<Communicator> {
+        let group = InProcGroup::new(n);
+        (0..n)
+            .map(|r| Communicator {
+                comm: DeviceComm::new(
+                    HostEngine::new(Box::new(group.member(r)), timeout),
+                    registry.clone(),
+                    policy,
+                ),
+                stream: HostStream::new(),
+            })
+            .collect()
+    }
+
     /// One rank of a group whose ranks live in different processes, from the unique id
     /// rank 0 created (like `ncclCommInitRank`).
     pub fn init_rank(

@@ -208,6 +208,32 @@ impl<'a> Prepared<'a> {
         Ok(start.elapsed())
     }
 
+    /// `iters` calls issued back to back on every rank's stream (no waiting between
+    /// them) between two timing events per stream, as nccl-tests times: the slowest
+    /// stream's time from its first event to its last, divided by `iters`.
+    pub fn run_back_to_back(&self, iters: u32) -> Result<Duration> {
+        let iters = iters.max(1);
+        let starts = self
+            .streams
+            .iter()
+            .map(Stream::record_timing)
+            .collect::<Result<Vec<_>>>()?;
+        for _ in 0..iters {
+            self.enqueue()?;
+        }
+        let ends = self
+            .streams
+            .iter()
+            .map(Stream::record_timing)
+            .collect::<Result<Vec<_>>>()?;
+        self.synchronize()?;
+        let mut worst = 0f32;
+        for (a, b) in starts.iter().zip(&ends) {
+            worst = worst.max(a.elapsed_ms(b)?);
+        }
+        Ok(Duration::from_secs_f64(f64::from(worst) / 1e3) / iters)
+    }
+
     /// Every wrong rank after a run (a zero count has nothing to compare).
     pub fn wrong(&self) -> Result<Vec<Wrong>> {
         let mut wrong = Vec::new();

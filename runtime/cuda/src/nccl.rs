@@ -10,7 +10,7 @@
 use crate::device::DeviceAlloc;
 use crate::error::{CudaError, Result};
 use crate::stream::Stream;
-use braid_ir::Collective;
+use braid_ir::{Collective, Mode};
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::selfcheck::buffer_elems;
 use cudarc::driver::CudaContext;
@@ -90,11 +90,12 @@ impl<'a> Nccl<'a> {
         Ok(Nccl { streams, comms })
     }
 
-    /// Runs NCCL's `collective` once per iteration on buffers sized for `count` (NCCL's
-    /// count, as braid's calls use it), out of place, after `warmup` untimed calls (at
-    /// least one), and
-    /// returns the mean time of one call: host clock around issuing every rank's call
-    /// and synchronising every stream, as `braid perf` times braid's calls.
+    /// Times NCCL's `collective` on buffers sized for `count` (NCCL's count, as braid's
+    /// calls use it) in `mode`, the way [`crate::check::Prepared::run_back_to_back`]
+    /// times braid's: `warmup` untimed calls (at least one), then `runs` runs of `iters`
+    /// calls issued back to back on every rank's stream between two timing events per
+    /// stream (the slowest stream's time over `iters`); with `sync`, also the mean of
+    /// `iters` calls each waited for on the host.
     #[allow(clippy::too_many_arguments)]
     pub fn time(
         &self,
@@ -103,37 +104,61 @@ impl<'a> Nccl<'a> {
         dtype: DType,
         op: RedOp,
         count: usize,
+        mode: Mode,
         warmup: u32,
         iters: u32,
-    ) -> Result<Duration> {
+        runs: u32,
+        sync: bool,
+    ) -> Result<NcclTiming> {
         let n = self.comms.len();
         let e = dtype.size();
         let (in_elems, out_elems) = buffer_elems(collective, n as u32, count);
+        let in_place = mode == Mode::InPlace;
+        if in_place && collective == Collective::Alltoall {
+            return Err(CudaError::Invalid("alltoall has no in-place mode".into()));
+        }
         let ctxs = self
             .streams
             .iter()
             .map(|s| Ok(CudaContext::new(s.device())?))
             .collect::<Result<Vec<_>>>()?;
+        // In place, one buffer of the larger size serves as both (NCCL's pointer rule).
         let send = ctxs
             .iter()
-            .map(|c| DeviceAlloc::new(c, in_elems * e, 1))
+            .map(|c| DeviceAlloc::new(c, in_elems.max(if in_place { out_elems } else { 0 }) * e, 1))
             .collect::<Result<Vec<_>>>()?;
-        let recv = ctxs
-            .iter()
-            .map(|c| DeviceAlloc::new(c, out_elems * e, 0))
-            .collect::<Result<Vec<_>>>()?;
-        let once = || -> Result<Duration> {
-            let start = Instant::now();
+        let recv = if in_place {
+            Vec::new()
+        } else {
+            ctxs.iter()
+                .map(|c| DeviceAlloc::new(c, out_elems * e, 0))
+                .collect::<Result<Vec<_>>>()?
+        };
+        let pointers = |r: usize| -> (u64, u64) {
+            if !in_place {
+                return (send[r].ptr(), recv[r].ptr());
+            }
+            let base = send[r].ptr();
+            let block = (r * count * e) as u64;
+            match collective {
+                Collective::Allgather => (base + block, base),
+                Collective::ReduceScatter => (base, base + block),
+                _ => (base, base),
+            }
+        };
+        let enqueue = || -> Result<()> {
             result::group_start().map_err(err)?;
             for r in 0..n {
-                let (s, d) = (send[r].ptr() as *const c_void, recv[r].ptr() as *mut c_void);
+                let (sp, dp) = pointers(r);
+                let (s, d) = (sp as *const c_void, dp as *mut c_void);
                 let comm = self.comms[r];
                 let stream = self.streams[r].raw() as sys::cudaStream_t;
                 let (t, o) = (nccl_dtype(dtype), nccl_op(op));
                 let root = root.unwrap_or(0) as i32;
-                // SAFETY: `s` and `d` are live allocations of this rank's GPU sized for
-                // `count` as NCCL defines it for this collective; the communicator and
-                // the stream belong to the same GPU.
+                // SAFETY: `s` and `d` point into live allocations of this rank's GPU sized
+                // for `count` as NCCL defines it for this collective (in place: NCCL's
+                // offsets into one buffer of the larger size); the communicator and the
+                // stream belong to the same GPU.
                 let res = unsafe {
                     match collective {
                         Collective::Allreduce => {
@@ -149,8 +174,8 @@ impl<'a> Nccl<'a> {
                         Collective::Reduce => result::reduce(s, d, count, t, o, root, comm, stream),
                         Collective::Alltoall => (0..n).try_fold(NcclStatus::Success, |_, p| {
                             let off = (p * count * e) as u64;
-                            let sp = (send[r].ptr() + off) as *const c_void;
-                            let dp = (recv[r].ptr() + off) as *mut c_void;
+                            let sp = (sp + off) as *const c_void;
+                            let dp = (dp + off) as *mut c_void;
                             result::send(sp, count, t, p as i32, comm, stream)?;
                             result::recv(dp, count, t, p as i32, comm, stream)
                         }),
@@ -162,20 +187,63 @@ impl<'a> Nccl<'a> {
                 }
             }
             result::group_end().map_err(err)?;
+            Ok(())
+        };
+        let wait = || -> Result<()> {
             for s in self.streams {
                 s.synchronize()?;
             }
-            Ok(start.elapsed())
+            Ok(())
         };
         for _ in 0..warmup.max(1) {
-            once()?;
+            enqueue()?;
         }
-        let mut total = Duration::ZERO;
-        for _ in 0..iters.max(1) {
-            total += once()?;
+        wait()?;
+        let iters = iters.max(1);
+        let mut timed = Vec::new();
+        for _ in 0..runs.max(1) {
+            let starts = self
+                .streams
+                .iter()
+                .map(Stream::record_timing)
+                .collect::<Result<Vec<_>>>()?;
+            for _ in 0..iters {
+                enqueue()?;
+            }
+            let ends = self
+                .streams
+                .iter()
+                .map(Stream::record_timing)
+                .collect::<Result<Vec<_>>>()?;
+            wait()?;
+            let mut worst = 0f32;
+            for (a, b) in starts.iter().zip(&ends) {
+                worst = worst.max(a.elapsed_ms(b)?);
+            }
+            timed.push(Duration::from_secs_f64(f64::from(worst) / 1e3) / iters);
         }
-        Ok(total / iters.max(1))
+        let synced = if sync {
+            let start = Instant::now();
+            for _ in 0..iters {
+                enqueue()?;
+                wait()?;
+            }
+            Some(start.elapsed() / iters)
+        } else {
+            None
+        };
+        Ok(NcclTiming {
+            runs: timed,
+            sync: synced,
+        })
     }
+}
+
+/// NCCL's times for one size: per call, every run back to back; and host-synchronised.
+#[derive(Clone, Debug)]
+pub struct NcclTiming {
+    pub runs: Vec<Duration>,
+    pub sync: Option<Duration>,
 }
 
 impl Drop for Nccl<'_> {

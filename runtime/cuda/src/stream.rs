@@ -61,6 +61,18 @@ impl Stream {
         Ok(())
     }
 
+    /// Records a timing event on the stream now (a CUDA event with timing, as nccl-tests
+    /// records around its back-to-back calls). Only streams this crate made can make
+    /// events (a raw stream comes without the context to make them in).
+    pub fn record_timing(&self) -> Result<cudarc::driver::CudaEvent> {
+        let owner = self._owner.as_ref().ok_or_else(|| {
+            crate::error::CudaError::Invalid(
+                "timing events need a stream made by braid-cuda".into(),
+            )
+        })?;
+        Ok(owner.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?)
+    }
+
     /// Whether everything enqueued has run (does not wait).
     pub fn is_idle(&self) -> Result<bool> {
         // SAFETY: a live stream.

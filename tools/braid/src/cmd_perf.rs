@@ -2,16 +2,26 @@
 //! root, time, algbw, busbw, #wrong, with nccl-tests' busbw factors).
 
 use crate::error::CliError;
+use crate::perf_report::{bandwidths, mode_name, protocol_name, Report, Row};
 use crate::plans::LibraryPlans;
 use crate::{sizes, topo_arg};
 use braid_ir::{Collective, Mode};
 use braid_plan::Verified;
+use braid_runtime::bench::{measure, Case};
 use braid_runtime::comm::timeout_from_env;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::registry::{Origin, Registry};
-use braid_runtime::selfcheck::run_checked;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Which call modes to time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    Inplace,
+    Outofplace,
+    Both,
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct PerfArgs {
@@ -37,13 +47,29 @@ pub struct PerfArgs {
     /// other collectives have none and print -1, as nccl-tests).
     #[arg(short = 'r', long = "root")]
     pub root: Option<u32>,
-    /// Timed iterations per size (at least 1; after the checked call and the warm-ups).
-    #[arg(short = 'n', long = "iters", default_value_t = 5, value_parser = sizes::parse_positive)]
+    /// Calls per timed run, issued back to back (at least 1).
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = sizes::parse_positive)]
     pub iters: u32,
-    /// Untimed calls per size before timing, besides the checked one (0 for none), for
+    /// Untimed calls per size after the checked one and before timing (0 for none), for
     /// braid and NCCL alike.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 1)]
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: u32,
+    /// Timed runs per size; the median is reported (at least 1).
+    #[arg(long, default_value_t = 3, value_parser = sizes::parse_positive)]
+    pub runs: u32,
+    /// Call modes to time: in place, out of place, or both (one row each; alltoall has
+    /// no in-place mode).
+    #[arg(long, value_enum, default_value = "both")]
+    pub mode: ModeArg,
+    /// Also time each call waited for on the host (the old way), as its own column.
+    #[arg(long)]
+    pub sync: bool,
+    /// Capture the calls of a run in one CUDA graph and replay it.
+    #[arg(long)]
+    pub graph: bool,
+    /// One process per rank, as torchrun runs them.
+    #[arg(long)]
+    pub procs: bool,
     #[arg(long, value_enum, default_value = "host")]
     pub backend: crate::cmd_run::Backend,
     /// Topology (ranks); the host backend defaults to an 8-GPU NVSwitch node.
@@ -54,7 +80,7 @@ pub struct PerfArgs {
     pub algo: Option<String>,
     /// Use this plan (`.json` or MSCCL `.xml`), and no other, at every size (also outside
     /// a byte range it states, with a notice). A plan for another collective, rank count
-    /// or root, or not valid out of place, is refused.
+    /// or root, or not valid in a mode asked for, is refused.
     #[arg(long)]
     pub plan: Option<PathBuf>,
     /// Also run NCCL on the same buffers and print its time and the ratio (CUDA only).
@@ -62,13 +88,16 @@ pub struct PerfArgs {
     pub vs_nccl: bool,
     /// Replicate the plan on this many channel sets, each on its share of every chunk
     /// (overrides the plan's `channels`; like NCCL_MIN_NCHANNELS). More replicas use more
-    /// thread blocks (SMs) per GPU for large messages. Without it, the CUDA backend picks
-    /// a count per size for plans that ask for one replica.
+    /// thread blocks (SMs) per GPU for large messages. Without it, the runtime picks a
+    /// count per size for plans that ask for one replica.
     #[arg(long, value_parser = sizes::parse_positive)]
     pub channels: Option<u32>,
-    /// Print JSON lines instead of the table.
-    #[arg(long)]
-    pub json: bool,
+    /// Write the report as JSON to FILE (`-` or no FILE: to stdout, instead of the table).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
+    /// Draw bus bandwidth against size (every series of the run) into FILE.svg.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// The plan with `channels` replicas, proved again (the replica count bounds the
@@ -80,16 +109,6 @@ fn replicated(plan: Arc<Verified>, channels: Option<u32>) -> Result<Arc<Verified
     plan.with_channels(c)
         .map(Arc::new)
         .map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))
-}
-
-/// nccl-tests' bus-bandwidth factor for `n` ranks.
-pub fn busbw_factor(c: Collective, n: u32) -> f64 {
-    let n = f64::from(n);
-    match c {
-        Collective::Allreduce => 2.0 * (n - 1.0) / n,
-        Collective::Allgather | Collective::ReduceScatter | Collective::Alltoall => (n - 1.0) / n,
-        Collective::Broadcast | Collective::Reduce => 1.0,
-    }
 }
 
 /// One size of the sweep: the size asked and the call it comes to.
@@ -159,6 +178,7 @@ fn plan_serves(
     collective: Collective,
     n: u32,
     steps: &[Step],
+    modes: &[Mode],
 ) -> Result<Option<u32>, CliError> {
     let file = path.display();
     if plan.collective != collective {
@@ -174,11 +194,23 @@ fn plan_serves(
             plan.name, plan.n_ranks, args.topo, plan.n_ranks
         )));
     }
-    if !plan.modes.contains(Mode::OutOfPlace) {
-        return Err(CliError::Input(format!(
-            "error: --plan {file}: the plan `{}` is not valid out of place, and braid perf calls out of place",
-            plan.name
-        )));
+    for &m in modes {
+        if !plan.modes.contains(m) {
+            return Err(CliError::Input(format!(
+                "error: --plan {file}: the plan `{}` is not valid {}; give --mode {}",
+                plan.name,
+                if m == Mode::InPlace {
+                    "in place"
+                } else {
+                    "out of place"
+                },
+                if m == Mode::InPlace {
+                    "outofplace"
+                } else {
+                    "inplace"
+                }
+            )));
+        }
     }
     if let (Some(asked), Some(r)) = (args.root, plan.root) {
         if asked != r {
@@ -207,6 +239,22 @@ fn plan_serves(
     Ok(plan.root)
 }
 
+/// The modes `--mode` asks for, in order; alltoall has only out of place.
+fn modes(args: &PerfArgs, collective: Collective) -> Result<Vec<Mode>, CliError> {
+    let alltoall = collective == Collective::Alltoall;
+    Ok(match args.mode {
+        ModeArg::Outofplace => vec![Mode::OutOfPlace],
+        ModeArg::Inplace if alltoall => {
+            return Err(CliError::Usage(
+                "error: --mode inplace: alltoall has no in-place mode".into(),
+            ))
+        }
+        ModeArg::Inplace => vec![Mode::InPlace],
+        ModeArg::Both if alltoall => vec![Mode::OutOfPlace],
+        ModeArg::Both => vec![Mode::OutOfPlace, Mode::InPlace],
+    })
+}
+
 pub fn run(args: &PerfArgs) -> Result<String, CliError> {
     let collective = Collective::from_name(&args.collective).ok_or_else(|| {
         CliError::Usage(format!("error: unknown collective `{}`", args.collective))
@@ -217,6 +265,21 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
             "error: --vs-nccl needs --backend cuda (NCCL runs on the same GPUs)".into(),
         ));
     }
+    if args.graph {
+        return Err(CliError::Usage(
+            "error: --graph (CUDA graph capture of the timed calls) is not implemented in braid perf yet; \
+             applications can capture braid's calls in their own graphs (docs/api.md)"
+                .into(),
+        ));
+    }
+    if args.procs {
+        return Err(CliError::Usage(
+            "error: --procs (one process per rank) is not implemented in braid perf yet; \
+             run `braid rank` under torchrun or mpirun for multi-process jobs"
+                .into(),
+        ));
+    }
+    let modes = modes(args, collective)?;
     let topo = topo_arg::load(&args.topo)?;
     let n = topo.n_ranks();
     if let Some(r) = args.root.filter(|&r| collective.is_rooted() && r >= n) {
@@ -260,139 +323,265 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
             _ => Verified::new(crate::cmd_verify::load(path).map_err(CliError::from)?)
                 .map_err(|d| CliError::Input(braid_plan::render_diagnostics(&d)))?,
         };
-        root = plan_serves(&plan, path, args, collective, n, &steps)?;
+        root = plan_serves(&plan, path, args, collective, n, &steps, &modes)?;
+        let plan = Arc::new(plan.any_size());
         // The plan and no other: nothing falls back to a shipped plan.
-        registry.add_verified(
-            Arc::new(plan.any_size()),
-            Origin::User(path.display().to_string()),
-        );
+        registry.add_verified(plan, Origin::User(path.display().to_string()));
         registry
     } else if let Some(name) = &args.algo {
         let library = braid_library::Library::new(topo);
         let plan = crate::plans::register_shipped(
             &registry, &library, collective, root, name, &args.topo,
         )?;
-        if !plan.modes.contains(Mode::OutOfPlace) {
-            return Err(CliError::Input(format!(
-                "error: --algo {name}: the algorithm is not valid out of place, and braid perf calls out of place"
-            )));
+        for &m in &modes {
+            if !plan.modes.contains(m) {
+                return Err(CliError::Input(format!(
+                    "error: --algo {name}: the algorithm is not valid {}; give --mode {}",
+                    if m == Mode::InPlace {
+                        "in place"
+                    } else {
+                        "out of place"
+                    },
+                    if m == Mode::InPlace {
+                        "outofplace"
+                    } else {
+                        "inplace"
+                    }
+                )));
+            }
         }
         registry
     } else {
         crate::plans::register_env(&registry, &topo)?;
         registry.with_provider(Box::new(LibraryPlans(braid_library::Library::new(topo))))
     };
+    // A replica count the plans cannot take is refused before anything runs.
+    if args.channels.is_some() {
+        for step in [&steps[0], largest] {
+            let plan = registry
+                .select(collective, n, root, modes[0], step.fitted.bytes as usize)
+                .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
+            replicated(plan, args.channels)?;
+        }
+    }
     let registry = Arc::new(registry);
-    if cuda {
-        return run_cuda(args, collective, registry, n, root, &steps);
+    let mut report = Report {
+        collective: collective.to_string(),
+        topology: args.topo.clone(),
+        ranks: n,
+        backend: if cuda { "cuda" } else { "host" },
+        timing: "back-to-back",
+        iters: args.iters,
+        warmup: args.warmup,
+        runs: args.runs,
+        roofline: None,
+        nccl: None,
+        rows: Vec::new(),
+    };
+    let measured = if cuda {
+        run_cuda(
+            args,
+            collective,
+            registry,
+            n,
+            root,
+            &steps,
+            &modes,
+            &mut report,
+        )
+    } else {
+        run_host(
+            args,
+            collective,
+            registry,
+            n,
+            root,
+            &steps,
+            &modes,
+            &mut report,
+        )
+    };
+    finish(args, &report, measured)
+}
+
+/// Renders and writes what was measured (also when a failure ended the sweep early: the
+/// rows so far come first).
+fn finish(
+    args: &PerfArgs,
+    report: &Report,
+    measured: Result<(), CliError>,
+) -> Result<String, CliError> {
+    let to_stdout = args.json.as_deref() == Some("-");
+    let mut out = if to_stdout {
+        report.json()
+    } else {
+        report.table()
+    };
+    if let Some(file) = args.json.as_deref().filter(|f| *f != "-") {
+        std::fs::write(file, report.json()).map_err(|e| {
+            CliError::Runtime(format!("{out}error: cannot write --json {file}: {e}"))
+        })?;
     }
-    let mut out = String::new();
-    if !args.json {
-        out.push_str(&format!(
-            "# braid perf {collective} on {} ({n} ranks), host backend\n",
-            args.topo
-        ));
-        out.push_str(&format!(
-            "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>9} {:>9} {:>7}  {}\n",
-            "size(B)",
-            "count",
-            "type",
-            "redop",
-            "root",
-            "time(us)",
-            "algbw",
-            "busbw",
-            "#wrong",
-            "plan"
-        ));
-    }
-    let mut wrong_total = 0usize;
-    for step in &steps {
-        let count = step.fitted.count as usize;
-        let size = step.fitted.bytes as usize;
-        let plan: Arc<Verified> = registry
-            .select(collective, n, root, Mode::OutOfPlace, size)
-            .map_err(|err| CliError::Runtime(format!("error: {err}")))?;
-        let plan = replicated(plan, args.channels)?;
-        let timeout = timeout_from_env();
-        let check = |seed| {
-            run_checked(
-                &plan,
-                args.dtype,
-                args.op,
-                count,
-                Mode::OutOfPlace,
-                seed,
-                timeout,
-            )
-            .map_err(|err| CliError::Runtime(format!("error: {err}")))
-        };
-        let first = check(0)?;
-        let wrong: usize = first.wrong.iter().map(|w| w.1).sum();
-        wrong_total += wrong;
-        for i in 0..args.warmup {
-            check(u64::from(args.iters) + 1 + u64::from(i))?;
-        }
-        let mut total = 0.0;
-        for i in 0..args.iters {
-            total += check(u64::from(i) + 1)?.elapsed.as_secs_f64();
-        }
-        let secs = total / f64::from(args.iters);
-        let bytes = first.bytes as f64;
-        let algbw = if secs > 0.0 { bytes / secs / 1e9 } else { 0.0 };
-        let busbw = algbw * busbw_factor(collective, n);
-        let root_col = root.map_or("-1".to_string(), |r| r.to_string());
-        if args.json {
-            out.push_str(&format!(
-                "{{\"size\": {}, \"count\": {count}, \"type\": \"{}\", \"redop\": \"{}\", \"root\": {root_col}, \"time_us\": {:.2}, \"algbw\": {algbw:.4}, \"busbw\": {busbw:.4}, \"wrong\": {wrong}, \"plan\": \"{}\"}}\n",
-                first.bytes, args.dtype.name(), args.op.name(), secs * 1e6, plan.name
-            ));
-        } else {
-            out.push_str(&format!(
-                " {:>12} {:>12} {:>6} {:>6} {:>5} {:>10.1} {:>9.3} {:>9.3} {:>7}  {}\n",
-                first.bytes,
-                count,
-                args.dtype.name(),
-                args.op.name(),
-                root_col,
-                secs * 1e6,
-                algbw,
-                busbw,
-                wrong,
-                plan.name
-            ));
+    if let Some(path) = &args.plot {
+        if !report.rows.is_empty() {
+            crate::perf_plot::write(report, path)
+                .map_err(|e| CliError::Runtime(format!("{out}error: {e}")))?;
         }
     }
-    if wrong_total > 0 {
-        return Err(CliError::Input(format!(
-            "{out}error: {wrong_total} wrong element(s)"
-        )));
+    match measured {
+        Err(CliError::Runtime(m)) => return Err(CliError::Runtime(format!("{out}{m}"))),
+        Err(e) => return Err(e),
+        Ok(()) => {}
+    }
+    let wrong = report.wrong();
+    if wrong > 0 {
+        out.push_str(&format!("error: {wrong} wrong element(s)"));
+        return Err(CliError::Input(out));
     }
     Ok(out)
 }
 
-/// One row of the CUDA sweep.
-struct CudaRow {
-    bytes: usize,
-    count: usize,
-    secs: f64,
+/// One row from what a backend measured.
+#[allow(clippy::too_many_arguments)]
+fn row(
+    args: &PerfArgs,
+    collective: Collective,
+    n: u32,
+    root: Option<u32>,
+    mode: Mode,
+    (bytes, count): (usize, usize),
+    runs: &[Duration],
+    sync: Option<Duration>,
     wrong: usize,
-    plan: String,
-    /// Replicas (channel sets) the plan ran with.
-    replicas: u32,
-    /// Wire protocol: `simple` or `ll`.
-    protocol: &'static str,
-    /// NCCL's mean time for the same call, with `--vs-nccl`.
-    nccl_secs: Option<f64>,
+    (plan, protocol): (&Verified, braid_ir::Protocol),
+) -> Row {
+    let secs = braid_runtime::bench::median(runs).as_secs_f64();
+    let (algbw, busbw) = bandwidths(collective, n, bytes, secs);
+    Row {
+        size: bytes,
+        count,
+        dtype: args.dtype.name(),
+        redop: args.op.name(),
+        root: root.map_or(-1, i64::from),
+        mode: mode_name(mode),
+        time_us: secs * 1e6,
+        algbw,
+        busbw,
+        wrong,
+        runs_us: runs.iter().map(|t| t.as_secs_f64() * 1e6).collect(),
+        sync_time_us: sync.map(|t| t.as_secs_f64() * 1e6),
+        roofline_us: None,
+        efficiency: None,
+        nccl_time_us: None,
+        nccl_busbw: None,
+        ratio: None,
+        plan: plan.name.clone(),
+        replicas: plan.channels,
+        protocol: protocol_name(protocol),
+    }
+}
+
+/// Bytes every rank together sends over links in one call of `count` elements with
+/// `plan` (padding included: what crosses the links).
+fn bytes_moved(plan: &Verified, dtype: DType, count: usize) -> f64 {
+    let g = braid_runtime::geometry::Geometry::new(
+        plan.collective,
+        plan.n_ranks,
+        plan.chunks,
+        0,
+        count,
+        dtype.size(),
+        1,
+        0,
+    );
+    braid_plan::traffic::traffic(plan).total() as f64 * (g.chunk_elems * dtype.size()) as f64
+}
+
+/// The host backend: every rank a communicator of this process (threads), each size
+/// and mode measured by [`braid_runtime::bench::measure`]; the roofline is the bytes the
+/// plan moves at the copy rate this machine shows with as many copies at once as ranks
+/// can run in parallel (its cores), measured beside each size.
+#[allow(clippy::too_many_arguments)]
+fn run_host(
+    args: &PerfArgs,
+    collective: Collective,
+    registry: Arc<Registry>,
+    n: u32,
+    root: Option<u32>,
+    steps: &[Step],
+    modes: &[Mode],
+    report: &mut Report,
+) -> Result<(), CliError> {
+    let rt = |e: braid_runtime::RuntimeError| CliError::Runtime(format!("error: {e}"));
+    let policy = braid_runtime::policy::Policy::from_env()
+        .map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    let policy = braid_runtime::policy::Policy {
+        replicas: args.channels.or(policy.replicas),
+        ..policy
+    };
+    let comms =
+        braid_runtime::Communicator::create_local_with(n, registry, timeout_from_env(), policy);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |p| p.get())
+        .min(n as usize);
+    report.roofline = Some(format!(
+        "bytes the plan sends over its links at this machine's memory copy rate, {threads} copies at once"
+    ));
+    for step in steps {
+        let count = step.fitted.count as usize;
+        let mut rate = None;
+        for &mode in modes {
+            let case = Case {
+                spec: braid_runtime::call::CallSpec {
+                    collective,
+                    count,
+                    dtype: args.dtype,
+                    op: args.op,
+                    root,
+                },
+                mode,
+                warmup: args.warmup,
+                iters: args.iters,
+                runs: args.runs,
+                sync: args.sync,
+                seed: 1,
+            };
+            let m = measure(&comms, &case).map_err(rt)?;
+            let mut r = row(
+                args,
+                collective,
+                n,
+                root,
+                mode,
+                (m.bytes, count),
+                &m.runs,
+                m.sync,
+                m.wrong,
+                (&m.plan, m.protocol),
+            );
+            let rate =
+                *rate.get_or_insert_with(|| braid_runtime::bench::copy_rate(m.bytes, threads));
+            let roof = bytes_moved(&m.plan, args.dtype, count) / rate;
+            r.roofline_us = Some(roof * 1e6);
+            r.efficiency = Some(if r.time_us > 0.0 {
+                roof * 1e6 / r.time_us
+            } else {
+                0.0
+            });
+            report.rows.push(r);
+        }
+    }
+    Ok(())
 }
 
 /// `--backend cuda`: the ranks as one communicator of this process (rank `r` on GPU
-/// `r % GPUs`), each size through the communicator like any application: inputs on
-/// device buffers, one checked call, `-w` warm-ups, `-n` timed calls; the plan, replicas
-/// and protocol are the runtime's choice (or `--algo`, `--plan`, `--channels`,
-/// `BRAID_PROTO`). With `--vs-nccl` NCCL's same collective runs on buffers of the same
-/// size on the same GPUs and streams in this process. Both are timed the same way: host
-/// clock around issuing every rank's call and synchronising, mean over the iterations.
+/// `r % GPUs`), each size and mode through the communicator like any application: inputs
+/// on device buffers, one checked call, `-w` warm-ups, then `--runs` runs of `-n` calls
+/// back to back between CUDA events on every rank's stream (the slowest stream's time);
+/// the plan, replicas and protocol are the runtime's choice (or `--algo`, `--plan`,
+/// `--channels`, `BRAID_PROTO`). With `--vs-nccl` NCCL's same collective runs, timed the
+/// same way, on buffers of the same size on the same GPUs and streams in this process.
+#[allow(clippy::too_many_arguments)]
 fn run_cuda(
     args: &PerfArgs,
     collective: Collective,
@@ -400,7 +589,9 @@ fn run_cuda(
     n: u32,
     root: Option<u32>,
     steps: &[Step],
-) -> Result<String, CliError> {
+    modes: &[Mode],
+    report: &mut Report,
+) -> Result<(), CliError> {
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
     let (comms, streams) = crate::cmd_run::open_cuda(n, registry, args.channels)?;
     let nccl = if args.vs_nccl {
@@ -417,191 +608,90 @@ fn run_cuda(
                 braid_cuda::device_count()
             )));
         }
-        Some(braid_cuda::nccl::Nccl::new(&streams).map_err(rt)?)
+        let nc = braid_cuda::nccl::Nccl::new(&streams).map_err(rt)?;
+        report.nccl = Some(braid_cuda::nccl::version().map_err(rt)?);
+        Some(nc)
     } else {
         None
     };
-    let nccl_version = match &nccl {
-        Some(_) => braid_cuda::nccl::version().map_err(rt)?,
-        None => String::new(),
-    };
-    let mut rows = Vec::new();
-    let swept = sweep_cuda(
-        args,
-        collective,
-        &comms,
-        &streams,
-        root,
-        steps,
-        nccl.as_ref(),
-        &mut rows,
-    );
-    drop(nccl);
-    let out = format_cuda(args, collective, n, root, &nccl_version, &rows);
-    // A failure part-way keeps the rows measured so far.
-    if let Err(CliError::Runtime(m)) = swept {
-        return Err(CliError::Runtime(format!("{out}{m}")));
-    }
-    swept?;
-    let wrong_total: usize = rows.iter().map(|r| r.wrong).sum();
-    if wrong_total > 0 {
-        return Err(CliError::Input(format!(
-            "{out}error: {wrong_total} wrong element(s)"
-        )));
-    }
-    Ok(out)
-}
-
-/// Measures every size of the sweep into `rows` (see [`run_cuda`]).
-#[allow(clippy::too_many_arguments)]
-fn sweep_cuda(
-    args: &PerfArgs,
-    collective: Collective,
-    comms: &[braid_cuda::CudaComm],
-    streams: &[braid_cuda::Stream],
-    root: Option<u32>,
-    steps: &[Step],
-    nccl: Option<&braid_cuda::nccl::Nccl>,
-    rows: &mut Vec<CudaRow>,
-) -> Result<(), CliError> {
-    let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
-    let iters = args.iters;
     for step in steps {
         // At least one element per rank: `sweep` refuses smaller sizes.
         let count = step.fitted.count as usize;
-        let case = braid_cuda::check::Case {
-            collective,
-            dtype: args.dtype,
-            op: args.op,
-            count,
-            mode: Mode::OutOfPlace,
-            root,
-            seed: 1,
-        };
-        let p = braid_cuda::check::Prepared::new(comms, streams, &case).map_err(rt)?;
-        p.run().map_err(rt)?;
-        let wrong = p.wrong().map_err(rt)?.iter().map(|w| w.1).sum();
-        for _ in 0..args.warmup {
+        for &mode in modes {
+            let case = braid_cuda::check::Case {
+                collective,
+                dtype: args.dtype,
+                op: args.op,
+                count,
+                mode,
+                root,
+                seed: 1,
+            };
+            let p = braid_cuda::check::Prepared::new(&comms, &streams, &case).map_err(rt)?;
             p.run().map_err(rt)?;
-        }
-        let mut total = 0.0;
-        for _ in 0..iters {
-            total += p.run().map_err(rt)?.as_secs_f64();
-        }
-        let (plan, proto) = braid_cuda::check::selection(&comms[0], &case)
-            .map_err(rt)?
-            .expect("a positive count has a plan");
-        let bytes = p.bytes();
-        drop(p);
-        let nccl_secs = match nccl {
-            Some(nc) => Some(
-                nc.time(
-                    collective,
-                    root,
-                    args.dtype,
-                    args.op,
-                    count,
-                    args.warmup,
-                    iters,
-                )
-                .map_err(rt)?
-                .as_secs_f64(),
-            ),
-            None => None,
-        };
-        rows.push(CudaRow {
-            bytes,
-            count,
-            secs: total / f64::from(iters),
-            wrong,
-            plan: plan.name.clone(),
-            replicas: plan.channels,
-            protocol: if proto == braid_ir::Protocol::Ll {
-                "ll"
+            let wrong = p.wrong().map_err(rt)?.iter().map(|w| w.1).sum();
+            for _ in 0..args.warmup {
+                p.enqueue().map_err(rt)?;
+            }
+            p.synchronize().map_err(rt)?;
+            let runs = (0..args.runs)
+                .map(|_| p.run_back_to_back(args.iters))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(rt)?;
+            let sync = if args.sync {
+                let mut total = Duration::ZERO;
+                for _ in 0..args.iters {
+                    total += p.run().map_err(rt)?;
+                }
+                Some(total / args.iters)
             } else {
-                "simple"
-            },
-            nccl_secs,
-        });
+                None
+            };
+            let (plan, proto) = braid_cuda::check::selection(&comms[0], &case)
+                .map_err(rt)?
+                .expect("a positive count has a plan");
+            let bytes = p.bytes();
+            drop(p);
+            let mut r = row(
+                args,
+                collective,
+                n,
+                root,
+                mode,
+                (bytes, count),
+                &runs,
+                sync,
+                wrong,
+                (&plan, proto),
+            );
+            if let Some(nc) = &nccl {
+                let t = nc
+                    .time(
+                        collective,
+                        root,
+                        args.dtype,
+                        args.op,
+                        count,
+                        mode,
+                        args.warmup,
+                        args.iters,
+                        args.runs,
+                        false,
+                    )
+                    .map_err(rt)?;
+                let secs = braid_runtime::bench::median(&t.runs).as_secs_f64();
+                r.nccl_time_us = Some(secs * 1e6);
+                r.nccl_busbw = Some(bandwidths(collective, n, bytes, secs).1);
+                r.ratio = Some(if r.time_us > 0.0 {
+                    secs * 1e6 / r.time_us
+                } else {
+                    0.0
+                });
+            }
+            report.rows.push(r);
+        }
     }
     Ok(())
-}
-
-/// The CUDA sweep as nccl-tests-style columns (or JSON lines), NCCL's time, busbw and
-/// the ratio NCCL time / braid time (above 1: braid is faster) when measured.
-fn format_cuda(
-    args: &PerfArgs,
-    collective: Collective,
-    n: u32,
-    root: Option<u32>,
-    nccl_version: &str,
-    rows: &[CudaRow],
-) -> String {
-    let vs = args.vs_nccl;
-    let factor = busbw_factor(collective, n);
-    let root_col = root.map_or("-1".to_string(), |r| r.to_string());
-    let mut out = String::new();
-    if !args.json {
-        out.push_str(&format!(
-            "# braid perf {collective} on {} ({n} ranks), cuda backend, out of place, {} iters{}\n",
-            args.topo,
-            args.iters,
-            if vs {
-                format!(", vs NCCL {nccl_version} (ratio = NCCL time / braid time)")
-            } else {
-                String::new()
-            }
-        ));
-        out.push_str(&format!(
-            "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>10} {:>9} {:>9} {:>7}",
-            "size(B)", "count", "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong"
-        ));
-        if vs {
-            out.push_str(&format!(
-                " {:>10} {:>9} {:>6}",
-                "nccl(us)", "nccl_bus", "ratio"
-            ));
-        }
-        out.push_str("  plan\n");
-    }
-    for r in rows {
-        let algbw = r.bytes as f64 / r.secs / 1e9;
-        let busbw = algbw * factor;
-        let nccl = r
-            .nccl_secs
-            .map(|t| (t, r.bytes as f64 / t / 1e9 * factor, t / r.secs));
-        if args.json {
-            let extra = nccl.map_or(String::new(), |(t, bw, ratio)| {
-                format!(
-                    ", \"nccl_time_us\": {:.2}, \"nccl_busbw\": {bw:.4}, \"ratio\": {ratio:.3}",
-                    t * 1e6
-                )
-            });
-            out.push_str(&format!(
-                "{{\"backend\": \"cuda\", \"size\": {}, \"count\": {}, \"type\": \"{}\", \"redop\": \"{}\", \"root\": {root_col}, \"time_us\": {:.2}, \"algbw\": {algbw:.4}, \"busbw\": {busbw:.4}, \"wrong\": {}{extra}, \"plan\": \"{}\", \"replicas\": {}, \"protocol\": \"{}\"}}\n",
-                r.bytes, r.count, args.dtype.name(), args.op.name(), r.secs * 1e6, r.wrong, r.plan, r.replicas, r.protocol
-            ));
-        } else {
-            out.push_str(&format!(
-                " {:>12} {:>12} {:>6} {:>6} {:>5} {:>10.1} {:>9.3} {:>9.3} {:>7}",
-                r.bytes,
-                r.count,
-                args.dtype.name(),
-                args.op.name(),
-                root_col,
-                r.secs * 1e6,
-                algbw,
-                busbw,
-                r.wrong
-            ));
-            if let Some((t, bw, ratio)) = nccl {
-                out.push_str(&format!(" {:>10.1} {bw:>9.3} {ratio:>6.2}", t * 1e6));
-            }
-            // What ran: plan, replicas, protocol.
-            out.push_str(&format!("  {} x{} {}\n", r.plan, r.replicas, r.protocol));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -626,45 +716,6 @@ mod tests {
         ];
         v.extend_from_slice(extra);
         Cli::parse_from(v).perf
-    }
-
-    #[test]
-    fn cuda_rows_carry_nccl_time_busbw_and_ratio() {
-        let rows = [CudaRow {
-            bytes: 1 << 20,
-            count: 1 << 18,
-            secs: 20e-6,
-            wrong: 0,
-            plan: "ring_allreduce".into(),
-            replicas: 16,
-            protocol: "simple",
-            nccl_secs: Some(30e-6),
-        }];
-        let a = args(&["--vs-nccl"]);
-        let t = format_cuda(&a, Collective::Allreduce, 2, None, "2.28.9", &rows);
-        assert!(t.contains("nccl(us)") && t.contains("ratio") && t.contains("NCCL 2.28.9"));
-        // 1 MiB in 30 us: algbw 34.95 GB/s, busbw x 2(n-1)/n = 1; ratio 30/20.
-        assert!(
-            t.contains("30.0") && t.contains("34.953") && t.contains("1.50"),
-            "{t}"
-        );
-        assert!(t.contains("ring_allreduce x16 simple"), "{t}");
-        let j = format_cuda(
-            &args(&["--vs-nccl", "--json"]),
-            Collective::Allreduce,
-            2,
-            None,
-            "",
-            &rows,
-        );
-        assert!(
-            j.contains("\"ratio\": 1.500") && j.contains("\"wrong\": 0"),
-            "{j}"
-        );
-        assert!(
-            j.contains("\"plan\": \"ring_allreduce\", \"replicas\": 16, \"protocol\": \"simple\""),
-            "{j}"
-        );
     }
 
     #[test]

@@ -11,6 +11,8 @@ mod cmd_verify;
 mod error;
 mod logging;
 mod output;
+mod perf_plot;
+mod perf_report;
 mod plans;
 mod sizes;
 mod source;

@@ -1,4 +1,5 @@
-//! `braid perf` on the host backend: the nccl-tests columns, busbw factors, #wrong, JSON.
+//! `braid perf` on the host backend: the nccl-tests columns, busbw factors, #wrong, modes,
+//! the roofline, the JSON report and the plot.
 
 mod common;
 
@@ -20,6 +21,12 @@ fn the_table_has_one_row_per_size_with_no_wrong_elements() {
             "nvswitch:4",
             "-n",
             "1",
+            "--runs",
+            "1",
+            "-w",
+            "0",
+            "--mode",
+            "outofplace",
         ],
         &[],
     );
@@ -35,15 +42,16 @@ fn the_table_has_one_row_per_size_with_no_wrong_elements() {
         ["1024", "4096", "16384", "65536"]
     );
     for r in &rows {
-        assert_eq!(r[7 + 1], "0", "#wrong: {r:?}");
-        let (algbw, busbw): (f64, f64) = (r[6].parse().unwrap(), r[7].parse().unwrap());
+        assert_eq!(r[5], "out", "mode: {r:?}");
+        assert_eq!(r[9], "0", "#wrong: {r:?}");
+        let (algbw, busbw): (f64, f64) = (r[7].parse().unwrap(), r[8].parse().unwrap());
         // allreduce on 4 ranks: busbw = algbw * 2 * 3 / 4 (to the printed precision).
         assert!((busbw - algbw * 1.5).abs() <= 0.002, "{r:?}");
     }
 }
 
 #[test]
-fn json_lines_name_the_plan_and_a_forced_algorithm_is_used() {
+fn the_json_report_names_the_plan_and_a_forced_algorithm_is_used() {
     let out = braid(
         &[
             "perf",
@@ -58,20 +66,150 @@ fn json_lines_name_the_plan_and_a_forced_algorithm_is_used() {
             "ring_allgather",
             "--json",
             "-n",
+            "2",
+            "--runs",
+            "3",
+            "-w",
             "1",
         ],
         &[],
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{}", out.stdout);
-    for l in lines {
-        assert!(l.starts_with('{') && l.ends_with('}'), "{l}");
-        assert!(
-            l.contains("\"plan\": \"ring_allgather\"") && l.contains("\"wrong\": 0"),
-            "{l}"
+    let v: serde_json::Value =
+        serde_json::from_str(&out.stdout).expect("one JSON document on stdout");
+    assert_eq!(v["timing"], "back-to-back");
+    assert_eq!(
+        (
+            v["iters"].as_u64(),
+            v["runs"].as_u64(),
+            v["warmup"].as_u64()
+        ),
+        (Some(2), Some(3), Some(1))
+    );
+    let rows = v["rows"].as_array().unwrap();
+    // Two sizes, both modes.
+    assert_eq!(rows.len(), 4, "{}", out.stdout);
+    let modes: Vec<&str> = rows.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["outofplace", "inplace", "outofplace", "inplace"]);
+    for r in rows {
+        assert_eq!(r["plan"], "ring_allgather", "{r}");
+        assert_eq!(r["wrong"], 0, "{r}");
+        assert_eq!(r["runs_us"].as_array().unwrap().len(), 3, "{r}");
+        let runs: Vec<f64> = r["runs_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let mut sorted = runs.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(
+            r["time_us"].as_f64().unwrap(),
+            sorted[1],
+            "the median run: {r}"
         );
+        let (roof, eff) = (
+            r["roofline_us"].as_f64().unwrap(),
+            r["efficiency"].as_f64().unwrap(),
+        );
+        assert!(roof > 0.0 && eff > 0.0, "{r}");
     }
+}
+
+#[test]
+fn json_and_plot_files_are_written_beside_the_table() {
+    let dir = std::env::temp_dir().join(format!("braid-perf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, svg) = (dir.join("r.json"), dir.join("r.svg"));
+    let out = braid(
+        &[
+            "perf",
+            "reduce_scatter",
+            "-b",
+            "3K",
+            "-e",
+            "12K",
+            "--topo",
+            "nvswitch:3",
+            "-n",
+            "2",
+            "--runs",
+            "1",
+            "-w",
+            "0",
+            "--sync",
+            "--json",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("sync(us)") && out.stdout.contains("roof(us)"),
+        "{}",
+        out.stdout
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 3, "three sizes, two modes");
+    assert!(rows
+        .iter()
+        .all(|r| r["sync_time_us"].as_f64().is_some_and(|t| t > 0.0)));
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        plot.starts_with("<svg") && plot.contains("braid, in place") && plot.contains("roofline"),
+        "{plot}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn modes_graph_and_procs_say_what_they_cannot_do() {
+    let inplace_alltoall = braid(&["perf", "alltoall", "--mode", "inplace", "-e", "1K"], &[]);
+    assert_eq!(inplace_alltoall.code, 2, "{}", inplace_alltoall.stderr);
+    assert!(
+        inplace_alltoall.stderr.contains("no in-place mode"),
+        "{}",
+        inplace_alltoall.stderr
+    );
+    for flag in ["--graph", "--procs"] {
+        let out = braid(&["perf", "allreduce", flag, "-e", "1K"], &[]);
+        assert_eq!(out.code, 2, "{flag}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("not implemented in braid perf yet"),
+            "{flag}: {}",
+            out.stderr
+        );
+        assert!(out.stdout.is_empty(), "{flag}");
+    }
+    // Both modes for alltoall time out of place only.
+    let out = braid(
+        &[
+            "perf",
+            "alltoall",
+            "--topo",
+            "nvswitch:2",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "-n",
+            "1",
+            "--runs",
+            "1",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.lines().filter(|l| !l.starts_with('#')).count(),
+        1,
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -113,7 +251,7 @@ fn replicated_plans_stay_correct_and_too_many_replicas_are_refused() {
         .unwrap()
         .split_whitespace()
         .collect();
-    assert_eq!(row[8], "0", "#wrong: {row:?}");
+    assert_eq!(row[9], "0", "#wrong: {row:?}");
     let too_many = braid(
         &[
             "perf",

@@ -1,0 +1,276 @@
+//! What `braid perf` measured, one row per size and mode, and its renderings: the
+//! nccl-tests-style table and the JSON report (`--json`), for every backend alike.
+
+use braid_ir::{Collective, Mode, Protocol};
+use serde::Serialize;
+
+/// nccl-tests' bus-bandwidth factor for `n` ranks.
+pub fn busbw_factor(c: Collective, n: u32) -> f64 {
+    let n = f64::from(n);
+    match c {
+        Collective::Allreduce => 2.0 * (n - 1.0) / n,
+        Collective::Allgather | Collective::ReduceScatter | Collective::Alltoall => (n - 1.0) / n,
+        Collective::Broadcast | Collective::Reduce => 1.0,
+    }
+}
+
+pub fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::OutOfPlace => "outofplace",
+        Mode::InPlace => "inplace",
+    }
+}
+
+pub fn protocol_name(p: Protocol) -> &'static str {
+    if p == Protocol::Ll {
+        "ll"
+    } else {
+        "simple"
+    }
+}
+
+/// One size in one mode.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// Bytes of one rank's larger buffer (nccl-tests' size).
+    pub size: usize,
+    pub count: usize,
+    #[serde(rename = "type")]
+    pub dtype: &'static str,
+    pub redop: &'static str,
+    /// -1 for a collective without a root, as nccl-tests prints.
+    pub root: i64,
+    pub mode: &'static str,
+    /// Median of the timed runs, per call, back to back.
+    pub time_us: f64,
+    pub algbw: f64,
+    pub busbw: f64,
+    pub wrong: usize,
+    /// Every timed run, per call.
+    pub runs_us: Vec<f64>,
+    /// Each call waited for on the host (`--sync`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_time_us: Option<f64>,
+    /// The time the bytes the plan moves would take at the best copy rate measured in
+    /// this run, and `roofline_us / time_us`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roofline_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_time_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl_busbw: Option<f64>,
+    /// NCCL's time over braid's: above 1, braid is faster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
+    pub plan: String,
+    pub replicas: u32,
+    pub protocol: &'static str,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub collective: String,
+    pub topology: String,
+    pub ranks: u32,
+    pub backend: &'static str,
+    /// How `time_us` was taken.
+    pub timing: &'static str,
+    pub iters: u32,
+    pub warmup: u32,
+    pub runs: u32,
+    /// What the roofline is measured against, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<String>,
+    /// The NCCL library compared against: its version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+    pub rows: Vec<Row>,
+}
+
+/// A row's bandwidths from its size and time.
+pub fn bandwidths(c: Collective, n: u32, bytes: usize, secs: f64) -> (f64, f64) {
+    let algbw = if secs > 0.0 {
+        bytes as f64 / secs / 1e9
+    } else {
+        0.0
+    };
+    (algbw, algbw * busbw_factor(c, n))
+}
+
+impl Report {
+    pub fn wrong(&self) -> usize {
+        self.rows.iter().map(|r| r.wrong).sum()
+    }
+
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report serialises") + "\n"
+    }
+
+    /// The table: a header naming how it was timed, then one line per row.
+    pub fn table(&self) -> String {
+        let sync = self.rows.iter().any(|r| r.sync_time_us.is_some());
+        let roof = self.rows.iter().any(|r| r.roofline_us.is_some());
+        let nccl = self.rows.iter().any(|r| r.nccl_time_us.is_some());
+        let mut out = format!(
+            "# braid perf {} on {} ({} ranks), {} backend: {} calls back to back per run, median of {} runs, {} warm-up calls{}\n",
+            self.collective,
+            self.topology,
+            self.ranks,
+            self.backend,
+            self.iters,
+            self.runs,
+            self.warmup,
+            self.nccl.as_ref().map_or(String::new(), |v| format!("; vs NCCL {v} (ratio = NCCL time / braid time)"))
+        );
+        if let Some(r) = &self.roofline {
+            out.push_str(&format!("# roofline: {r}\n"));
+        }
+        out.push_str(&format!(
+            "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>4} {:>10} {:>9} {:>9} {:>7}",
+            "size(B)",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "mode",
+            "time(us)",
+            "algbw",
+            "busbw",
+            "#wrong"
+        ));
+        if sync {
+            out.push_str(&format!(" {:>10}", "sync(us)"));
+        }
+        if roof {
+            out.push_str(&format!(" {:>10} {:>5}", "roof(us)", "eff"));
+        }
+        if nccl {
+            out.push_str(&format!(
+                " {:>10} {:>9} {:>6}",
+                "nccl(us)", "nccl_bus", "ratio"
+            ));
+        }
+        out.push_str("  plan\n");
+        for r in &self.rows {
+            out.push_str(&format!(
+                " {:>12} {:>12} {:>6} {:>6} {:>5} {:>4} {:>10.2} {:>9.3} {:>9.3} {:>7}",
+                r.size,
+                r.count,
+                r.dtype,
+                r.redop,
+                r.root,
+                if r.mode == "inplace" { "in" } else { "out" },
+                r.time_us,
+                r.algbw,
+                r.busbw,
+                r.wrong
+            ));
+            let dash = |w: usize| format!(" {:>w$}", "-");
+            if sync {
+                out.push_str(&r.sync_time_us.map_or(dash(10), |t| format!(" {t:>10.2}")));
+            }
+            if roof {
+                match (r.roofline_us, r.efficiency) {
+                    (Some(t), Some(e)) => out.push_str(&format!(" {t:>10.2} {e:>5.2}")),
+                    _ => out.push_str(&format!("{}{}", dash(10), dash(5))),
+                }
+            }
+            if nccl {
+                match (r.nccl_time_us, r.nccl_busbw, r.ratio) {
+                    (Some(t), Some(bw), Some(x)) => {
+                        out.push_str(&format!(" {t:>10.2} {bw:>9.3} {x:>6.2}"))
+                    }
+                    _ => out.push_str(&format!("{}{}{}", dash(10), dash(9), dash(6))),
+                }
+            }
+            out.push_str(&format!("  {} x{} {}\n", r.plan, r.replicas, r.protocol));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row() -> Row {
+        let (algbw, busbw) = bandwidths(Collective::Allreduce, 2, 1 << 20, 20e-6);
+        Row {
+            size: 1 << 20,
+            count: 1 << 18,
+            dtype: "f32",
+            redop: "sum",
+            root: -1,
+            mode: "outofplace",
+            time_us: 20.0,
+            algbw,
+            busbw,
+            wrong: 0,
+            runs_us: vec![19.0, 20.0, 21.0],
+            sync_time_us: None,
+            roofline_us: Some(15.0),
+            efficiency: Some(0.75),
+            nccl_time_us: Some(30.0),
+            nccl_busbw: Some(bandwidths(Collective::Allreduce, 2, 1 << 20, 30e-6).1),
+            ratio: Some(1.5),
+            plan: "ring_allreduce".into(),
+            replicas: 16,
+            protocol: "simple",
+        }
+    }
+
+    fn report() -> Report {
+        Report {
+            collective: "allreduce".into(),
+            topology: "nvswitch:2".into(),
+            ranks: 2,
+            backend: "cuda",
+            timing: "back-to-back",
+            iters: 20,
+            warmup: 5,
+            runs: 3,
+            roofline: Some("device-to-device copy".into()),
+            nccl: Some("2.28.9".into()),
+            rows: vec![row()],
+        }
+    }
+
+    #[test]
+    fn the_table_carries_every_column_asked_for() {
+        let t = report().table();
+        assert!(
+            t.contains("nccl(us)") && t.contains("ratio") && t.contains("NCCL 2.28.9"),
+            "{t}"
+        );
+        assert!(t.contains("roof(us)") && t.contains("0.75"), "{t}");
+        assert!(!t.contains("sync(us)"), "{t}");
+        // 1 MiB in 20 us: algbw 52.429 GB/s; busbw x 2(n-1)/n = 1; ratio 30/20.
+        assert!(
+            t.contains("20.00") && t.contains("52.429") && t.contains("1.50"),
+            "{t}"
+        );
+        assert!(t.contains("ring_allreduce x16 simple"), "{t}");
+    }
+
+    #[test]
+    fn the_json_report_is_one_document_with_every_row() {
+        let j = report().json();
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        assert_eq!(v["timing"], "back-to-back");
+        let r = &v["rows"][0];
+        assert_eq!(r["ratio"], 1.5);
+        assert_eq!(r["type"], "f32");
+        assert_eq!(r["runs_us"].as_array().unwrap().len(), 3);
+        assert!(r.get("sync_time_us").is_none());
+    }
+
+    #[test]
+    fn busbw_factors_are_nccl_tests() {
+        assert_eq!(busbw_factor(Collective::Allreduce, 4), 1.5);
+        assert_eq!(busbw_factor(Collective::Allgather, 4), 0.75);
+        assert_eq!(busbw_factor(Collective::Broadcast, 4), 1.0);
+    }
+}
