@@ -10,6 +10,7 @@ use crate::error::{Result, RuntimeError};
 use crate::fabric::{Fabric, POLL, VERDICT_GRACE};
 use crate::reduce::{finish_avg, reduce_into, reduce_pair};
 use crate::transport::Link;
+use crate::workers::Workers;
 use braid_ir::Buf;
 use braid_plan::{Block, Execution, Slice, StepKind, Verified};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,6 +101,11 @@ impl Progress {
 /// blocks (the next round reuses the scratch window). On any error every other rank is
 /// aborted through `fabric` and the first error is returned.
 pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
+    run_rank_on(job, fabric, &Workers::new())
+}
+
+/// [`run_rank`] on block threads kept in `workers` from call to call.
+pub fn run_rank_on(job: &Job, fabric: &dyn Fabric, workers: &Workers) -> Result<()> {
     let rank = fabric.rank();
     let plan = job.plan;
     let blocks = &plan.ranks[rank as usize].blocks;
@@ -110,7 +116,8 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
         .max()
         .unwrap_or(1);
     let first_error: Mutex<Option<RuntimeError>> = Mutex::new(None);
-    std::thread::scope(|scope| {
+    let mut tasks: Vec<Box<dyn FnOnce() + Send + '_>> = Vec::new();
+    {
         for k in 0..job.args.geometry.replicas {
             let progress = Arc::new(Progress {
                 done: blocks.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -120,7 +127,7 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
             for block in blocks {
                 let progress = progress.clone();
                 let first_error = &first_error;
-                scope.spawn(move || {
+                tasks.push(Box::new(move || {
                     let channel = k as u32 * channels_per_replica + block.channel;
                     let r = run_block(job, fabric, block, k, channel, &progress);
                     if let Err(mut e) = r {
@@ -144,10 +151,11 @@ pub fn run_rank(job: &Job, fabric: &dyn Fabric) -> Result<()> {
                             *slot = Some(e);
                         }
                     }
-                });
+                }));
             }
         }
-    });
+    }
+    workers.run_all(tasks);
     if let Some(e) = first_error.into_inner().unwrap() {
         // An abort's own message says only where it was seen; the fabric knows why
         // (which rank failed).

@@ -8,9 +8,10 @@
 use crate::device_comm::{Engine, Launch, Stats};
 use crate::dtype::{DType, RedOp};
 use crate::error::{Result, RuntimeError};
-use crate::exec::{run_rank, Job, Mem};
+use crate::exec::{run_rank_on, Job, Mem};
 use crate::fabric::Fabric;
 use crate::policy::Target;
+use crate::workers::Workers;
 use braid_ir::Protocol;
 use braid_plan::Verified;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -134,6 +135,8 @@ struct Rank {
     /// Calls launched, for the per-call agreement.
     seq: AtomicU64,
     failure: Mutex<Option<String>>,
+    /// The block threads, kept between calls.
+    workers: Workers,
 }
 
 /// One rank of the host backend. Cheap to clone (shared).
@@ -164,6 +167,7 @@ impl HostEngine {
             scratch: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             failure: Mutex::new(None),
+            workers: Workers::new(),
         }))
     }
 
@@ -301,5 +305,5 @@ fn run_call(
         mem,
         timeout: rank.timeout,
     };
-    run_rank(&job, rank.fabric.as_ref())
+    run_rank_on(&job, rank.fabric.as_ref(), &rank.workers)
 }

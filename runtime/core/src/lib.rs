@@ -28,6 +28,7 @@ pub mod selfcheck;
 pub mod shm_link;
 pub mod tcp_link;
 pub mod transport;
+pub mod workers;
 
 pub use comm::{Buffers, Communicator};
 pub use error::{Result, RuntimeError};
