@@ -25,6 +25,49 @@ pub fn present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// Bytes Braid's own `libnccl.so.2` carries (`runtime/nccl`), so that a comparison with
+/// NCCL can tell that the library it loaded is Braid's, which has the same name.
+pub const BRAID_MARK: &[u8; 40] = b"braid: this libnccl.so.2 is Braid's own.";
+
+/// The file of the NCCL library loaded in this process, if one is (from the process's
+/// memory map).
+pub fn loaded_path() -> Option<std::path::PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            std::path::Path::new(p)
+                .file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with("libnccl.so"))
+        })
+        .map(std::path::PathBuf::from)
+}
+
+/// Whether the library file at `path` is Braid's own `libnccl.so.2`.
+pub fn is_braid(path: &std::path::Path) -> std::io::Result<bool> {
+    let bytes = std::fs::read(path)?;
+    Ok(bytes.windows(BRAID_MARK.len()).any(|w| w == BRAID_MARK))
+}
+
+/// Which NCCL was loaded, as `VERSION (PATH)`; an error if none can be, or if it is
+/// Braid's own library (a comparison with itself would measure nothing).
+pub fn describe() -> Result<String> {
+    let v = version()?;
+    let path = loaded_path();
+    if let Some(p) = &path {
+        if is_braid(p).unwrap_or(false) {
+            return Err(CudaError::Nccl(format!(
+                "the libnccl.so loaded ({}) is Braid's own library, not NVIDIA NCCL; put the real NCCL's directory first on LD_LIBRARY_PATH",
+                p.display()
+            )));
+        }
+    }
+    Ok(match path {
+        Some(p) => format!("{v} ({})", p.display()),
+        None => v,
+    })
+}
+
 fn err(e: result::NcclError) -> CudaError {
     CudaError::Nccl(format!("{e:?}"))
 }

@@ -22,6 +22,11 @@ pub mod errors;
 pub mod forward;
 pub mod ops;
 
+/// Marks the shared object as Braid's (not an exported symbol: `braid perf --vs-nccl`
+/// reads the file to refuse comparing Braid with itself).
+#[used]
+static BRAID_MARK: [u8; 40] = *braid_cuda::nccl::BRAID_MARK;
+
 use abi::*;
 use braid_ir::Collective;
 use braid_runtime::bootstrap::UniqueId;

@@ -62,3 +62,29 @@ fn the_header_spells_nccl_2_28_values_and_layouts() {
     );
     assert_eq!(out.trim(), "ncclGetVersion 22809", "{out}");
 }
+
+/// The library carries Braid's mark, which `braid perf --vs-nccl` looks for to refuse
+/// comparing Braid with itself; other libraries do not.
+#[test]
+fn the_library_is_recognisably_braids() {
+    let lib = support::built_library();
+    assert!(
+        braid_cuda::nccl::is_braid(&lib).unwrap(),
+        "{}",
+        lib.display()
+    );
+    let libc = [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib64/libc.so.6",
+    ]
+    .into_iter()
+    .map(std::path::Path::new)
+    .find(|p| p.is_file())
+    .expect("the C library is on this machine");
+    assert!(
+        !braid_cuda::nccl::is_braid(libc).unwrap(),
+        "{}",
+        libc.display()
+    );
+}

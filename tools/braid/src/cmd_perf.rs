@@ -608,9 +608,9 @@ fn run_cuda(
                 braid_cuda::device_count()
             )));
         }
-        let nc = braid_cuda::nccl::Nccl::new(&streams).map_err(rt)?;
-        report.nccl = Some(braid_cuda::nccl::version().map_err(rt)?);
-        Some(nc)
+        // Which library, and never Braid's own (it is called libnccl.so.2 too).
+        report.nccl = Some(braid_cuda::nccl::describe().map_err(rt)?);
+        Some(braid_cuda::nccl::Nccl::new(&streams).map_err(rt)?)
     } else {
         None
     };
