@@ -18,7 +18,7 @@ pub mod plan;
 pub mod traffic;
 pub mod verified;
 pub mod verify;
-mod wiring;
+pub mod wiring;
 
 pub use diag::{render_diagnostics, Check, PlanDiagnostic, Site};
 pub use dot::to_dot;

@@ -3,7 +3,7 @@
 //! from below at the link's rate (a roofline). Replicas split every chunk among
 //! themselves, so they change how the bytes travel, not how many.
 
-use crate::plan::{Plan, StepKind};
+use crate::plan::Plan;
 use std::collections::BTreeMap;
 
 /// Chunks sent by each rank of a plan over one call.
@@ -38,17 +38,6 @@ impl Traffic {
     }
 }
 
-/// Whether a step of this kind puts data on its block's send link.
-pub fn sends(kind: StepKind) -> bool {
-    matches!(
-        kind,
-        StepKind::Send
-            | StepKind::RecvCopySend
-            | StepKind::RecvReduceSend
-            | StepKind::RecvReduceCopySend
-    )
-}
-
 /// The chunks every rank of `plan` sends in one call.
 pub fn traffic(plan: &Plan) -> Traffic {
     let sent = plan
@@ -58,7 +47,7 @@ pub fn traffic(plan: &Plan) -> Traffic {
             let mut m = BTreeMap::new();
             for b in &r.blocks {
                 let Some(peer) = b.send_peer else { continue };
-                for s in b.steps.iter().filter(|s| sends(s.kind)) {
+                for s in b.steps.iter().filter(|s| s.kind.sends()) {
                     let chunks = s.src.or(s.dst).map_or(0, |x| u64::from(x.count));
                     *m.entry(peer).or_insert(0) += chunks;
                 }

@@ -11,11 +11,11 @@ use crate::plan::Plan;
 use std::collections::{HashMap, HashSet};
 
 /// One end of a connection: `(index into plan.ranks, index into that rank's blocks)`.
-pub(crate) type End = (usize, usize);
+pub type End = (usize, usize);
 
 /// A connection, or a block that claims one end of a connection nobody serves.
 #[derive(Clone, Debug)]
-pub(crate) struct Link {
+pub struct Link {
     pub sender_rank: u32,
     pub receiver_rank: u32,
     pub channel: u32,
@@ -29,7 +29,7 @@ pub(crate) struct Link {
 
 /// Every connection the blocks of `plan` declare. When two blocks claim the same end
 /// (which the structure phase rejects) the first one wins.
-pub(crate) fn links(plan: &Plan) -> Vec<Link> {
+pub fn links(plan: &Plan) -> Vec<Link> {
     // (receiver rank, sender rank, channel) -> receiving block.
     let mut receivers: HashMap<(u32, u32, u32), End> = HashMap::new();
     for (ri, r) in plan.ranks.iter().enumerate() {

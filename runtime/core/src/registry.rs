@@ -62,6 +62,11 @@ impl Registry {
         self.entries.lock().unwrap().push((plan, origin));
     }
 
+    /// The plans registered directly (user plans, in order), without the providers'.
+    pub fn entries(&self) -> Vec<(Arc<Verified>, Origin)> {
+        self.entries.lock().unwrap().clone()
+    }
+
     /// Loads a plan file (JSON) and registers it as a user plan.
     pub fn add_file(&self, path: &std::path::Path) -> Result<()> {
         let text = std::fs::read_to_string(path).map_err(|e| {

@@ -2,6 +2,7 @@
 
 mod cmd_check;
 mod cmd_compile;
+mod cmd_explain;
 mod cmd_msccl;
 mod cmd_perf;
 mod cmd_rank;
@@ -56,6 +57,8 @@ enum Command {
     Rank(cmd_rank::RankArgs),
     /// nccl-tests style sweep over message sizes: time, algbw, busbw, #wrong.
     Perf(cmd_perf::PerfArgs),
+    /// Which plan the cost model picks for a call, and every candidate's predicted time.
+    Explain(cmd_explain::ExplainArgs),
     /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
     Topo {
         /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Check(a) => cmd_check::run(a),
         Command::Run(a) => cmd_run::run(a),
         Command::Perf(a) => cmd_perf::run(a),
+        Command::Explain(a) => cmd_explain::run(a),
         Command::Rank(a) => cmd_rank::run(a),
         Command::Compile(a) => cmd_compile::run(a),
         Command::ImportMsccl(a) => cmd_msccl::run_import(a),

@@ -1,0 +1,171 @@
+//! Braid's cost model. [`sim::predict`] prices one call of one plan on a topology by
+//! simulating the plan's steps (docs/costmodel.md); [`rank`] prices every candidate plan
+//! for a call in every replica count and protocol it can run with, and says why each
+//! one won, lost or was excluded (`braid explain`). [`trace`] writes a prediction as a
+//! Chrome trace.
+//!
+//! **Must not know:** the runtime, CUDA. It reads plans and topologies only.
+
+pub mod profile;
+pub mod sim;
+pub mod trace;
+
+use braid_ir::{Collective, Mode, Protocol};
+use braid_plan::Plan;
+use braid_topo::Topology;
+pub use profile::Profile;
+pub use sim::{predict, Call, Prediction};
+
+/// The connection channels a plan may use in all (the plan verifier's bound).
+const MAX_CHANNELS: u32 = 32;
+
+/// The call that plans compete for.
+#[derive(Clone, Copy, Debug)]
+pub struct Request {
+    pub collective: Collective,
+    pub root: Option<u32>,
+    pub mode: Mode,
+    pub bytes: u64,
+    pub elem: u64,
+}
+
+/// One candidate plan, as the registry offers it.
+pub struct Candidate<'a> {
+    pub plan: &'a Plan,
+    /// Where it comes from: `shipped`, `user FILE`, ...
+    pub origin: String,
+}
+
+/// A candidate priced, or why it cannot serve the call.
+#[derive(Clone, Debug)]
+pub struct Ranked {
+    pub name: String,
+    pub origin: String,
+    pub replicas: u32,
+    pub protocol: Protocol,
+    pub result: Result<f64, String>,
+}
+
+/// Replica counts worth trying for `plan`: powers of two while the replicated plan stays
+/// within the verifier's channel bound.
+fn replica_counts(plan: &Plan) -> Vec<u32> {
+    let used = plan
+        .ranks
+        .iter()
+        .flat_map(|r| r.blocks.iter().map(|b| b.channel + 1))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    if plan.channels != 1 {
+        // The plan chose its replicas itself.
+        return vec![plan.channels.max(1)];
+    }
+    (0..6)
+        .map(|k| 1u32 << k)
+        .filter(|r| r * used <= MAX_CHANNELS)
+        .collect()
+}
+
+/// Why `plan` cannot serve `req`, if it cannot.
+fn excluded(plan: &Plan, req: &Request, n: u32) -> Option<String> {
+    if plan.collective != req.collective {
+        return Some(format!("it is a {} plan", plan.collective));
+    }
+    if plan.n_ranks != n {
+        return Some(format!(
+            "it is for {} ranks, the topology has {n}",
+            plan.n_ranks
+        ));
+    }
+    if plan.root != req.root {
+        return Some(format!(
+            "its root is {:?}, the call's {:?}",
+            plan.root, req.root
+        ));
+    }
+    if !plan.modes.contains(req.mode) {
+        return Some(format!(
+            "it is not valid {}",
+            if req.mode == Mode::InPlace {
+                "in place"
+            } else {
+                "out of place"
+            }
+        ));
+    }
+    if let Some(r) = &plan.bytes {
+        if !r.contains(req.bytes) {
+            return Some(format!(
+                "it serves {} to {} bytes",
+                r.min,
+                r.max.map_or("any".into(), |m| (m - 1).to_string())
+            ));
+        }
+    }
+    None
+}
+
+/// Prices every candidate for `req` on `topo`, in every replica count and protocol it
+/// can run with (the cheapest of those per plan is its entry); the cheapest first,
+/// then the excluded ones.
+pub fn rank(
+    candidates: &[Candidate],
+    topo: &Topology,
+    profile: &Profile,
+    req: &Request,
+) -> Vec<Ranked> {
+    let n = topo.n_ranks();
+    let mut out: Vec<Ranked> = Vec::new();
+    for c in candidates {
+        let p = c.plan;
+        if let Some(why) = excluded(p, req, n) {
+            out.push(Ranked {
+                name: p.name.clone(),
+                origin: c.origin.clone(),
+                replicas: p.channels.max(1),
+                protocol: p.protocol,
+                result: Err(why),
+            });
+            continue;
+        }
+        let protocols: Vec<Protocol> = match p.protocol {
+            Protocol::Auto => vec![Protocol::Simple, Protocol::Ll],
+            Protocol::Ll128 => vec![Protocol::Simple],
+            other => vec![other],
+        };
+        let mut best: Option<Ranked> = None;
+        for r in replica_counts(p) {
+            for &proto in &protocols {
+                let call = Call {
+                    bytes: req.bytes,
+                    elem: req.elem,
+                    protocol: proto,
+                    replicas: r,
+                };
+                let result = predict(p, topo, profile, &call).map(|x| x.total_us);
+                let better = match (&best, &result) {
+                    (None, _) => true,
+                    (Some(b), Ok(t)) => b.result.as_ref().map_or(true, |bt| t < bt),
+                    _ => false,
+                };
+                if better {
+                    best = Some(Ranked {
+                        name: p.name.clone(),
+                        origin: c.origin.clone(),
+                        replicas: r,
+                        protocol: proto,
+                        result,
+                    });
+                }
+            }
+        }
+        out.extend(best);
+    }
+    out.sort_by(|a, b| match (&a.result, &b.result) {
+        (Ok(x), Ok(y)) => x.total_cmp(y),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => a.name.cmp(&b.name),
+    });
+    out
+}

@@ -1,0 +1,203 @@
+//! The model's constants: what a call, a message and a block cost besides the bytes on
+//! the links, per protocol and per kind of path. The topology gives each path's latency
+//! and bandwidth; the profile gives the software's share. Defaults are documented
+//! (docs/costmodel.md); `braid tune` is to measure them per machine and write a profile
+//! file, which carries a version so that an old file is refused rather than misread.
+
+use braid_ir::Protocol;
+use braid_topo::PathClass;
+use serde::{Deserialize, Serialize};
+
+/// The profile format this build reads and writes.
+pub const PROFILE_VERSION: u32 = 1;
+
+/// Costs that depend on the protocol, Simple and LL.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PerProtocol {
+    pub simple: f64,
+    pub ll: f64,
+}
+
+impl PerProtocol {
+    pub fn get(&self, p: Protocol) -> f64 {
+        match p {
+            Protocol::Ll => self.ll,
+            _ => self.simple,
+        }
+    }
+}
+
+/// Per-message latency added to a path's own, by the kind of path.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HopLatency {
+    /// NVLink or NVSwitch.
+    pub nvlink: PerProtocol,
+    /// PCIe, through switches or a host bridge, or across sockets.
+    pub pci: PerProtocol,
+    /// Between nodes.
+    pub net: PerProtocol,
+}
+
+impl HopLatency {
+    pub fn get(&self, class: PathClass, p: Protocol) -> f64 {
+        match class {
+            PathClass::Nvl => self.nvlink.get(p),
+            PathClass::Net => self.net.get(p),
+            _ => self.pci.get(p),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub version: u32,
+    /// What the constants were measured on (`defaults` for the built-in ones).
+    pub source: String,
+    /// The topology fingerprint the profile was measured for (`None`: any).
+    pub fingerprint: Option<String>,
+    /// Fixed cost of a call: launch and the first flag round trip, µs.
+    pub call_us: PerProtocol,
+    /// Latency of one message (a step's first slice reaching its peer) on top of the
+    /// path's own, µs.
+    pub hop_us: HopLatency,
+    /// What one block (one connection's sender or receiver) moves at most, GB/s.
+    pub block_gbps: PerProtocol,
+    /// Share of a link's bandwidth that carries payload (LL sends a flag with every
+    /// 4 bytes of data: 0.5).
+    pub efficiency: PerProtocol,
+    /// Bytes one slice carries: a message is pipelined slice by slice (LL's FIFO lines
+    /// are small, so its slices are too).
+    pub slice_bytes: PerProtocol,
+    /// Fixed cost of each slice at a block (flag and fence), µs.
+    pub slice_us: PerProtocol,
+    /// What posting one message to the network costs the rank, µs: messages to other
+    /// nodes leave one after another however many blocks send them.
+    pub net_post_us: PerProtocol,
+}
+
+impl Default for Profile {
+    /// NCCL's published tuning constants for Hopper (its `hwLat` and `baseLat` tables,
+    /// LL at half the bandwidth, its network post overhead of 1 µs, three times that for
+    /// Simple), the slice size of Braid's kernels, and a block's copy rate as measured
+    /// for one thread block on an H200.
+    fn default() -> Self {
+        Profile {
+            version: PROFILE_VERSION,
+            source: "defaults".into(),
+            fingerprint: None,
+            call_us: PerProtocol {
+                simple: 8.4,
+                ll: 6.6,
+            },
+            hop_us: HopLatency {
+                nvlink: PerProtocol {
+                    simple: 3.4,
+                    ll: 0.6,
+                },
+                pci: PerProtocol {
+                    simple: 5.7,
+                    ll: 1.0,
+                },
+                net: PerProtocol {
+                    simple: 14.0,
+                    ll: 2.7,
+                },
+            },
+            block_gbps: PerProtocol {
+                simple: 40.0,
+                ll: 20.0,
+            },
+            efficiency: PerProtocol {
+                simple: 1.0,
+                ll: 0.5,
+            },
+            slice_bytes: PerProtocol {
+                simple: 131072.0,
+                ll: 16384.0,
+            },
+            slice_us: PerProtocol {
+                simple: 0.3,
+                ll: 0.1,
+            },
+            net_post_us: PerProtocol {
+                simple: 3.0,
+                ll: 1.0,
+            },
+        }
+    }
+}
+
+impl Profile {
+    /// Reads a profile file; refuses another format version.
+    pub fn from_json(text: &str) -> Result<Profile, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not a profile: {e}"))?;
+        match v.get("version").and_then(|v| v.as_u64()) {
+            Some(n) if n == u64::from(PROFILE_VERSION) => {}
+            Some(n) => {
+                return Err(format!(
+                    "profile version {n}; this build reads version {PROFILE_VERSION}"
+                ))
+            }
+            None => return Err("not a profile: no version".into()),
+        }
+        let p: Profile = serde_json::from_value(v).map_err(|e| format!("not a profile: {e}"))?;
+        p.check()?;
+        Ok(p)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a profile serialises") + "\n"
+    }
+
+    /// Every constant finite and in range (a profile file is input).
+    pub fn check(&self) -> Result<(), String> {
+        let pp = |name: &str, p: &PerProtocol, positive: bool| -> Result<(), String> {
+            for (proto, v) in [("simple", p.simple), ("ll", p.ll)] {
+                let ok = v.is_finite() && if positive { v > 0.0 } else { v >= 0.0 } && v < 1e9;
+                if !ok {
+                    return Err(format!("{name}.{proto} = {v} is out of range"));
+                }
+            }
+            Ok(())
+        };
+        pp("call_us", &self.call_us, false)?;
+        pp("hop_us.nvlink", &self.hop_us.nvlink, false)?;
+        pp("hop_us.pci", &self.hop_us.pci, false)?;
+        pp("hop_us.net", &self.hop_us.net, false)?;
+        pp("block_gbps", &self.block_gbps, true)?;
+        pp("efficiency", &self.efficiency, true)?;
+        pp("slice_us", &self.slice_us, false)?;
+        pp("net_post_us", &self.net_post_us, false)?;
+        if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
+            return Err("efficiency is a share: at most 1".into());
+        }
+        for v in [self.slice_bytes.simple, self.slice_bytes.ll] {
+            if !(v >= 64.0 && v <= f64::from(1u32 << 30)) {
+                return Err(format!(
+                    "slice_bytes = {v} is out of range (64 bytes to 1 GiB)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_round_trips_and_another_version_is_refused() {
+        let p = Profile::default();
+        assert_eq!(Profile::from_json(&p.to_json()).unwrap(), p);
+        let old = p.to_json().replace("\"version\": 1", "\"version\": 0");
+        assert!(Profile::from_json(&old).unwrap_err().contains("version 0"));
+        let bad = p
+            .to_json()
+            .replace("\"simple\": 131072.0", "\"simple\": 0.0");
+        assert!(Profile::from_json(&bad)
+            .unwrap_err()
+            .contains("slice_bytes"));
+    }
+}

@@ -1,0 +1,353 @@
+//! The simulation: every step of every block of a plan, slice by slice, in an order that
+//! respects the plan's own (block order, cross-block dependencies, a receive after its
+//! matching send), with the times the topology and the profile give.
+//!
+//! - A connection (sender rank, receiver rank, channel, replica) runs over the route
+//!   the topology gives for that pair of GPUs. Every directed link on it is shared with
+//!   the other connections of the call that cross it (all of them assumed busy at once):
+//!   the connection's bandwidth is the smallest share over its route, capped by what
+//!   one block moves, times the protocol's payload share.
+//! - A step moves its chunks' bytes (each replica its share of every chunk) in slices;
+//!   a slice leaves when the previous one has and, for a step that receives, when the
+//!   same slice has arrived: so a forwarded message flows through a chain of ranks
+//!   pipelined slice by slice, as the kernels run it. A slice costs its bytes at the
+//!   connection's bandwidth plus a fixed overhead, and reaches the peer after the path's
+//!   latency plus the protocol's per-message latency.
+//! - A call costs the profile's fixed call time plus the time its last step ends.
+//!
+//! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
+//! plans are simulated as one pass over the whole message.
+
+use crate::profile::Profile;
+use braid_ir::{Collective, Protocol};
+use braid_plan::Plan;
+use braid_topo::Topology;
+use std::collections::HashMap;
+
+/// A call to price.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    /// Bytes of one rank's larger buffer (nccl-tests' size).
+    pub bytes: u64,
+    /// Bytes per element.
+    pub elem: u64,
+    pub protocol: Protocol,
+    /// Replicas of the plan, each on its share of every chunk.
+    pub replicas: u32,
+}
+
+/// When one step of one block ran, in the simulation (µs from the call's start).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepTime {
+    pub rank: u32,
+    pub block: u32,
+    pub step: u32,
+    pub kind: &'static str,
+    pub start_us: f64,
+    pub end_us: f64,
+}
+
+/// What the model predicts for one call.
+#[derive(Clone, Debug)]
+pub struct Prediction {
+    pub total_us: f64,
+    /// Every step of replica 0 (the others run alike, on their own connections).
+    pub timeline: Vec<StepTime>,
+    /// Bytes of one chunk of one replica.
+    pub chunk_bytes: u64,
+}
+
+/// Bytes of one chunk for a call of `bytes` on `plan` (padding ignored).
+pub fn chunk_bytes(plan: &Plan, bytes: u64, elem: u64) -> u64 {
+    let n = u64::from(plan.n_ranks.max(1));
+    let elem = elem.max(1);
+    let count = if plan.collective.has_k() {
+        bytes / elem / n
+    } else {
+        bytes / elem
+    };
+    let per_segment = if plan.collective.has_k() {
+        (u64::from(plan.chunks) / n).max(1)
+    } else {
+        u64::from(plan.chunks).max(1)
+    };
+    count.div_ceil(per_segment) * elem
+}
+
+/// A connection's ends and what it is worth.
+struct Conn {
+    gbps: f64,
+    latency_us: f64,
+    /// Crosses the network (each slice posted by the rank's proxy, one at a time).
+    net: bool,
+}
+
+fn kind_name(k: braid_plan::StepKind) -> &'static str {
+    use braid_plan::StepKind as K;
+    match k {
+        K::Send => "send",
+        K::Recv => "recv",
+        K::RecvCopySend => "recv-copy-send",
+        K::RecvReduceSend => "recv-reduce-send",
+        K::RecvReduceCopy => "recv-reduce-copy",
+        K::RecvReduceCopySend => "recv-reduce-copy-send",
+        K::Copy => "copy",
+        K::Reduce => "reduce",
+        K::Nop => "nop",
+    }
+}
+
+/// Predicts `call` on `plan` over `topo`. `Err` when the plan does not fit the topology
+/// (more ranks than GPUs) or its steps cannot be ordered (a cyclic plan, which the
+/// verifier rejects).
+pub fn predict(
+    plan: &Plan,
+    topo: &Topology,
+    profile: &Profile,
+    call: &Call,
+) -> Result<Prediction, String> {
+    let n = plan.n_ranks;
+    if n > topo.n_ranks() {
+        return Err(format!(
+            "the plan has {n} ranks, the topology {}",
+            topo.n_ranks()
+        ));
+    }
+    let proto = call.protocol;
+    let replicas = call.replicas.max(1);
+    let chunk = chunk_bytes(plan, call.bytes, call.elem).div_ceil(u64::from(replicas));
+    let wiring = braid_plan::wiring::links(plan);
+
+    // Directed links and how many connections of the call cross each.
+    let mut link_gbps: HashMap<(u32, u32), f64> = HashMap::new();
+    for (a, b, l) in topo.links() {
+        link_gbps.insert((a.0, b.0), l.bandwidth_gbps);
+        link_gbps.insert((b.0, a.0), l.bandwidth_gbps);
+    }
+    let hops = |s: u32, r: u32| -> Vec<(u32, u32)> {
+        let route = &topo.path(s, r).route;
+        route.windows(2).map(|w| (w[0].0, w[1].0)).collect()
+    };
+    let mut crossing: HashMap<(u32, u32), u32> = HashMap::new();
+    for l in &wiring {
+        for h in hops(l.sender_rank, l.receiver_rank) {
+            *crossing.entry(h).or_insert(0) += replicas;
+        }
+    }
+    let eff = profile.efficiency.get(proto);
+    let block = profile.block_gbps.get(proto);
+    let mut conns: HashMap<(usize, usize), Conn> = HashMap::new(); // keyed by sender end
+    let mut recv_of: HashMap<(usize, usize), (usize, usize)> = HashMap::new(); // receiver end -> sender end
+    for l in &wiring {
+        let (Some(s), Some(r)) = (l.sender, l.receiver) else {
+            continue;
+        };
+        let path = topo.path(l.sender_rank, l.receiver_rank);
+        let share = hops(l.sender_rank, l.receiver_rank)
+            .iter()
+            .map(|h| {
+                link_gbps.get(h).copied().unwrap_or(path.bandwidth_gbps)
+                    / f64::from(crossing[h].max(1))
+            })
+            .fold(f64::INFINITY, f64::min);
+        let share = if share.is_finite() {
+            share
+        } else {
+            path.bandwidth_gbps
+        };
+        conns.insert(
+            s,
+            Conn {
+                gbps: share.min(block) * eff,
+                latency_us: path.latency_us + profile.hop_us.get(path.class, proto),
+                net: topo.node_of(l.sender_rank) != topo.node_of(l.receiver_rank),
+            },
+        );
+        recv_of.insert(r, s);
+    }
+
+    // Steps in an order every input is ready by: Kahn's algorithm over block order,
+    // dependencies, and send -> matching receive.
+    let ids: Vec<(usize, usize, usize)> = plan
+        .ranks
+        .iter()
+        .enumerate()
+        .flat_map(|(ri, r)| {
+            r.blocks
+                .iter()
+                .enumerate()
+                .flat_map(move |(bi, b)| (0..b.steps.len()).map(move |si| (ri, bi, si)))
+        })
+        .collect();
+    let index: HashMap<(usize, usize, usize), usize> =
+        ids.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
+    // The send step each receiving step takes its message from.
+    let mut matched: Vec<Option<usize>> = vec![None; ids.len()];
+    for l in &wiring {
+        let (Some((sr, sb)), Some((rr, rb))) = (l.sender, l.receiver) else {
+            continue;
+        };
+        for (&s, &r) in l.sends.iter().zip(&l.recvs) {
+            let (si, ri) = (index[&(sr, sb, s)], index[&(rr, rb, r)]);
+            preds[ri].push(si);
+            matched[ri] = Some(si);
+        }
+    }
+    for (i, &(ri, bi, si)) in ids.iter().enumerate() {
+        if si > 0 {
+            preds[i].push(index[&(ri, bi, si - 1)]);
+        }
+        for d in &plan.ranks[ri].blocks[bi].steps[si].deps {
+            if let Some(&j) = index.get(&(ri, d.block as usize, d.step as usize)) {
+                preds[i].push(j);
+            }
+        }
+    }
+    let mut waiting: Vec<usize> = preds.iter().map(Vec::len).collect();
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
+    for (i, p) in preds.iter().enumerate() {
+        for &j in p {
+            succs[j].push(i);
+        }
+    }
+    // Ready steps, earliest start first, so that what a rank's proxy does is simulated
+    // in time order. The key is the start time's bits (non-negative floats order as
+    // their bits do).
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> = (0..ids.len())
+        .filter(|&i| waiting[i] == 0)
+        .map(|i| std::cmp::Reverse((0, i)))
+        .collect();
+    let mut end = vec![0f64; ids.len()];
+    // When each slice of a sending step reaches its receiver.
+    let mut arrivals: Vec<Vec<f64>> = vec![Vec::new(); ids.len()];
+    let mut timeline = Vec::with_capacity(ids.len());
+    let mut done = 0;
+    let slice_us = profile.slice_us.get(proto);
+    // Every replica posts its own copy of each network message through the same proxy.
+    let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
+    // When each rank's network proxy is next free.
+    let mut proxy = vec![0f64; plan.ranks.len()];
+    let local_gbps = block * eff;
+    while let Some(std::cmp::Reverse((_, i))) = ready.pop() {
+        done += 1;
+        let (ri, bi, si) = ids[i];
+        let b = &plan.ranks[ri].blocks[bi];
+        let step = &b.steps[si];
+        let chunks = step.src.or(step.dst).map_or(0, |s| u64::from(s.count));
+        let bytes = chunks * chunk;
+        let n_slices = (bytes as f64 / profile.slice_bytes.get(proto))
+            .ceil()
+            .max(1.0) as usize;
+        let slice = bytes as f64 / n_slices as f64;
+        let mut t = preds[i]
+            .iter()
+            .filter(|&&j| Some(j) != matched[i])
+            .map(|&j| end[j])
+            .fold(0f64, f64::max);
+        let start = t;
+        let sends = step.kind.sends();
+        let gbps = if sends {
+            conns.get(&(ri, bi)).map_or(local_gbps, |c| c.gbps)
+        } else {
+            local_gbps
+        };
+        let latency = if sends {
+            conns.get(&(ri, bi)).map_or(0.0, |c| c.latency_us)
+        } else {
+            0.0
+        };
+        let net = sends && conns.get(&(ri, bi)).is_some_and(|c| c.net);
+        let incoming = matched[i].map(|j| arrivals[j].clone());
+        let net_in = matched[i].is_some_and(|j| {
+            let (sr, sb, _) = ids[j];
+            conns.get(&(sr, sb)).is_some_and(|c| c.net)
+        });
+        let mut out = Vec::with_capacity(if sends { n_slices } else { 0 });
+        for k in 0..n_slices {
+            if let Some(a) = &incoming {
+                // The sender's slicing may differ: take the arrival of the same share.
+                let idx = if a.is_empty() {
+                    0
+                } else {
+                    (k * a.len() / n_slices).min(a.len() - 1)
+                };
+                if let Some(&at) = a.get(idx) {
+                    t = t.max(at);
+                }
+                if net_in {
+                    // The receiving proxy takes each network message in turn.
+                    t = t.max(proxy[ri]) + net_post;
+                    proxy[ri] = t;
+                }
+            }
+            t += slice_us + slice / (gbps * 1e3);
+            if net {
+                // Posted when the proxy is free; the proxy is busy while it posts.
+                t = t.max(proxy[ri]) + net_post;
+                proxy[ri] = t;
+            }
+            if sends {
+                out.push(t + latency);
+            }
+        }
+        if let Some(a) = &incoming {
+            // Everything received before the step ends.
+            if let Some(&last) = a.last() {
+                t = t.max(last);
+            }
+        }
+        end[i] = t;
+        arrivals[i] = out;
+        timeline.push(StepTime {
+            rank: plan.ranks[ri].rank,
+            block: b.id,
+            step: si as u32,
+            kind: kind_name(step.kind),
+            start_us: start,
+            end_us: t,
+        });
+        for &s in &succs[i] {
+            waiting[s] -= 1;
+            if waiting[s] == 0 {
+                // Its start: the latest of its predecessors' ends, or of the first
+                // slice's arrival for the message it receives.
+                let at = preds[s]
+                    .iter()
+                    .map(|&j| {
+                        if Some(j) == matched[s] {
+                            arrivals[j].first().copied().unwrap_or(end[j])
+                        } else {
+                            end[j]
+                        }
+                    })
+                    .fold(0f64, f64::max);
+                ready.push(std::cmp::Reverse((at.max(0.0).to_bits(), s)));
+            }
+        }
+    }
+    if done != ids.len() {
+        return Err("the plan's steps wait on each other in a cycle".into());
+    }
+    let last = end.iter().copied().fold(0f64, f64::max);
+    Ok(Prediction {
+        total_us: profile.call_us.get(proto) + last,
+        timeline,
+        chunk_bytes: chunk,
+    })
+}
+
+/// A collective's time with no software cost: the bytes that must leave the busiest
+/// rank at its best link, a lower bound any plan's prediction should stay above.
+pub fn collective_floor_us(c: Collective, n: u32, bytes: u64, best_gbps: f64) -> f64 {
+    let n = f64::from(n.max(1));
+    let b = bytes as f64;
+    let leaving = match c {
+        Collective::Allreduce => 2.0 * (n - 1.0) / n * b,
+        Collective::Allgather | Collective::ReduceScatter | Collective::Alltoall => {
+            (n - 1.0) / n * b
+        }
+        Collective::Broadcast | Collective::Reduce => b,
+    };
+    leaving / (best_gbps * 1e3)
+}

@@ -1,0 +1,197 @@
+//! The cost model on the shipped plans and the presets: sane in itself (monotone in size,
+//! above the bandwidth floor, a consistent timeline) and ranking plans as published
+//! behaviour says (docs/costmodel.md): rings win large messages inside a node, trees,
+//! one-shot and hierarchical plans win small ones, and across nodes.
+
+use braid_cost::sim::collective_floor_us;
+use braid_cost::{predict, rank, Call, Candidate, Profile, Request};
+use braid_ir::{Collective, Mode, Protocol};
+use braid_library::Library;
+use braid_plan::Verified;
+use braid_topo::Topology;
+use std::sync::Arc;
+
+fn plans(topo: &str, c: Collective) -> (Topology, Vec<Arc<Verified>>) {
+    let t = Topology::from_arg(topo).unwrap();
+    let lib = Library::new(t.clone());
+    let root = c.is_rooted().then_some(0);
+    (t, lib.plans(c, root))
+}
+
+fn plan<'a>(ps: &'a [Arc<Verified>], name: &str) -> &'a Verified {
+    ps.iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no {name}"))
+}
+
+fn time(p: &Verified, t: &Topology, bytes: u64, protocol: Protocol, replicas: u32) -> f64 {
+    predict(
+        p,
+        t,
+        &Profile::default(),
+        &Call {
+            bytes,
+            elem: 4,
+            protocol,
+            replicas,
+        },
+    )
+    .unwrap()
+    .total_us
+}
+
+fn winner(topo: &str, c: Collective, bytes: u64) -> String {
+    let (t, ps) = plans(topo, c);
+    let cands: Vec<Candidate> = ps
+        .iter()
+        .map(|p| Candidate {
+            plan: p,
+            origin: "shipped".into(),
+        })
+        .collect();
+    let req = Request {
+        collective: c,
+        root: c.is_rooted().then_some(0),
+        mode: Mode::OutOfPlace,
+        bytes,
+        elem: 4,
+    };
+    let r = rank(&cands, &t, &Profile::default(), &req);
+    assert!(r[0].result.is_ok(), "{r:?}");
+    r[0].name.clone()
+}
+
+#[test]
+fn time_grows_with_size_and_stays_above_the_bandwidth_floor() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let ring = plan(&ps, "ring_allreduce");
+    let mut last = 0.0;
+    for k in (3..=30).step_by(3) {
+        let bytes = 1u64 << k;
+        let us = time(ring, &t, bytes, Protocol::Simple, 8);
+        assert!(us >= last, "{bytes} B: {us} after {last}");
+        let floor =
+            collective_floor_us(Collective::Allreduce, 8, bytes, t.path(0, 1).bandwidth_gbps);
+        assert!(us >= floor, "{bytes} B: {us} µs below the floor {floor}");
+        last = us;
+    }
+    assert!(
+        last > 10.0 * time(ring, &t, 8, Protocol::Simple, 8),
+        "1 GiB costs more than 8 B"
+    );
+    // At 1 GiB with enough replicas the ring is bandwidth bound: within 30 % of the floor.
+    let big = 1u64 << 30;
+    let floor = collective_floor_us(Collective::Allreduce, 8, big, t.path(0, 1).bandwidth_gbps);
+    let us = time(ring, &t, big, Protocol::Simple, 32);
+    assert!(us < floor * 1.3, "{us} µs against a floor of {floor}");
+    // One replica is capped by what one block moves.
+    assert!(time(ring, &t, big, Protocol::Simple, 1) > 2.0 * us);
+}
+
+#[test]
+fn ll_wins_small_messages_and_simple_large_ones() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let ring = plan(&ps, "ring_allreduce");
+    assert!(time(ring, &t, 64, Protocol::Ll, 1) < time(ring, &t, 64, Protocol::Simple, 1));
+    assert!(
+        time(ring, &t, 256 << 20, Protocol::Simple, 16)
+            < time(ring, &t, 256 << 20, Protocol::Ll, 16)
+    );
+}
+
+#[test]
+fn inside_a_node_rings_win_large_messages_and_latency_plans_small_ones() {
+    for topo in ["nvswitch:8", "pcie:8"] {
+        let small = winner(topo, Collective::Allreduce, 8);
+        assert_ne!(small, "ring_allreduce", "{topo}: 8 B");
+        let large = winner(topo, Collective::Allreduce, 1 << 30);
+        assert!(
+            large.contains("ring") || large.contains("two_shot"),
+            "{topo}: 1 GiB won by {large}"
+        );
+    }
+}
+
+#[test]
+fn across_nodes_trees_or_hierarchical_plans_win_small_messages() {
+    let small = winner("cluster:4x8", Collective::Allreduce, 1 << 10);
+    assert!(
+        small.contains("tree") || small.contains("hierarchical") || small.contains("halving"),
+        "{small}"
+    );
+    let (t, ps) = plans("cluster:4x8", Collective::Allreduce);
+    let ring = time(plan(&ps, "ring_allreduce"), &t, 1 << 10, Protocol::Ll, 1);
+    let winner_plan = plan(&ps, &small);
+    assert!(time(winner_plan, &t, 1 << 10, Protocol::Ll, 1) < ring);
+}
+
+#[test]
+fn the_timeline_has_every_step_once_and_receives_after_their_sends() {
+    let (t, ps) = plans("nvswitch:4", Collective::Allreduce);
+    let ring = plan(&ps, "ring_allreduce");
+    let pred = predict(
+        ring,
+        &t,
+        &Profile::default(),
+        &Call {
+            bytes: 1 << 20,
+            elem: 4,
+            protocol: Protocol::Simple,
+            replicas: 1,
+        },
+    )
+    .unwrap();
+    let steps: usize = ring
+        .ranks
+        .iter()
+        .flat_map(|r| r.blocks.iter().map(|b| b.steps.len()))
+        .sum();
+    assert_eq!(pred.timeline.len(), steps);
+    for s in &pred.timeline {
+        assert!(s.start_us <= s.end_us && s.end_us <= pred.total_us, "{s:?}");
+    }
+    // Every rank's last step ends after the first hop's latency: nothing is free.
+    let hop = t.path(0, 1).latency_us;
+    assert!(pred
+        .timeline
+        .iter()
+        .filter(|s| s.kind.starts_with("recv"))
+        .all(|s| s.end_us > hop));
+    let trace = braid_cost::trace::chrome_trace(&ring.name, &pred);
+    let v: serde_json::Value = serde_json::from_str(&trace).unwrap();
+    let xs = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .count();
+    assert_eq!(xs, steps);
+}
+
+#[test]
+fn excluded_candidates_say_why() {
+    let (t, ps) = plans("nvswitch:4", Collective::Allreduce);
+    let (_, gathers) = plans("nvswitch:4", Collective::Allgather);
+    let mut cands: Vec<Candidate> = ps
+        .iter()
+        .map(|p| Candidate {
+            plan: p,
+            origin: "shipped".into(),
+        })
+        .collect();
+    cands.push(Candidate {
+        plan: &gathers[0],
+        origin: "user x.json".into(),
+    });
+    let req = Request {
+        collective: Collective::Allreduce,
+        root: None,
+        mode: Mode::OutOfPlace,
+        bytes: 4096,
+        elem: 4,
+    };
+    let r = rank(&cands, &t, &Profile::default(), &req);
+    let last = r.last().unwrap();
+    assert_eq!(last.result.as_ref().unwrap_err(), "it is a allgather plan");
+    assert!(r.iter().filter(|x| x.result.is_ok()).count() >= 3);
+}

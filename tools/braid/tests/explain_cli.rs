@@ -1,0 +1,166 @@
+//! `braid explain`: the selected plan on the first line, then every candidate with its
+//! predicted time or why it was excluded; user plans compete with shipped ones; the
+//! trace is a Chrome trace of the selected plan.
+
+mod common;
+
+use common::braid;
+
+#[test]
+fn the_first_line_names_the_selection_and_every_candidate_follows() {
+    let out = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "64M",
+            "--topo",
+            "nvswitch:8",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let first: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(first[0], "selected:", "{}", out.stdout);
+    assert_eq!(first.len(), 4, "selected: NAME xR PROTOCOL: {}", lines[0]);
+    assert!(
+        first[2].starts_with('x') && ["simple", "ll"].contains(&first[3]),
+        "{}",
+        lines[0]
+    );
+    // The selection is the first candidate, and candidates come cheapest first.
+    assert!(
+        lines[1].contains(first[1]) && lines[1].contains("selected"),
+        "{}",
+        out.stdout
+    );
+    let times: Vec<f64> = lines[1..]
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let i = w.iter().position(|x| *x == "us")?;
+            w[i - 1].parse().ok()
+        })
+        .collect();
+    assert!(times.len() >= 5, "{}", out.stdout);
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    // 64 MiB inside an NVSwitch node: a bandwidth plan, not a latency one.
+    assert!(
+        !first[1].contains("one_shot") && !first[1].contains("tree"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_user_plan_competes_and_exclusions_say_why() {
+    let out = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "4K",
+            "--topo",
+            "nvswitch:4",
+            "--mode",
+            "inplace",
+        ],
+        &[("BRAID_PLANS", "tests/plans/good/ring_allreduce_4.json")],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let user: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("user tests/plans/good/ring_allreduce_4.json"))
+        .collect();
+    assert_eq!(user.len(), 1, "{}", out.stdout);
+    assert!(user[0].contains(" us "), "{}", user[0]);
+    // A plan for other sizes or modes is listed as excluded with its reason.
+    let out = braid(
+        &[
+            "explain",
+            "alltoall",
+            "--size",
+            "4K",
+            "--topo",
+            "nvswitch:4",
+            "--mode",
+            "inplace",
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("no in-place mode"), "{}", out.stderr);
+}
+
+#[test]
+fn the_trace_is_the_selected_plans_timeline() {
+    let dir = std::env::temp_dir().join(format!("braid-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    let out = braid(
+        &[
+            "explain",
+            "reduce_scatter",
+            "--size",
+            "1M",
+            "--topo",
+            "pcie:4",
+            "--trace",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let selected = out
+        .stdout
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(v["otherData"]["plan"], selected.as_str());
+    let steps = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .count();
+    assert!(steps >= 4, "{v}");
+    let pids: std::collections::BTreeSet<u64> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 4, "one track group per rank");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_requests_are_usage_errors() {
+    for args in [
+        &["explain", "allreduce", "--size", "1K", "--root", "1"][..],
+        &[
+            "explain",
+            "broadcast",
+            "--size",
+            "1K",
+            "--topo",
+            "nvswitch:2",
+            "--root",
+            "5",
+        ][..],
+        &["explain", "gather", "--size", "1K"][..],
+        &["explain", "allreduce", "--size", "1K", "--mode", "both"][..],
+    ] {
+        let out = braid(args, &[]);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
