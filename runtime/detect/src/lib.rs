@@ -18,6 +18,7 @@
 
 mod assemble;
 mod cuda;
+pub mod doctor;
 mod error;
 mod facts;
 mod nvml;

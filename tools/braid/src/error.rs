@@ -11,6 +11,8 @@ pub enum CliError {
     Usage(String),
     /// Exit 3: a run-time failure (no GPU, a transport, a peer, a timeout).
     Runtime(String),
+    /// Exit 1 with a report on stdout: the command ran and found problems (`braid doctor`).
+    Findings(String),
 }
 
 impl CliError {
@@ -19,6 +21,7 @@ impl CliError {
             CliError::Input(_) => 1,
             CliError::Usage(_) => 2,
             CliError::Runtime(_) => 3,
+            CliError::Findings(_) => 1,
         }
     }
 }
@@ -26,9 +29,10 @@ impl CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CliError::Input(s) | CliError::Usage(s) | CliError::Runtime(s) => {
-                f.write_str(s.trim_end())
-            }
+            CliError::Input(s)
+            | CliError::Usage(s)
+            | CliError::Runtime(s)
+            | CliError::Findings(s) => f.write_str(s.trim_end()),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 mod cmd_check;
 mod cmd_compile;
+mod cmd_doctor;
 mod cmd_explain;
 mod cmd_msccl;
 mod cmd_perf;
@@ -59,6 +60,9 @@ enum Command {
     Perf(cmd_perf::PerfArgs),
     /// Which plan the cost model picks for a call, and every candidate's predicted time.
     Explain(cmd_explain::ExplainArgs),
+    /// Check this machine as the troubleshooting guide does: findings with their fixes
+    /// (exit 0 healthy, 1 with findings).
+    Doctor(cmd_doctor::DoctorArgs),
     /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
     Topo {
         /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd_run::run(a),
         Command::Perf(a) => cmd_perf::run(a),
         Command::Explain(a) => cmd_explain::run(a),
+        Command::Doctor(a) => cmd_doctor::run(a),
         Command::Rank(a) => cmd_rank::run(a),
         Command::Compile(a) => cmd_compile::run(a),
         Command::ImportMsccl(a) => cmd_msccl::run_import(a),
@@ -97,6 +102,10 @@ fn finish(result: Result<String, CliError>) -> ExitCode {
         Ok(out) => {
             print!("{out}");
             ExitCode::SUCCESS
+        }
+        Err(CliError::Findings(report)) => {
+            print!("{report}");
+            ExitCode::from(1)
         }
         Err(e) => {
             eprintln!("{e}");

@@ -1,0 +1,602 @@
+//! `braid doctor`: the troubleshooting checklist as code. A [`Survey`] is what the doctor
+//! looks at, as plain data: gathered from this machine ([`Survey::gather`]) or read
+//! from a JSON description (a user's report, the tests). [`examine`] turns it into
+//! findings, each with the concrete fix, and notes that are not problems.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The size of `/dev/shm` below which shared-memory rings of a node's ranks may not fit
+/// (Docker's default is 64 MiB; NCCL's guide asks for `--shm-size=1g`).
+pub const MIN_SHM_BYTES: u64 = 1 << 30;
+
+/// Locked memory below which RDMA registrations fail (NCCL's guide: unlimited).
+pub const MIN_MEMLOCK_BYTES: u64 = 64 << 20;
+
+/// The environment variables the doctor reads.
+pub const VARIABLES: [&str; 14] = [
+    "NCCL_P2P_DISABLE",
+    "BRAID_P2P_DISABLE",
+    "NCCL_P2P_LEVEL",
+    "NCCL_SHM_DISABLE",
+    "BRAID_SHM_DISABLE",
+    "NCCL_SOCKET_IFNAME",
+    "BRAID_SOCKET_IFNAME",
+    "NCCL_IB_DISABLE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "BRAID_SECRET",
+    "CUDA_VISIBLE_DEVICES",
+];
+
+/// A machine description; fields left out of a JSON file take their defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Survey {
+    /// The GPUs (`None`: none to look at, `no_gpu` says why).
+    pub gpus: Option<GpuSurvey>,
+    pub no_gpu: Option<String>,
+    /// Bytes `/dev/shm` may hold, if it is mounted.
+    pub shm_bytes: Option<u64>,
+    /// The IOMMU: groups the kernel made, and whether it passes DMA through.
+    pub iommu: Option<Iommu>,
+    pub interfaces: Vec<Interface>,
+    /// RDMA devices (`/sys/class/infiniband`).
+    pub rdma_devices: Vec<String>,
+    /// The locked-memory limit in bytes (`None`: unlimited).
+    pub memlock_bytes: Option<u64>,
+    /// The variables of [`VARIABLES`] that are set (BRAID_SECRET's value is not kept).
+    pub env: BTreeMap<String, String>,
+    /// Whether MASTER_ADDR resolves, when it is set.
+    pub master_resolves: Option<bool>,
+    /// Host memory copy rate measured now, GB/s.
+    pub host_copy_gbps: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSurvey {
+    pub models: Vec<String>,
+    /// `peer_access[i][j]`: GPU `i` can access GPU `j`'s memory.
+    pub peer_access: Vec<Vec<bool>>,
+    /// `classes[i][j]`: the path class between GPUs `i` and `j` (`NVL`, `PIX`, ...).
+    pub classes: Vec<Vec<String>>,
+    /// Active NVLinks per GPU.
+    pub nvlinks: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Iommu {
+    pub groups: u32,
+    pub passthrough: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interface {
+    pub name: String,
+    pub up: bool,
+    pub loopback: bool,
+    /// Mb/s, when the driver says.
+    pub speed_mbps: Option<u32>,
+}
+
+/// A problem and what to do about it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    /// A short stable name (`shm`, `p2p-disabled`, ...).
+    pub check: String,
+    pub what: String,
+    pub fix: String,
+}
+
+/// What the doctor concluded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub findings: Vec<Finding>,
+    /// Facts worth knowing that are not problems.
+    pub notes: Vec<String>,
+}
+
+fn finding(check: &str, what: String, fix: &str) -> Finding {
+    Finding {
+        check: check.into(),
+        what,
+        fix: fix.into(),
+    }
+}
+
+fn gib(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{} MiB", b >> 20)
+    }
+}
+
+/// The findings and notes for `s`.
+pub fn examine(s: &Survey) -> Diagnosis {
+    let mut d = Diagnosis::default();
+    let env = |k: &str| s.env.get(k).map(String::as_str);
+    let on = |k: &str| env(k).is_some_and(|v| v.trim() == "1");
+
+    match &s.gpus {
+        None => d.notes.push(format!(
+            "no GPU to check: {}; the rest of the machine is checked",
+            s.no_gpu.as_deref().unwrap_or("none found")
+        )),
+        Some(g) => {
+            d.notes.push(format!(
+                "{} GPU(s): {}",
+                g.models.len(),
+                g.models.join(", ")
+            ));
+            let n = g.models.len();
+            for i in 0..n {
+                for j in 0..n {
+                    let class = g
+                        .classes
+                        .get(i)
+                        .and_then(|r| r.get(j))
+                        .map_or("", String::as_str);
+                    let can = g
+                        .peer_access
+                        .get(i)
+                        .and_then(|r| r.get(j))
+                        .copied()
+                        .unwrap_or(true);
+                    if i < j && !can && matches!(class, "NVL" | "PIX" | "PXB") {
+                        d.findings.push(finding(
+                            "p2p-blocked",
+                            format!("GPUs {i} and {j} are connected by {class} but cannot access each other's memory: traffic between them is staged through the host"),
+                            "PCIe ACS on the switches between them redirects peer traffic: disable ACS (setpci on each switch port, or in the BIOS), and if an IOMMU is on, boot with iommu=pt",
+                        ));
+                    }
+                }
+            }
+            let most = g.nvlinks.iter().copied().max().unwrap_or(0);
+            for (i, &k) in g.nvlinks.iter().enumerate() {
+                if most > 0 && k < most {
+                    d.findings.push(finding(
+                        "nvlink-down",
+                        format!("GPU {i} has {k} active NVLinks, others {most}: its traffic is slower or goes over PCIe"),
+                        "check `nvidia-smi nvlink -s` and `nvidia-smi -q -d ERRORS`; reset the GPU or reseat it; on NVSwitch systems check the fabric manager is running",
+                    ));
+                }
+            }
+            if n > 1 {
+                if let Some(io) = &s.iommu {
+                    if io.groups > 0 && !io.passthrough {
+                        d.findings.push(finding(
+                            "iommu",
+                            format!("the IOMMU is on ({} groups) without passthrough: peer-to-peer DMA between GPUs is translated or blocked", io.groups),
+                            "boot with iommu=pt (intel_iommu=on iommu=pt, or amd_iommu=on iommu=pt), or turn the IOMMU off for bare-metal jobs",
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for var in ["NCCL_P2P_DISABLE", "BRAID_P2P_DISABLE"] {
+        if on(var) {
+            d.findings.push(finding(
+                "p2p-disabled",
+                format!("{var}=1: every connection between GPUs is staged through host memory"),
+                "unset it unless peer access is known to be broken here (then fix that: see p2p-blocked)",
+            ));
+        }
+    }
+    for var in ["NCCL_SHM_DISABLE", "BRAID_SHM_DISABLE"] {
+        if on(var) {
+            d.findings.push(finding(
+                "shm-disabled",
+                format!("{var}=1: ranks of one host talk over TCP instead of shared memory"),
+                "unset it",
+            ));
+        }
+    }
+    match s.shm_bytes {
+        None => d.findings.push(finding(
+            "shm",
+            "/dev/shm is not mounted: ranks of one host cannot share memory".into(),
+            "mount a tmpfs on /dev/shm (in Docker: --ipc=host or --shm-size=1g)",
+        )),
+        Some(b) if b < MIN_SHM_BYTES => d.findings.push(finding(
+            "shm",
+            format!("/dev/shm holds {}: shared-memory rings of a node's ranks may not fit, and calls fail with bus errors or no space", gib(b)),
+            "give it at least 1 GiB (in Docker: --shm-size=1g or --ipc=host; otherwise mount -o remount,size=1G /dev/shm)",
+        )),
+        Some(b) => d.notes.push(format!("/dev/shm holds {}", gib(b))),
+    }
+    let up: Vec<&Interface> = s.interfaces.iter().filter(|i| i.up).collect();
+    for var in ["BRAID_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"] {
+        if let Some(v) = env(var) {
+            let names: Vec<&str> = v
+                .trim_start_matches(['^', '='])
+                .split(',')
+                .filter(|x| !x.is_empty())
+                .collect();
+            let exclude = v.starts_with('^');
+            let exact = v.starts_with('=');
+            let matches = |i: &&Interface| {
+                names.iter().any(|p| {
+                    if exact {
+                        i.name == *p
+                    } else {
+                        i.name.starts_with(p)
+                    }
+                })
+            };
+            let chosen = up.iter().filter(|i| matches(i) != exclude).count();
+            if chosen == 0 {
+                d.findings.push(finding(
+                    "socket-ifname",
+                    format!(
+                        "{var}={v} selects no interface that is up (up: {})",
+                        up.iter()
+                            .map(|i| i.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    "name an interface that is up (`ip -br link`), or unset it",
+                ));
+            }
+        }
+    }
+    let world: u32 = env("WORLD_SIZE")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1);
+    if world > 1 {
+        if up.iter().all(|i| i.loopback) {
+            d.notes.push(
+                "only the loopback interface is up: ranks on other hosts cannot reach this one"
+                    .into(),
+            );
+        }
+        if !s.env.contains_key("BRAID_SECRET") {
+            d.findings.push(finding(
+                "secret",
+                format!("WORLD_SIZE={world} and BRAID_SECRET is not set: anyone who can reach the rendezvous port can join the job"),
+                "set BRAID_SECRET to the same random value on every rank (for example `openssl rand -hex 32`), as docs/security.md says",
+            ));
+        }
+        if s.master_resolves == Some(false) {
+            d.findings.push(finding(
+                "master-addr",
+                format!(
+                    "MASTER_ADDR={} does not resolve: no rank can reach rank 0",
+                    env("MASTER_ADDR").unwrap_or("")
+                ),
+                "set MASTER_ADDR to rank 0's address or a name every host resolves",
+            ));
+        }
+    }
+    if !s.rdma_devices.is_empty() && !on("NCCL_IB_DISABLE") {
+        if let Some(b) = s.memlock_bytes.filter(|&b| b < MIN_MEMLOCK_BYTES) {
+            d.findings.push(finding(
+                "memlock",
+                format!("RDMA devices ({}) but locked memory is limited to {}: registering buffers fails", s.rdma_devices.join(", "), gib(b)),
+                "raise the limit: `ulimit -l unlimited` (limits.conf memlock, or docker --ulimit memlock=-1)",
+            ));
+        }
+    }
+    if let Some(r) = s.host_copy_gbps {
+        d.notes
+            .push(format!("host memory copies at {r:.1} GB/s (one thread)"));
+    }
+    d
+}
+
+impl Survey {
+    /// Looks at this machine.
+    pub fn gather() -> Survey {
+        let env: BTreeMap<String, String> = VARIABLES
+            .iter()
+            .filter_map(|&k| {
+                std::env::var(k).ok().map(|v| {
+                    (
+                        k.to_string(),
+                        if k == "BRAID_SECRET" {
+                            "(set)".into()
+                        } else {
+                            v
+                        },
+                    )
+                })
+            })
+            .collect();
+        let master_resolves = env.get("MASTER_ADDR").map(|a| {
+            use std::net::ToSocketAddrs;
+            (a.as_str(), 0u16)
+                .to_socket_addrs()
+                .is_ok_and(|mut x| x.next().is_some())
+        });
+        let (gpus, no_gpu) = match gpus() {
+            Ok(g) => (Some(g), None),
+            Err(why) => (None, Some(why)),
+        };
+        Survey {
+            gpus,
+            no_gpu,
+            shm_bytes: shm_bytes(
+                &std::fs::read_to_string("/proc/mounts").unwrap_or_default(),
+                &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
+            ),
+            iommu: iommu(
+                Path::new("/sys/kernel/iommu_groups"),
+                &std::fs::read_to_string("/proc/cmdline").unwrap_or_default(),
+            ),
+            interfaces: interfaces(Path::new("/sys/class/net")),
+            rdma_devices: names(Path::new("/sys/class/infiniband")),
+            memlock_bytes: memlock(
+                &std::fs::read_to_string("/proc/self/limits").unwrap_or_default(),
+            ),
+            env,
+            master_resolves,
+            host_copy_gbps: Some(host_copy_gbps()),
+        }
+    }
+}
+
+fn gpus() -> Result<GpuSurvey, String> {
+    if !crate::cuda_driver_present() {
+        return Err("no CUDA driver on this machine".into());
+    }
+    let d = crate::detect_report().map_err(|e| e.to_string())?;
+    let t = &d.topology;
+    let n = t.n_ranks();
+    let nvlinks = (0..n)
+        .map(|r| {
+            let v = t.gpu_vertex(r);
+            t.links()
+                .filter(|(a, b, l)| {
+                    (*a == v || *b == v) && matches!(l.kind, braid_topo::LinkKind::NvLink { .. })
+                })
+                .map(|(_, _, l)| match l.kind {
+                    braid_topo::LinkKind::NvLink { count, .. } => count,
+                    _ => 0,
+                })
+                .sum()
+        })
+        .collect();
+    Ok(GpuSurvey {
+        models: (0..n)
+            .map(|r| t.gpu(r).model.clone().unwrap_or_else(|| "GPU".into()))
+            .collect(),
+        peer_access: d.peer_access.clone(),
+        classes: (0..n)
+            .map(|a| (0..n).map(|b| t.class(a, b).as_str().to_string()).collect())
+            .collect(),
+        nvlinks,
+    })
+}
+
+/// The size of the tmpfs on `/dev/shm` from `/proc/mounts` (`size=` option, else the
+/// tmpfs default of half the memory).
+pub fn shm_bytes(mounts: &str, meminfo: &str) -> Option<u64> {
+    let line = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("/dev/shm"))?;
+    let opts = line.split_whitespace().nth(3).unwrap_or("");
+    if let Some(size) = opts.split(',').find_map(|o| o.strip_prefix("size=")) {
+        return parse_size(size);
+    }
+    let total_kib: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())?;
+    Some(total_kib * 1024 / 2)
+}
+
+/// A tmpfs size: bytes, or with a `k`, `m`, `g` suffix.
+fn parse_size(s: &str) -> Option<u64> {
+    let (num, mult) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1u64 << 10),
+        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
+        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// The locked-memory limit from `/proc/self/limits` (`None`: unlimited or unknown).
+pub fn memlock(limits: &str) -> Option<u64> {
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+fn iommu(groups: &Path, cmdline: &str) -> Option<Iommu> {
+    let n = std::fs::read_dir(groups).ok()?.count() as u32;
+    let passthrough = cmdline
+        .split_whitespace()
+        .any(|w| w == "iommu=pt" || w == "iommu.passthrough=1");
+    Some(Iommu {
+        groups: n,
+        passthrough,
+    })
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn interfaces(dir: &Path) -> Vec<Interface> {
+    names(dir)
+        .into_iter()
+        .map(|name| {
+            let read = |f: &str| {
+                std::fs::read_to_string(dir.join(&name).join(f))
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            };
+            let loopback = read("type") == "772";
+            let state = read("operstate");
+            Interface {
+                up: state == "up" || (loopback && state != "down") || state == "unknown",
+                loopback,
+                speed_mbps: read("speed")
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|&s| s > 0)
+                    .map(|s| s as u32),
+                name,
+            }
+        })
+        .collect()
+}
+
+/// One thread copying 64 MiB a few times: the best rate, GB/s.
+fn host_copy_gbps() -> f64 {
+    let n = 64 << 20;
+    let src = vec![1u8; n];
+    let mut dst = vec![0u8; n];
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&mut dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    n as f64 / best / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn healthy() -> Survey {
+        Survey {
+            gpus: Some(GpuSurvey {
+                models: vec!["NVIDIA H200".into(); 2],
+                peer_access: vec![vec![true; 2]; 2],
+                classes: vec![vec!["NVL".into(); 2]; 2],
+                nvlinks: vec![18, 18],
+            }),
+            no_gpu: None,
+            shm_bytes: Some(64 << 30),
+            iommu: Some(Iommu {
+                groups: 0,
+                passthrough: false,
+            }),
+            interfaces: vec![
+                Interface {
+                    name: "lo".into(),
+                    up: true,
+                    loopback: true,
+                    speed_mbps: None,
+                },
+                Interface {
+                    name: "eth0".into(),
+                    up: true,
+                    loopback: false,
+                    speed_mbps: Some(100_000),
+                },
+            ],
+            rdma_devices: vec![],
+            memlock_bytes: None,
+            env: BTreeMap::new(),
+            master_resolves: None,
+            host_copy_gbps: Some(10.0),
+        }
+    }
+
+    fn checks(s: &Survey) -> Vec<String> {
+        examine(s).findings.into_iter().map(|f| f.check).collect()
+    }
+
+    #[test]
+    fn a_healthy_machine_has_no_findings() {
+        assert_eq!(checks(&healthy()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn p2p_disabled_and_a_tiny_shm_are_both_found() {
+        let mut s = healthy();
+        s.env.insert("NCCL_P2P_DISABLE".into(), "1".into());
+        s.shm_bytes = Some(64 << 20);
+        let d = examine(&s);
+        let names: Vec<&str> = d.findings.iter().map(|f| f.check.as_str()).collect();
+        assert_eq!(names, ["p2p-disabled", "shm"]);
+        assert!(
+            d.findings[1].what.contains("64 MiB") && d.findings[1].fix.contains("--shm-size=1g")
+        );
+    }
+
+    #[test]
+    fn blocked_peers_down_links_and_an_iommu_are_found() {
+        let mut s = healthy();
+        let g = s.gpus.as_mut().unwrap();
+        g.classes = vec![vec!["PIX".into(); 2]; 2];
+        g.peer_access[0][1] = false;
+        g.nvlinks = vec![18, 12];
+        s.iommu = Some(Iommu {
+            groups: 40,
+            passthrough: false,
+        });
+        assert_eq!(checks(&s), ["p2p-blocked", "nvlink-down", "iommu"]);
+        s.iommu = Some(Iommu {
+            groups: 40,
+            passthrough: true,
+        });
+        assert_eq!(checks(&s), ["p2p-blocked", "nvlink-down"]);
+    }
+
+    #[test]
+    fn job_settings_are_checked_under_a_launcher() {
+        let mut s = healthy();
+        s.env.insert("WORLD_SIZE".into(), "4".into());
+        s.env.insert("MASTER_ADDR".into(), "nowhere.invalid".into());
+        s.env.insert("NCCL_SOCKET_IFNAME".into(), "ib".into());
+        s.master_resolves = Some(false);
+        s.rdma_devices = vec!["mlx5_0".into()];
+        s.memlock_bytes = Some(64 << 10);
+        assert_eq!(
+            checks(&s),
+            ["socket-ifname", "secret", "master-addr", "memlock"]
+        );
+        s.env
+            .insert("NCCL_SOCKET_IFNAME".into(), "^docker,lo".into());
+        s.env.insert("BRAID_SECRET".into(), "(set)".into());
+        assert_eq!(checks(&s), ["master-addr", "memlock"]);
+    }
+
+    #[test]
+    fn no_gpu_is_a_note_and_the_rest_is_still_checked() {
+        let mut s = healthy();
+        s.gpus = None;
+        s.no_gpu = Some("no CUDA driver on this machine".into());
+        s.shm_bytes = None;
+        let d = examine(&s);
+        assert!(d.notes[0].contains("no CUDA driver"));
+        assert_eq!(d.findings.len(), 1);
+        assert_eq!(d.findings[0].check, "shm");
+    }
+
+    #[test]
+    fn shm_and_memlock_are_read_from_proc() {
+        let mounts = "proc /proc proc rw 0 0\nshm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=65536k,inode64 0 0\n";
+        assert_eq!(shm_bytes(mounts, ""), Some(64 << 20));
+        let default = "tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0\n";
+        assert_eq!(
+            shm_bytes(default, "MemTotal:       16384000 kB\n"),
+            Some(16384000 * 1024 / 2)
+        );
+        assert_eq!(shm_bytes("proc /proc proc rw 0 0\n", ""), None);
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\nMax locked memory         8388608              8388608              bytes\n";
+        assert_eq!(memlock(limits), Some(8 << 20));
+        assert_eq!(memlock(&limits.replace("8388608 ", "unlimited ")), None);
+    }
+}

@@ -1,0 +1,73 @@
+//! `braid doctor`: checks this machine (or a described one) the way the troubleshooting
+//! guide does and prints each finding with its fix. Exit 0 healthy, 1 with findings.
+
+use crate::error::CliError;
+use braid_detect::doctor::{examine, Survey};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DoctorArgs {
+    /// Print the survey, findings and notes as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Examine the machine this JSON file describes (a survey `--json` printed, edited
+    /// or from another machine) instead of this one.
+    #[arg(long, value_name = "FILE")]
+    pub machine: Option<PathBuf>,
+}
+
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    healthy: bool,
+    findings: &'a [braid_detect::doctor::Finding],
+    notes: &'a [String],
+    survey: &'a Survey,
+}
+
+pub fn run(args: &DoctorArgs) -> Result<String, CliError> {
+    let survey = match &args.machine {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                CliError::Input(format!("error: cannot read --machine {}: {e}", p.display()))
+            })?;
+            serde_json::from_str::<Survey>(&text).map_err(|e| {
+                CliError::Input(format!(
+                    "error: --machine {}: not a machine description: {e}",
+                    p.display()
+                ))
+            })?
+        }
+        None => Survey::gather(),
+    };
+    let d = examine(&survey);
+    let out = if args.json {
+        let r = Report {
+            healthy: d.findings.is_empty(),
+            findings: &d.findings,
+            notes: &d.notes,
+            survey: &survey,
+        };
+        serde_json::to_string_pretty(&r).expect("a report serialises") + "\n"
+    } else {
+        let mut out = String::new();
+        for n in &d.notes {
+            out.push_str(&format!("note: {n}\n"));
+        }
+        for f in &d.findings {
+            out.push_str(&format!(
+                "finding [{}]: {}\n  fix: {}\n",
+                f.check, f.what, f.fix
+            ));
+        }
+        out.push_str(&match d.findings.len() {
+            0 => "healthy: no findings\n".to_string(),
+            k => format!("{k} finding(s)\n"),
+        });
+        out
+    };
+    if d.findings.is_empty() {
+        Ok(out)
+    } else {
+        Err(CliError::Findings(out))
+    }
+}
