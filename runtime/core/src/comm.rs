@@ -85,7 +85,7 @@ impl Communicator {
                 comm: DeviceComm::new(
                     HostEngine::new(Box::new(group.member(r)), timeout),
                     registry.clone(),
-                    policy,
+                    policy.clone(),
                 ),
                 stream: HostStream::new(),
             })

@@ -5,8 +5,10 @@
 //! [`preference`] order), replicas that grow with the message size within the thread
 //! blocks the backend can spare, and LL for small messages, as NCCL chooses.
 //!
-//! `BRAID_PROTO=simple|ll|auto` forces a protocol (like `NCCL_PROTO`), and
-//! `BRAID_CHANNELS` a replica count (like `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS`).
+//! `BRAID_PROTO=simple|ll|auto` forces a protocol (like `NCCL_PROTO`),
+//! `BRAID_CHANNELS` a replica count (like `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS`),
+//! and `BRAID_ALGO` (or `NCCL_ALGO`) limits the plans with NCCL's syntax: `ring,tree`
+//! allows only plans whose names contain one of the words, `^ring` allows all others.
 
 use crate::error::{Result, RuntimeError};
 use crate::geometry::per_segment;
@@ -95,13 +97,59 @@ pub struct Choice {
     pub protocol: Protocol,
 }
 
+/// Which plans a call may use, by name, as `NCCL_ALGO` limits NCCL's algorithms: a list
+/// of words, each allowing the plans whose names contain it (`ring` allows
+/// `ring_allreduce` and `bidirectional_ring_allreduce`), or, after `^`, excluding them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlgoFilter {
+    pub exclude: bool,
+    pub words: Vec<String>,
+    /// The variable and value it came from, for messages.
+    pub source: String,
+}
+
+impl AlgoFilter {
+    /// Parses `value` of the variable `var`.
+    pub fn parse(var: &str, value: &str) -> Result<AlgoFilter> {
+        let v = value.trim();
+        let (exclude, list) = match v.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, v),
+        };
+        let words: Vec<String> = list
+            .split(',')
+            .map(|w| w.trim().to_ascii_lowercase())
+            .filter(|w| !w.is_empty())
+            .collect();
+        if words.is_empty() {
+            return Err(RuntimeError::Invalid(format!(
+                "{var}={value}: expected algorithm names, as `ring,tree` or `^ring`"
+            )));
+        }
+        Ok(AlgoFilter {
+            exclude,
+            words,
+            source: format!("{var}={value}"),
+        })
+    }
+
+    /// Whether a plan of this name may serve calls.
+    pub fn allows(&self, plan: &str) -> bool {
+        let name = plan.to_ascii_lowercase();
+        let named = self.words.iter().any(|w| name.contains(w.as_str()));
+        named != self.exclude
+    }
+}
+
 /// The knobs of the policy (from the environment, or set by a program).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
     /// A protocol every call uses (`None` or `Auto`: the plan's, `auto` by size).
     pub protocol: Option<Protocol>,
     /// A replica count every call uses.
     pub replicas: Option<u32>,
+    /// The plans calls may use (`None`: all).
+    pub algo: Option<AlgoFilter>,
 }
 
 impl Policy {
@@ -118,12 +166,31 @@ impl Policy {
                 ))),
             })
             .transpose()?;
-        Ok(Policy { protocol, replicas })
+        let algo = match (var("BRAID_ALGO"), var("NCCL_ALGO")) {
+            (Some(v), _) => Some(AlgoFilter::parse("BRAID_ALGO", &v)?),
+            (None, Some(v)) => Some(AlgoFilter::parse("NCCL_ALGO", &v)?),
+            (None, None) => None,
+        };
+        Ok(Policy {
+            protocol,
+            replicas,
+            algo,
+        })
     }
 
     /// The plan, replicas and protocol for `req` on `target`.
     pub fn choose(&self, registry: &Registry, req: &Request, target: &Target) -> Result<Choice> {
-        let plan = registry.select(req.collective, req.n_ranks, req.root, req.mode, req.bytes)?;
+        let plan = match &self.algo {
+            None => registry.select(req.collective, req.n_ranks, req.root, req.mode, req.bytes)?,
+            Some(f) => registry.select_with(
+                req.collective,
+                req.n_ranks,
+                req.root,
+                req.mode,
+                req.bytes,
+                Some(f),
+            )?,
+        };
         let replicas = self.replicas_for(&plan, req.bytes, target);
         let protocol = self.protocol_for(&plan, req, replicas, target);
         Ok(Choice {
@@ -291,7 +358,7 @@ mod tests {
         assert_eq!(d.protocol_for(&simple, &req(8), 1, &GPU), Protocol::Simple);
         let force_ll = Policy {
             protocol: Some(Protocol::Ll),
-            ..d
+            ..d.clone()
         };
         assert_eq!(
             force_ll.protocol_for(&simple, &req(1 << 30), 1, &GPU),
@@ -301,7 +368,7 @@ mod tests {
         // backend without LL never gets it.
         let auto = Policy {
             protocol: Some(Protocol::Auto),
-            ..d
+            ..d.clone()
         };
         assert_eq!(
             auto.protocol_for(&simple, &req(8), 1, &GPU),
@@ -313,6 +380,16 @@ mod tests {
             force_ll.protocol_for(&simple, &req(8), 1, &Target::HOST),
             Protocol::Simple
         );
+    }
+
+    #[test]
+    fn algorithm_filters_take_nccl_syntax() {
+        let only = AlgoFilter::parse("NCCL_ALGO", "Ring,tree").unwrap();
+        assert!(only.allows("ring_allreduce") && only.allows("bidirectional_ring_allreduce"));
+        assert!(only.allows("double_binary_tree_allreduce") && !only.allows("one_shot_allreduce"));
+        let not = AlgoFilter::parse("BRAID_ALGO", "^ring").unwrap();
+        assert!(!not.allows("ring_allreduce") && not.allows("tree_allreduce"));
+        assert!(AlgoFilter::parse("BRAID_ALGO", " ^ , ").is_err());
     }
 
     #[test]

@@ -103,6 +103,20 @@ impl Registry {
         mode: Mode,
         bytes: usize,
     ) -> Result<Arc<Verified>> {
+        self.select_with(collective, n, root, mode, bytes, None)
+    }
+
+    /// [`Registry::select`] among the plans `filter` allows (`BRAID_ALGO`).
+    pub fn select_with(
+        &self,
+        collective: Collective,
+        n: u32,
+        root: Option<u32>,
+        mode: Mode,
+        bytes: usize,
+        filter: Option<&crate::policy::AlgoFilter>,
+    ) -> Result<Arc<Verified>> {
+        let mut filtered_out = Vec::new();
         let mut candidates: Vec<(Arc<Verified>, Origin)> = self.entries.lock().unwrap().clone();
         for p in &self.providers {
             candidates.extend(
@@ -115,6 +129,9 @@ impl Registry {
         for (plan, origin) in candidates {
             let why_not = if plan.collective != collective {
                 None // other collectives are not worth a log line
+            } else if let Some(f) = filter.filter(|f| !f.allows(&plan.name)) {
+                filtered_out.push(plan.name.clone());
+                Some(format!("{} excludes it", f.source))
             } else if plan.n_ranks != n {
                 Some(format!("it is for {} ranks, not {n}", plan.n_ranks))
             } else if plan.root != root {
@@ -149,8 +166,14 @@ impl Registry {
             );
         }
         fitting.first().map(|(p, _)| p.clone()).ok_or_else(|| {
+            let by_filter = match filter {
+                Some(f) if !filtered_out.is_empty() => {
+                    format!("; {} excludes {}", f.source, filtered_out.join(", "))
+                }
+                _ => String::new(),
+            };
             RuntimeError::Invalid(format!(
-                "no plan serves {collective} on {n} ranks ({mode}, root {root:?})"
+                "no plan serves {collective} on {n} ranks ({mode}, root {root:?}){by_filter}"
             ))
         })
     }

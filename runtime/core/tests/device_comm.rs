@@ -48,7 +48,7 @@ fn open_with(n: u32, scratch: usize, timeout: Duration, policy: Policy) -> Ranks
     let comms = (0..n)
         .map(|r| {
             let e = HostEngine::with_scratch(Box::new(group.member(r)), timeout, scratch);
-            DeviceComm::new(e, reg.clone(), policy)
+            DeviceComm::new(e, reg.clone(), policy.clone())
         })
         .collect();
     let streams = (0..n).map(|_| HostStream::new()).collect();

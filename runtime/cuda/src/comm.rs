@@ -336,7 +336,7 @@ impl CudaComm {
                     inner: DeviceComm::new(
                         CudaEngine::new(clique.clone(), i, s),
                         registry.clone(),
-                        opts.policy,
+                        opts.policy.clone(),
                     ),
                 }
             })
@@ -432,7 +432,11 @@ impl CudaComm {
         )?);
         watch_bootstrap(&boot, &clique)?;
         Ok(CudaComm {
-            inner: DeviceComm::new(CudaEngine::new(clique, 0, stats), registry, opts.policy),
+            inner: DeviceComm::new(
+                CudaEngine::new(clique, 0, stats),
+                registry,
+                opts.policy.clone(),
+            ),
         })
     }
 

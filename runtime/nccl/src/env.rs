@@ -6,7 +6,8 @@
 //! `NCCL_BUFFSIZE` / `BRAID_SCRATCH_BYTES` (staging memory: NCCL's is per connection and
 //! channel, Braid's plans stage through one scratch buffer per rank, which this sizes),
 //! `NCCL_P2P_DISABLE` / `BRAID_P2P_DISABLE`, `NCCL_P2P_LEVEL=LOC` (no peer to peer),
-//! `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS` / `BRAID_CHANNELS` (a replica count).
+//! `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS` / `BRAID_CHANNELS` (a replica count),
+//! `NCCL_ALGO` / `BRAID_ALGO` (which plans calls may use, read by the runtime's policy).
 //! Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
 
 use std::sync::Once;
@@ -21,6 +22,7 @@ pub const HONOURED: &[&str] = &[
     "NCCL_P2P_LEVEL",
     "NCCL_MIN_NCHANNELS",
     "NCCL_MAX_NCHANNELS",
+    "NCCL_ALGO",
     // Read by NCCL's own tools and the launchers, harmless here.
     "NCCL_NVLS_ENABLE",
 ];

@@ -315,3 +315,67 @@ fn the_cuda_backend_without_a_driver_fails_with_one_line() {
         assert!(out.stdout.is_empty(), "{args:?} printed: {}", out.stdout);
     }
 }
+
+/// BRAID_ALGO / NCCL_ALGO limit the plans the policy may take, with NCCL's syntax.
+#[test]
+fn algorithm_filters_choose_and_exclude_plans() {
+    let plan_of = |env: &[(&str, &str)]| {
+        let out = braid(
+            &[
+                "perf",
+                "allreduce",
+                "--topo",
+                "nvswitch:4",
+                "-b",
+                "1K",
+                "-e",
+                "1K",
+                "-n",
+                "1",
+                "--runs",
+                "1",
+                "-w",
+                "0",
+                "--json",
+            ],
+            env,
+        );
+        assert_eq!(out.code, 0, "{env:?}: {}", out.stderr);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        v["rows"][0]["plan"].as_str().unwrap().to_string()
+    };
+    let default = plan_of(&[]);
+    assert_eq!(default, "one_shot_allreduce");
+    assert_eq!(plan_of(&[("BRAID_ALGO", "ring")]), "ring_allreduce");
+    assert_eq!(plan_of(&[("NCCL_ALGO", "Tree")]), "tree_allreduce");
+    assert_ne!(plan_of(&[("NCCL_ALGO", "^one_shot")]), "one_shot_allreduce");
+    // BRAID_ALGO wins over NCCL_ALGO.
+    assert_eq!(
+        plan_of(&[("NCCL_ALGO", "tree"), ("BRAID_ALGO", "ring")]),
+        "ring_allreduce"
+    );
+    let none = braid(
+        &[
+            "perf",
+            "allreduce",
+            "--topo",
+            "nvswitch:4",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "-n",
+            "1",
+        ],
+        &[("BRAID_ALGO", "nvls")],
+    );
+    assert_eq!(none.code, 3, "{}", none.stderr);
+    assert!(
+        none.stderr.contains("BRAID_ALGO=nvls excludes"),
+        "{}",
+        none.stderr
+    );
+    let bad = braid(&["perf", "allreduce", "-e", "1K"], &[("BRAID_ALGO", "^")]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("BRAID_ALGO=^"), "{}", bad.stderr);
+}
