@@ -106,6 +106,96 @@ fn buffers<'b>(mode: Mode, input: &'b [u8], buf: &'b mut [u8]) -> Buffers<'b> {
     }
 }
 
+/// What one rank measured of a case.
+#[derive(Clone, Debug)]
+pub struct RankMeasured {
+    /// Elements of this rank's result that differ from the reference.
+    pub wrong: usize,
+    /// Every timed run's whole time (`iters` calls).
+    pub runs: Vec<Duration>,
+    /// The host-synchronised calls' whole time, when asked for.
+    pub sync: Duration,
+}
+
+/// Measures `case` on one rank: `comm` is rank `rank` of `n`, `input` its input and
+/// `want` its expected result. Every rank of the group must measure the same case at
+/// the same time (in threads of one process, or one process per rank).
+pub fn measure_rank(
+    comm: &Communicator,
+    case: &Case,
+    input: &[u8],
+    want: Option<&[u8]>,
+) -> Result<RankMeasured> {
+    let spec = &case.spec;
+    let (rank, n) = (comm.rank(), comm.n_ranks());
+    if case.mode == Mode::InPlace && spec.collective == Collective::Alltoall {
+        return Err(RuntimeError::Invalid(
+            "alltoall has no in-place mode".into(),
+        ));
+    }
+    let e = spec.dtype.size();
+    let mut buf = rank_buffer(spec, case.mode, rank, n, input);
+    comm.call(
+        spec.collective,
+        buffers(case.mode, input, &mut buf),
+        spec.count,
+        spec.dtype,
+        spec.op,
+        spec.root,
+    )?;
+    let wrong = want.map_or(0, |w| {
+        let got = result_of(spec, case.mode, rank, n, &buf);
+        w.chunks(e)
+            .zip(got.chunks(e))
+            .filter(|(a, b)| a != b)
+            .count()
+    });
+    if case.warmup > 0 {
+        comm.timed(spec, buffers(case.mode, input, &mut buf), case.warmup)?;
+    }
+    let mut runs = Vec::with_capacity(case.runs as usize);
+    for _ in 0..case.runs.max(1) {
+        runs.push(comm.timed(spec, buffers(case.mode, input, &mut buf), case.iters)?);
+    }
+    let mut sync = Duration::ZERO;
+    if case.sync {
+        let start = Instant::now();
+        for _ in 0..case.iters {
+            comm.call(
+                spec.collective,
+                buffers(case.mode, input, &mut buf),
+                spec.count,
+                spec.dtype,
+                spec.op,
+                spec.root,
+            )?;
+        }
+        sync = start.elapsed();
+    }
+    Ok(RankMeasured { wrong, runs, sync })
+}
+
+/// The ranks' measurements as one: wrong elements summed, each run the slowest rank's,
+/// times per call.
+pub fn combine(case: &Case, per_rank: &[RankMeasured]) -> (usize, Vec<Duration>, Option<Duration>) {
+    let iters = case.iters.max(1);
+    let mut runs = vec![Duration::ZERO; case.runs.max(1) as usize];
+    let mut sync = Duration::ZERO;
+    let mut wrong = 0;
+    for m in per_rank {
+        wrong += m.wrong;
+        for (slot, t) in runs.iter_mut().zip(&m.runs) {
+            *slot = (*slot).max(*t);
+        }
+        sync = sync.max(m.sync);
+    }
+    (
+        wrong,
+        runs.into_iter().map(|t| t / iters).collect(),
+        case.sync.then(|| sync / iters),
+    )
+}
+
 /// Measures `case` on `comms`, every rank of a group living in this process (one thread
 /// per rank).
 pub fn measure(comms: &[Communicator], case: &Case) -> Result<Measured> {
@@ -125,60 +215,13 @@ pub fn measure(comms: &[Communicator], case: &Case) -> Result<Measured> {
         case.seed,
     );
     let want = reference(spec.collective, spec.dtype, spec.op, spec.root, &ins);
-    let e = spec.dtype.size();
-    type PerRank = (usize, Vec<Duration>, Duration);
-    let per_rank: Vec<Result<PerRank>> = std::thread::scope(|s| {
+    let per_rank: Vec<Result<RankMeasured>> = std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .iter()
             .enumerate()
             .map(|(r, comm)| {
                 let (input, want) = (&ins[r], &want[r]);
-                s.spawn(move || -> Result<PerRank> {
-                    let rank = r as u32;
-                    let mut buf = rank_buffer(spec, case.mode, rank, n, input);
-                    comm.call(
-                        spec.collective,
-                        buffers(case.mode, input, &mut buf),
-                        spec.count,
-                        spec.dtype,
-                        spec.op,
-                        spec.root,
-                    )?;
-                    let wrong = want.as_ref().map_or(0, |w| {
-                        let got = result_of(spec, case.mode, rank, n, &buf);
-                        w.chunks(e)
-                            .zip(got.chunks(e))
-                            .filter(|(a, b)| a != b)
-                            .count()
-                    });
-                    if case.warmup > 0 {
-                        comm.timed(spec, buffers(case.mode, input, &mut buf), case.warmup)?;
-                    }
-                    let mut runs = Vec::with_capacity(case.runs as usize);
-                    for _ in 0..case.runs.max(1) {
-                        runs.push(comm.timed(
-                            spec,
-                            buffers(case.mode, input, &mut buf),
-                            case.iters,
-                        )?);
-                    }
-                    let mut sync = Duration::ZERO;
-                    if case.sync {
-                        let start = Instant::now();
-                        for _ in 0..case.iters {
-                            comm.call(
-                                spec.collective,
-                                buffers(case.mode, input, &mut buf),
-                                spec.count,
-                                spec.dtype,
-                                spec.op,
-                                spec.root,
-                            )?;
-                        }
-                        sync = start.elapsed();
-                    }
-                    Ok((wrong, runs, sync))
-                })
+                s.spawn(move || measure_rank(comm, case, input, want.as_deref()))
             })
             .collect();
         hs.into_iter()
@@ -188,29 +231,22 @@ pub fn measure(comms: &[Communicator], case: &Case) -> Result<Measured> {
             })
             .collect()
     });
-    let mut wrong = 0;
-    let mut runs = vec![Duration::ZERO; case.runs.max(1) as usize];
-    let mut sync = Duration::ZERO;
+    let mut all = Vec::with_capacity(per_rank.len());
     for (r, got) in per_rank.into_iter().enumerate() {
-        let (w, rs, sy) = got.map_err(|err| match err {
+        all.push(got.map_err(|err| match err {
             RuntimeError::Invalid(m) => RuntimeError::Invalid(format!("rank {r}: {m}")),
             other => other,
-        })?;
-        wrong += w;
-        for (slot, t) in runs.iter_mut().zip(rs) {
-            *slot = (*slot).max(t);
-        }
-        sync = sync.max(sy);
+        })?);
     }
-    let iters = case.iters.max(1);
+    let (wrong, runs, sync) = combine(case, &all);
     let (plan, protocol) = comms[0]
         .selection(spec, case.mode)?
         .ok_or_else(|| RuntimeError::Invalid("a call of no elements has no plan".into()))?;
     Ok(Measured {
         bytes: spec.sizes(0, n).larger,
         wrong,
-        runs: runs.into_iter().map(|t| t / iters).collect(),
-        sync: case.sync.then(|| sync / iters),
+        runs,
+        sync,
         plan,
         protocol,
     })

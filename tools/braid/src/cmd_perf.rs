@@ -272,10 +272,10 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
                 .into(),
         ));
     }
-    if args.procs {
+    if args.procs && cuda {
         return Err(CliError::Usage(
-            "error: --procs (one process per rank) is not implemented in braid perf yet; \
-             run `braid rank` under torchrun or mpirun for multi-process jobs"
+            "error: --procs runs on the host backend only so far; with --backend cuda, run \
+             `braid rank --backend cuda` under torchrun or mpirun for multi-process jobs"
                 .into(),
         ));
     }
@@ -378,6 +378,24 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         nccl: None,
         rows: Vec::new(),
     };
+    if args.procs {
+        report.timing = "back-to-back, one process per rank";
+        return match run_procs(
+            args,
+            collective,
+            registry,
+            n,
+            root,
+            &steps,
+            &modes,
+            &mut report,
+        ) {
+            // A rank started by --procs: its lines are its whole output.
+            Ok(Some(lines)) => Ok(lines),
+            Ok(None) => finish(args, &report, Ok(())),
+            Err(e) => finish(args, &report, Err(e)),
+        };
+    }
     let measured = if cuda {
         run_cuda(
             args,
@@ -453,7 +471,7 @@ fn row(
     runs: &[Duration],
     sync: Option<Duration>,
     wrong: usize,
-    (plan, protocol): (&Verified, braid_ir::Protocol),
+    (plan, replicas, protocol): (String, u32, &'static str),
 ) -> Row {
     let secs = braid_runtime::bench::median(runs).as_secs_f64();
     let (algbw, busbw) = bandwidths(collective, n, bytes, secs);
@@ -475,9 +493,9 @@ fn row(
         nccl_time_us: None,
         nccl_busbw: None,
         ratio: None,
-        plan: plan.name.clone(),
-        replicas: plan.channels,
-        protocol: protocol_name(protocol),
+        plan,
+        replicas,
+        protocol,
     }
 }
 
@@ -557,7 +575,11 @@ fn run_host(
                 &m.runs,
                 m.sync,
                 m.wrong,
-                (&m.plan, m.protocol),
+                (
+                    m.plan.name.clone(),
+                    m.plan.channels,
+                    protocol_name(m.protocol),
+                ),
             );
             let rate =
                 *rate.get_or_insert_with(|| braid_runtime::bench::copy_rate(m.bytes, threads));
@@ -572,6 +594,94 @@ fn run_host(
         }
     }
     Ok(())
+}
+
+/// `--procs` on the host backend (see `perf_procs.rs`): in a rank the command started,
+/// the rank's lines; in the command itself, the ranks' measurements as rows of `report`.
+#[allow(clippy::too_many_arguments)]
+fn run_procs(
+    args: &PerfArgs,
+    collective: Collective,
+    registry: Arc<Registry>,
+    n: u32,
+    root: Option<u32>,
+    steps: &[Step],
+    modes: &[Mode],
+    report: &mut Report,
+) -> Result<Option<String>, CliError> {
+    let jobs: Vec<crate::perf_procs::Job> = steps
+        .iter()
+        .enumerate()
+        .flat_map(|(i, step)| {
+            modes.iter().map(move |&mode| crate::perf_procs::Job {
+                step: i,
+                case: Case {
+                    spec: braid_runtime::call::CallSpec {
+                        collective,
+                        count: step.fitted.count as usize,
+                        dtype: args.dtype,
+                        op: args.op,
+                        root,
+                    },
+                    mode,
+                    warmup: args.warmup,
+                    iters: args.iters,
+                    runs: args.runs,
+                    sync: args.sync,
+                    seed: 1,
+                },
+            })
+        })
+        .collect();
+    if crate::perf_procs::is_child() {
+        return crate::perf_procs::run_child(registry, &jobs).map(Some);
+    }
+    let lines = crate::perf_procs::run_parent(n, args.channels)?;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |p| p.get())
+        .min(n as usize);
+    report.roofline = Some(format!(
+        "bytes the plan sends over its links at this machine's memory copy rate, {threads} copies at once"
+    ));
+    for job in &jobs {
+        let mode = mode_name(job.case.mode);
+        let (wrong, runs, sync, first) =
+            crate::perf_procs::merge(&job.case, job.step, mode, &lines, n)?;
+        let count = job.case.spec.count;
+        let bytes = job.case.spec.sizes(0, n).larger;
+        let protocol = if first.protocol == "ll" {
+            "ll"
+        } else {
+            "simple"
+        };
+        let mut r = row(
+            args,
+            collective,
+            n,
+            root,
+            job.case.mode,
+            (bytes, count),
+            &runs,
+            sync,
+            wrong,
+            (first.plan.clone(), first.replicas, protocol),
+        );
+        // The roofline of the plan the ranks ran, found again in the registry.
+        if let Ok(plan) = registry.select(collective, n, root, job.case.mode, bytes) {
+            if plan.name == first.plan {
+                let roof = bytes_moved(&plan, args.dtype, count)
+                    / braid_runtime::bench::copy_rate(bytes, threads);
+                r.roofline_us = Some(roof * 1e6);
+                r.efficiency = Some(if r.time_us > 0.0 {
+                    roof * 1e6 / r.time_us
+                } else {
+                    0.0
+                });
+            }
+        }
+        report.rows.push(r);
+    }
+    Ok(None)
 }
 
 /// `--backend cuda`: the ranks as one communicator of this process (rank `r` on GPU
@@ -662,7 +772,7 @@ fn run_cuda(
                 &runs,
                 sync,
                 wrong,
-                (&plan, proto),
+                (plan.name.clone(), plan.channels, protocol_name(proto)),
             );
             if let Some(nc) = &nccl {
                 let t = nc

@@ -14,6 +14,7 @@ mod error;
 mod logging;
 mod output;
 mod perf_plot;
+mod perf_procs;
 mod perf_report;
 mod plans;
 mod sizes;

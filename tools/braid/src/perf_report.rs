@@ -115,11 +115,12 @@ impl Report {
         let roof = self.rows.iter().any(|r| r.roofline_us.is_some());
         let nccl = self.rows.iter().any(|r| r.nccl_time_us.is_some());
         let mut out = format!(
-            "# braid perf {} on {} ({} ranks), {} backend: {} calls back to back per run, median of {} runs, {} warm-up calls{}\n",
+            "# braid perf {} on {} ({} ranks), {} backend{}: {} calls back to back per run, median of {} runs, {} warm-up calls{}\n",
             self.collective,
             self.topology,
             self.ranks,
             self.backend,
+            if self.timing.contains("process") { ", one process per rank" } else { "" },
             self.iters,
             self.runs,
             self.warmup,

@@ -175,16 +175,32 @@ fn modes_graph_and_procs_say_what_they_cannot_do() {
         "{}",
         inplace_alltoall.stderr
     );
-    for flag in ["--graph", "--procs"] {
-        let out = braid(&["perf", "allreduce", flag, "-e", "1K"], &[]);
-        assert_eq!(out.code, 2, "{flag}: {}", out.stderr);
-        assert!(
-            out.stderr.contains("not implemented in braid perf yet"),
-            "{flag}: {}",
-            out.stderr
-        );
-        assert!(out.stdout.is_empty(), "{flag}");
-    }
+    let graph = braid(&["perf", "allreduce", "--graph", "-e", "1K"], &[]);
+    assert_eq!(graph.code, 2, "{}", graph.stderr);
+    assert!(
+        graph.stderr.contains("not implemented in braid perf yet"),
+        "{}",
+        graph.stderr
+    );
+    assert!(graph.stdout.is_empty());
+    let procs = braid(
+        &[
+            "perf",
+            "allreduce",
+            "--procs",
+            "--backend",
+            "cuda",
+            "-e",
+            "1K",
+        ],
+        &[],
+    );
+    assert_eq!(procs.code, 2, "{}", procs.stderr);
+    assert!(
+        procs.stderr.contains("host backend only so far"),
+        "{}",
+        procs.stderr
+    );
     // Both modes for alltoall time out of place only.
     let out = braid(
         &[
@@ -378,4 +394,63 @@ fn algorithm_filters_choose_and_exclude_plans() {
     let bad = braid(&["perf", "allreduce", "-e", "1K"], &[("BRAID_ALGO", "^")]);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(bad.stderr.contains("BRAID_ALGO=^"), "{}", bad.stderr);
+}
+
+/// --procs: one process per rank joins through the bootstrap and measures; the parent
+/// reports the same rows as threads would, with the same plans, and a rank's failure
+/// with its message.
+#[test]
+fn one_process_per_rank_measures_the_same_calls() {
+    let args = |procs: bool| {
+        let mut a = vec![
+            "perf",
+            "reduce_scatter",
+            "--topo",
+            "nvswitch:3",
+            "-b",
+            "3K",
+            "-e",
+            "12K",
+            "-f",
+            "4",
+            "-n",
+            "2",
+            "--runs",
+            "2",
+            "-w",
+            "1",
+            "--json",
+        ];
+        if procs {
+            a.push("--procs");
+        }
+        a
+    };
+    let run = |procs: bool| {
+        let out = braid(&args(procs), &[]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let (threads, procs) = (run(false), run(true));
+    assert_eq!(procs["timing"], "back-to-back, one process per rank");
+    let (a, b) = (
+        threads["rows"].as_array().unwrap(),
+        procs["rows"].as_array().unwrap(),
+    );
+    assert_eq!(b.len(), 4, "two sizes, both modes");
+    for (x, y) in a.iter().zip(b) {
+        for k in ["size", "count", "mode", "plan", "wrong"] {
+            assert_eq!(x[k], y[k], "{k}: {x} / {y}");
+        }
+        assert_eq!(y["runs_us"].as_array().unwrap().len(), 2);
+        assert!(y["time_us"].as_f64().unwrap() > 0.0);
+    }
+    let failed = braid(&args(true), &[("BRAID_ALGO", "nvls")]);
+    assert_eq!(failed.code, 3, "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("--procs: rank")
+            && failed.stderr.contains("BRAID_ALGO=nvls excludes"),
+        "{}",
+        failed.stderr
+    );
 }

@@ -46,6 +46,12 @@ impl Secret {
         Secret(bytes)
     }
 
+    /// The secret as hex digits, as `BRAID_SECRET` takes it (for a launcher to hand to
+    /// the processes it starts).
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Parses 32 to 64 hex digits (16 to 32 bytes; shorter secrets are padded with
     /// zeros). Fewer than 16 bytes is refused as too easy to guess.
     pub fn from_hex(text: &str) -> Result<Secret> {
