@@ -165,6 +165,10 @@ pub fn run_parent(n: u32, channels: Option<u32>) -> Result<Vec<Line>, CliError> 
     Ok(lines)
 }
 
+/// A case as the ranks measured it together: wrong elements, each run's time per call,
+/// the host-synchronised time per call, and rank 0's line (which plan ran).
+pub type Merged<'l> = (usize, Vec<Duration>, Option<Duration>, &'l Line);
+
 /// The ranks' lines of one case as one measurement.
 pub fn merge<'l>(
     case: &Case,
@@ -172,7 +176,7 @@ pub fn merge<'l>(
     mode: &str,
     lines: &'l [Line],
     n: u32,
-) -> Result<(usize, Vec<Duration>, Option<Duration>, &'l Line), CliError> {
+) -> Result<Merged<'l>, CliError> {
     let mine: Vec<&Line> = lines
         .iter()
         .filter(|l| l.step == step && l.mode == mode)
