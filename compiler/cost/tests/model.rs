@@ -195,3 +195,32 @@ fn excluded_candidates_say_why() {
     assert_eq!(last.result.as_ref().unwrap_err(), "it is a allgather plan");
     assert!(r.iter().filter(|x| x.result.is_ok()).count() >= 3);
 }
+
+#[test]
+fn rings_meet_the_cut_bound_inside_an_nvswitch_node_and_the_checker_sees_a_bad_order() {
+    use braid_cost::bound::{bottleneck_us, cut_bound_us};
+    for (c, name) in [
+        (Collective::Allgather, "ring_allgather"),
+        (Collective::Allreduce, "ring_allreduce"),
+    ] {
+        let (t, ps) = plans("nvswitch:8", c);
+        let ring = plan(&ps, name);
+        let bytes = 1u64 << 30;
+        let (bound, _) = cut_bound_us(&t, c, bytes);
+        let (neck, link) = bottleneck_us(ring, &t, bytes, 4);
+        assert!(
+            bound > 0.0 && neck >= bound * 0.999,
+            "{name}: {neck} below the bound {bound}"
+        );
+        assert!(
+            neck <= bound * 1.01,
+            "{name}: {neck} µs on {link}, bound {bound}"
+        );
+    }
+    // Across nodes a flat ring crosses the network more than it must: above the bound.
+    let (t, ps) = plans("cluster:2x8", Collective::Allgather);
+    let ring = plan(&ps, "ring_allgather");
+    let (bound, cut) = cut_bound_us(&t, Collective::Allgather, 1 << 30);
+    let (neck, _) = bottleneck_us(ring, &t, 1 << 30, 4);
+    assert!(neck >= bound, "{neck} < {bound} (cut {cut:?})");
+}

@@ -123,7 +123,7 @@ pub fn user_plans(path: &std::path::Path, topo: &Topology) -> Result<Vec<Verifie
 }
 
 /// Every algorithm of a program that applies to `topo`, compiled and proved.
-fn compile_file(name: &str, text: &str, topo: &Topology) -> Result<Vec<Verified>, String> {
+pub fn compile_file(name: &str, text: &str, topo: &Topology) -> Result<Vec<Verified>, String> {
     let source = SourceFile::new(name.to_string(), text);
     let (file, diags) = braid_lang::parse_and_check(text);
     if !diags.is_empty() {

@@ -1,0 +1,320 @@
+//! Algorithm synthesis: a readable program in Braid's schedule language for a collective
+//! on a topology, which the ordinary compiler then checks, lowers and verifies like any
+//! hand-written one (docs/synthesis.md).
+//!
+//! - **Bandwidth**: rings whose rank order suits the topology ([`order::ring`]); where
+//!   more rings lower the busiest link's load (the same order run the other way, over
+//!   the links' other direction; across nodes, rings that cross between nodes at
+//!   different ranks and so through different NICs), they run at once, each on its
+//!   share of every block and its own channel. Allgather and reduce-scatter are one pass around
+//!   the ring(s), allreduce a reduce-scatter pass then an allgather pass.
+//! - **Latency**: direct schedules, every transfer in one step (allgather: every rank
+//!   sends its block to every other rank; allreduce: every rank gathers every rank's
+//!   data and reduces it itself).
+//!
+//! **Must not know:** the runtime, CUDA, the compiler's internals: its output is text.
+
+pub mod order;
+
+use braid_ir::Collective;
+use braid_topo::Topology;
+use std::fmt::Write;
+
+/// What to optimise for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Objective {
+    Bandwidth,
+    Latency,
+}
+
+/// A synthesized program and what it is.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub name: String,
+    pub text: String,
+    /// Rank order of the ring(s), for a bandwidth program.
+    pub order: Vec<u32>,
+    /// Rings running at once (0 for a direct program).
+    pub rings: u32,
+}
+
+/// The collectives synthesis writes.
+pub const SUPPORTED: [Collective; 3] = [
+    Collective::Allgather,
+    Collective::ReduceScatter,
+    Collective::Allreduce,
+];
+
+/// Writes a program for `collective` on `topo`.
+pub fn synthesize(
+    collective: Collective,
+    topo: &Topology,
+    objective: Objective,
+) -> Result<Program, String> {
+    if !SUPPORTED.contains(&collective) {
+        return Err(format!(
+            "synthesis writes allgather, reduce_scatter and allreduce so far, not {collective}"
+        ));
+    }
+    let n = topo.n_ranks();
+    match objective {
+        Objective::Latency => Ok(direct(collective, topo)),
+        Objective::Bandwidth => {
+            let base = order::ring(topo);
+            let candidates = ring_sets(topo, &base);
+            let scored: Vec<(order::Score, Vec<Vec<u32>>)> = candidates
+                .into_iter()
+                .map(|rings| {
+                    let pairs: Vec<(Vec<u32>, bool)> =
+                        rings.iter().map(|o| (o.clone(), true)).collect();
+                    let mut s = order::score(topo, &pairs);
+                    // Each of k rings carries 1/k of the data.
+                    s.per_byte /= rings.len() as f64;
+                    (s, rings)
+                })
+                .collect();
+            // The lowest load per byte; more rings only when they lower it by over 1 %.
+            let mut best = &scored[0];
+            for c in &scored[1..] {
+                if c.0.per_byte < best.0.per_byte * 0.99 {
+                    best = c;
+                }
+            }
+            let _ = n;
+            Ok(rings_program(collective, topo, &best.1))
+        }
+    }
+}
+
+/// Sets of rings worth trying over the order `base`: it alone; it and its reverse (the
+/// links' other direction); and across nodes, one ring per rank of a node, each with
+/// every node's ranks rotated so that the rings cross between nodes at different ranks
+/// (through different NICs), alone or with their reverses.
+fn ring_sets(topo: &Topology, base: &[u32]) -> Vec<Vec<Vec<u32>>> {
+    let rev = |o: &[u32]| -> Vec<u32> { o.iter().rev().copied().collect() };
+    let mut sets = vec![vec![base.to_vec()]];
+    if base.len() > 2 {
+        sets.push(vec![base.to_vec(), rev(base)]);
+    }
+    let nodes = topo.n_nodes();
+    if nodes > 1 {
+        if let Some(g) = topo.uniform_g().filter(|&g| g > 1) {
+            let rotated: Vec<Vec<u32>> = (0..g as usize)
+                .map(|k| {
+                    base.chunks(g as usize)
+                        .flat_map(|node| {
+                            node.iter()
+                                .cycle()
+                                .skip(k)
+                                .take(node.len())
+                                .copied()
+                                .collect::<Vec<_>>()
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut both = rotated.clone();
+            both.extend(rotated.iter().map(|o| rev(o)));
+            sets.push(rotated);
+            sets.push(both);
+        }
+    }
+    sets
+}
+
+fn header(out: &mut String, topo: &Topology, what: &str) {
+    let _ = writeln!(
+        out,
+        "// Synthesized by `braid synth` for the topology `{}` ({} ranks, {} node(s)).",
+        topo.name(),
+        topo.n_ranks(),
+        topo.n_nodes()
+    );
+    let _ = writeln!(out, "// {what}");
+    let _ = writeln!(
+        out,
+        "// It applies to exactly this rank count (`where N == {}`); `braid check` verifies it.",
+        topo.n_ranks()
+    );
+}
+
+fn join(order: &[u32]) -> String {
+    order
+        .iter()
+        .map(|r| r.to_string())
+        .collect::<Vec<_>>()
+        .join(" -> ")
+}
+
+/// Rings over `order`: ring 0 forward, ring 1 (if any) backward; ring `j` carries part
+/// `j` of every block (`chunks` = rings x N, K = rings).
+fn rings_program(c: Collective, topo: &Topology, orders: &[Vec<u32>]) -> Program {
+    let order = &orders[0];
+    let rings = orders.len() as u32;
+    let n = order.len();
+    let name = format!("synth_ring_{}", c.name());
+    let mut out = String::new();
+    header(
+        &mut out,
+        topo,
+        &format!(
+            "Bandwidth: {} around the ring {}{}.",
+            match c {
+                Collective::Allreduce => "a reduce-scatter pass then an allgather pass",
+                Collective::Allgather => "every block travels once",
+                _ => "partial sums travel once, each block ending at its owner",
+            },
+            join(order),
+            if rings == 2 {
+                ", and a second ring the other way, each carrying half of every block"
+            } else {
+                ""
+            }
+        ),
+    );
+    let _ = writeln!(out, "algorithm {name} : {} where N == {n} {{", c.name());
+    let _ = writeln!(out, "    chunks {};", rings as usize * n);
+    if c == Collective::ReduceScatter {
+        let _ = writeln!(out, "    scratch C;");
+    }
+    let ring_order = |j: u32| -> Vec<u32> { orders[j as usize].clone() };
+    match c {
+        Collective::Allgather => {
+            let _ = writeln!(
+                out,
+                "    for r in 0 .. N {{ copy out[r][r * K .. (r + 1) * K] <- in[r][0 .. K]; }}"
+            );
+            for j in 0..rings {
+                let p = ring_order(j);
+                let _ = writeln!(
+                    out,
+                    "    // ring {j}: {}; it carries part {j} of every rank's block",
+                    join(&p)
+                );
+                for s in 0..n - 1 {
+                    let _ = writeln!(
+                        out,
+                        "    // step {s}: each rank passes on the block it got {s} step(s) ago"
+                    );
+                    for i in 0..n {
+                        let (from, to) = (p[i], p[(i + 1) % n]);
+                        let b = p[(i + n - s) % n] as usize;
+                        let chunk = b * rings as usize + j as usize;
+                        let _ = writeln!(
+                            out,
+                            "    copy out[{to}][{chunk}] <- out[{from}][{chunk}] @ch({j});"
+                        );
+                    }
+                }
+            }
+        }
+        Collective::Allreduce => {
+            let _ = writeln!(out, "    for r in 0 .. N {{ copy out[r][0 .. C] <- in[r][0 .. C]; }} // a no-op in place");
+            for j in 0..rings {
+                let p = ring_order(j);
+                let base = j as usize * n;
+                let _ = writeln!(
+                    out,
+                    "    // ring {j}: {}; chunks {base} .. {}",
+                    join(&p),
+                    base + n
+                );
+                for s in 0..n - 1 {
+                    let _ = writeln!(out, "    // reduce-scatter step {s}");
+                    for i in 0..n {
+                        let (from, to) = (p[i], p[(i + 1) % n]);
+                        let chunk = base + (i + n - s) % n;
+                        let _ = writeln!(
+                            out,
+                            "    reduce out[{to}][{chunk}] <- out[{from}][{chunk}] @ch({j});"
+                        );
+                    }
+                }
+                for s in 0..n - 1 {
+                    let _ = writeln!(out, "    // allgather step {s}");
+                    for i in 0..n {
+                        let (from, to) = (p[i], p[(i + 1) % n]);
+                        let chunk = base + (i + 1 + n - s) % n;
+                        let _ = writeln!(
+                            out,
+                            "    copy out[{to}][{chunk}] <- out[{from}][{chunk}] @ch({j});"
+                        );
+                    }
+                }
+            }
+        }
+        _ => {
+            // Reduce-scatter: at step s the rank at position i sends its partial sum of
+            // the block owned by the rank at position i - s - 1; at the last step the
+            // receiver is that owner and writes its result.
+            for j in 0..rings {
+                let p = ring_order(j);
+                let _ = writeln!(
+                    out,
+                    "    // ring {j}: {}; it carries part {j} of every block",
+                    join(&p)
+                );
+                for s in 0..n - 1 {
+                    let _ = writeln!(out, "    // step {s}");
+                    for i in 0..n {
+                        let (from, to) = (p[i], p[(i + 1) % n]);
+                        let b = p[(i + 2 * n - s - 1) % n] as usize;
+                        let part = b * rings as usize + j as usize;
+                        let src = if s == 0 {
+                            format!("in[{from}][{part}]")
+                        } else {
+                            format!("scratch[{from}][{part}]")
+                        };
+                        let dst = if s == n - 2 {
+                            format!("out[{to}][{j}]")
+                        } else {
+                            format!("scratch[{to}][{part}]")
+                        };
+                        let _ =
+                            writeln!(out, "    reduce {dst} <- in[{to}][{part}], {src} @ch({j});");
+                    }
+                }
+            }
+        }
+    }
+    let _ = writeln!(out, "}}");
+    Program {
+        name,
+        text: out,
+        order: order.to_vec(),
+        rings,
+    }
+}
+
+/// Direct (one-step) schedules, written as loops: they depend on nothing but N.
+fn direct(c: Collective, topo: &Topology) -> Program {
+    let n = topo.n_ranks();
+    let name = format!("synth_direct_{}", c.name());
+    let mut out = String::new();
+    header(
+        &mut out,
+        topo,
+        "Latency: every transfer in one step, straight to the rank that needs it.",
+    );
+    let body = match c {
+        Collective::Allgather => "    for r in 0 .. N {\n        for q in 0 .. N { copy out[q][r * K .. (r + 1) * K] <- in[r][0 .. K]; }\n    }\n".to_string(),
+        Collective::ReduceScatter => "    scratch C;\n    // every rank sends each block to its owner, which reduces what arrives\n    for q in 0 .. N { copy scratch[q][q * K .. (q + 1) * K] <- in[q][q * K .. (q + 1) * K]; }\n    for d in 1 .. N {\n        for q in 0 .. N { reduce scratch[q][q * K .. (q + 1) * K] <- in[q + d][q * K .. (q + 1) * K]; }\n    }\n    for q in 0 .. N { copy out[q][0 .. K] <- scratch[q][q * K .. (q + 1) * K]; }\n".to_string(),
+        _ => "    scratch N;\n    // every rank gathers every rank's data, then reduces it itself\n    for q in 0 .. N {\n        for r in 0 .. N { copy scratch[q][r] <- in[r][0]; }\n    }\n    for q in 0 .. N {\n        copy out[q][0] <- scratch[q][0];\n        for r in 1 .. N { reduce out[q][0] <- scratch[q][r]; }\n    }\n".to_string(),
+    };
+    let chunks = if c == Collective::Allreduce {
+        ""
+    } else {
+        "    chunks N;\n"
+    };
+    let _ = write!(
+        out,
+        "algorithm {name} : {} where N == {n} {{\n{chunks}{body}}}\n",
+        c.name()
+    );
+    Program {
+        name,
+        text: out,
+        order: (0..n).collect(),
+        rings: 0,
+    }
+}
