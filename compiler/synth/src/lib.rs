@@ -286,6 +286,141 @@ fn rings_program(c: Collective, topo: &Topology, orders: &[Vec<u32>]) -> Program
     }
 }
 
+/// Every program worth comparing for `collective` on `topo` with `objective`: the
+/// caller compiles each, measures it with a checker independent of this crate, and keeps
+/// the best. Bandwidth: the ring sets of [`synthesize`]'s search and, across nodes, the
+/// hierarchical programs (rings across nodes between the ranks of one local index, rings
+/// inside each node), which send only a node's share over the network.
+pub fn candidates(
+    collective: Collective,
+    topo: &Topology,
+    objective: Objective,
+) -> Result<Vec<Program>, String> {
+    let mut v = vec![synthesize(collective, topo, objective)?];
+    if objective == Objective::Bandwidth
+        && topo.n_nodes() > 1
+        && topo.uniform_g().is_some_and(|g| g > 1)
+    {
+        if let Some(h) = hierarchical(collective, topo) {
+            v.push(h);
+        }
+    }
+    Ok(v)
+}
+
+/// Two-level programs for uniform multi-node topologies.
+fn hierarchical(c: Collective, topo: &Topology) -> Option<Program> {
+    let g = topo.uniform_g()? as usize;
+    let nodes = topo.n_nodes() as usize;
+    let n = g * nodes;
+    let order = order::ring(topo);
+    // Each node's ranks in ring order, as local indices.
+    let local_order: Vec<Vec<usize>> = order
+        .chunks(g)
+        .map(|ch| ch.iter().map(|&r| r as usize % g).collect())
+        .collect();
+    let rank = |node: usize, local: usize| (node % nodes) * g + local % g;
+    let name = format!("synth_hier_{}", c.name());
+    let mut out = String::new();
+    let what = match c {
+        Collective::Allgather => "Bandwidth, two levels: each rank's block goes first to the ranks of its local index on the other nodes (rings across nodes, one per local index, each through its own NICs), then inside every node around a ring, as groups of one block per node.",
+        Collective::Allreduce => "Bandwidth, two levels: a reduce-scatter inside each node (groups of one block per node), then a reduce-scatter and an allgather across nodes between the ranks of one local index, then an allgather inside each node: only a node's share crosses the network.",
+        Collective::ReduceScatter => "Bandwidth, two levels: a reduce-scatter inside each node (groups of one block per node), then one across nodes between the ranks of one local index: only a node's share crosses the network.",
+        _ => return None,
+    };
+    header(&mut out, topo, what);
+    let _ = writeln!(
+        out,
+        "algorithm {name} : {} where N == {n}, NODES == {nodes}, G == {g} {{",
+        c.name()
+    );
+    let _ = writeln!(out, "    chunks N;");
+    // Reduce-scatter reduces in scratch (its output holds only the rank's own block).
+    let buf = if c == Collective::ReduceScatter {
+        "scratch"
+    } else {
+        "out"
+    };
+    if c == Collective::ReduceScatter {
+        let _ = writeln!(out, "    scratch C;");
+    }
+    let group = |local: usize| -> Vec<usize> { (0..nodes).map(|m| rank(m, local)).collect() };
+    let inter = |out: &mut String, kind: &str, reduce: bool| {
+        for l in 0..g {
+            let _ = writeln!(out, "    // across nodes, local rank {l}: {kind}");
+            for s in 0..nodes - 1 {
+                for m in 0..nodes {
+                    let (from, to) = (rank(m, l), rank(m + 1, l));
+                    let owner = if reduce {
+                        (m + 2 * nodes - s - 1) % nodes
+                    } else {
+                        (m + nodes - s) % nodes
+                    };
+                    let b = rank(owner, l);
+                    let op = if reduce { "reduce" } else { "copy" };
+                    let _ = writeln!(out, "    {op} {buf}[{to}][{b}] <- {buf}[{from}][{b}];");
+                }
+            }
+        }
+    };
+    let intra = |out: &mut String, kind: &str, reduce: bool| {
+        for (m, q) in local_order.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "    // inside node {m}, ring of local ranks {:?}: {kind}",
+                q
+            );
+            for s in 0..g - 1 {
+                for i in 0..g {
+                    let (from, to) = (rank(m, q[i]), rank(m, q[(i + 1) % g]));
+                    let owner = if reduce {
+                        q[(i + 2 * g - s - 1) % g]
+                    } else {
+                        q[(i + g - s) % g]
+                    };
+                    let op = if reduce { "reduce" } else { "copy" };
+                    for b in group(owner) {
+                        let _ = writeln!(out, "    {op} {buf}[{to}][{b}] <- {buf}[{from}][{b}];");
+                    }
+                }
+            }
+        }
+    };
+    match c {
+        Collective::Allgather => {
+            let _ = writeln!(
+                out,
+                "    for r in 0 .. N {{ copy out[r][r * K .. (r + 1) * K] <- in[r][0 .. K]; }}"
+            );
+            inter(&mut out, "allgather of the ranks' own blocks", false);
+            intra(&mut out, "allgather of groups", false);
+        }
+        Collective::ReduceScatter => {
+            let _ = writeln!(
+                out,
+                "    for r in 0 .. N {{ copy scratch[r][0 .. C] <- in[r][0 .. C]; }}"
+            );
+            intra(&mut out, "reduce-scatter of groups", true);
+            inter(&mut out, "reduce-scatter", true);
+            let _ = writeln!(out, "    for r in 0 .. N {{ copy out[r][0 .. K] <- scratch[r][r * K .. (r + 1) * K]; }}");
+        }
+        _ => {
+            let _ = writeln!(out, "    for r in 0 .. N {{ copy out[r][0 .. C] <- in[r][0 .. C]; }} // a no-op in place");
+            intra(&mut out, "reduce-scatter of groups", true);
+            inter(&mut out, "reduce-scatter", true);
+            inter(&mut out, "allgather", false);
+            intra(&mut out, "allgather of groups", false);
+        }
+    }
+    let _ = writeln!(out, "}}");
+    Some(Program {
+        name,
+        text: out,
+        order,
+        rings: g as u32,
+    })
+}
+
 /// Direct (one-step) schedules, written as loops: they depend on nothing but N.
 fn direct(c: Collective, topo: &Topology) -> Program {
     let n = topo.n_ranks();
