@@ -165,10 +165,13 @@ fn rings_program(c: Collective, topo: &Topology, orders: &[Vec<u32>]) -> Program
                 _ => "partial sums travel once, each block ending at its owner",
             },
             join(order),
-            if rings == 2 {
-                ", and a second ring the other way, each carrying half of every block"
+            if rings > 1 {
+                format!(
+                    ", with {} more ring(s) listed below, each ring carrying its share of every block",
+                    rings - 1
+                )
             } else {
-                ""
+                String::new()
             }
         ),
     );
@@ -298,6 +301,12 @@ pub fn candidates(
 ) -> Result<Vec<Program>, String> {
     let mut v = vec![synthesize(collective, topo, objective)?];
     if objective == Objective::Bandwidth
+        && collective == Collective::Allreduce
+        && topo.n_ranks() >= 2
+    {
+        v.push(two_phase_direct(topo));
+    }
+    if objective == Objective::Bandwidth
         && topo.n_nodes() > 1
         && topo.uniform_g().is_some_and(|g| g > 1)
     {
@@ -419,6 +428,27 @@ fn hierarchical(c: Collective, topo: &Topology) -> Option<Program> {
         order,
         rings: g as u32,
     })
+}
+
+/// Allreduce as a direct reduce-scatter then a direct allgather: every rank sends each
+/// chunk straight to its owner, which reduces, then the owners send the results straight
+/// to everyone. Two steps, and each rank sends 2(N-1)/N of the data: on a switch that
+/// gives every rank the same bandwidth, as little as a ring sends, in fewer steps.
+fn two_phase_direct(topo: &Topology) -> Program {
+    let n = topo.n_ranks();
+    let name = "synth_two_phase_allreduce".to_string();
+    let mut out = String::new();
+    header(&mut out, topo, "Bandwidth in two steps: a direct reduce-scatter (rank r reduces chunk r from every rank), then a direct allgather.");
+    let _ = write!(
+        out,
+        "algorithm {name} : allreduce where N == {n} {{\n    chunks N;\n    for r in 0 .. N {{\n        reduce out[r][r] <- in[r][r], in[r + 1][r];\n        for j in 2 .. N {{ reduce out[r][r] <- in[r + j][r]; }}\n    }}\n    for r in 0 .. N {{\n        for j in 1 .. N {{ copy out[r + j][r] <- out[r][r]; }}\n    }}\n}}\n"
+    );
+    Program {
+        name,
+        text: out,
+        order: (0..n).collect(),
+        rings: 0,
+    }
 }
 
 /// Direct (one-step) schedules, written as loops: they depend on nothing but N.

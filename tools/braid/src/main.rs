@@ -8,6 +8,7 @@ mod cmd_msccl;
 mod cmd_perf;
 mod cmd_rank;
 mod cmd_run;
+mod cmd_synth;
 mod cmd_topo;
 mod cmd_verify;
 mod error;
@@ -64,6 +65,9 @@ enum Command {
     /// Check this machine as the troubleshooting guide does: findings with their fixes
     /// (exit 0 healthy, 1 with findings).
     Doctor(cmd_doctor::DoctorArgs),
+    /// Write a verified program for a topology (rings ordered for it, hierarchical ones
+    /// across nodes, direct ones for latency), measured against the cut lower bound.
+    Synth(cmd_synth::SynthArgs),
     /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
     Topo {
         /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         Command::Perf(a) => cmd_perf::run(a),
         Command::Explain(a) => cmd_explain::run(a),
         Command::Doctor(a) => cmd_doctor::run(a),
+        Command::Synth(a) => cmd_synth::run(a),
         Command::Rank(a) => cmd_rank::run(a),
         Command::Compile(a) => cmd_compile::run(a),
         Command::ImportMsccl(a) => cmd_msccl::run_import(a),
