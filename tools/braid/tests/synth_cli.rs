@@ -106,6 +106,22 @@ fn the_bound_is_met_where_the_construction_allows_and_lopsided_topologies_gain()
                 );
             }
         }
+        // Two nodes sharing two NICs between eight GPUs: the two-level program meets the
+        // bound, and beats every shipped plan by the cost model.
+        let s = summary(c, "tests/topologies/two_nodes_2nics.topo");
+        let (bound, neck) = (
+            s["bound_us"].as_f64().unwrap(),
+            s["bottleneck_us"].as_f64().unwrap(),
+        );
+        assert!(
+            neck <= bound * 1.001 && neck >= bound * 0.999,
+            "{c}: {neck} against {bound}"
+        );
+        assert!(
+            s["predicted_us"].as_f64().unwrap()
+                < s["best_shipped"]["predicted_us"].as_f64().unwrap(),
+            "{s}"
+        );
         // Lopsided: far better than any shipped plan, by the cost model at 1 GiB.
         let s = summary(c, "tests/topologies/nvlink_pairs_8.topo");
         let (mine, shipped) = (
