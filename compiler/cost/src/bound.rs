@@ -17,6 +17,16 @@ use std::collections::{BTreeSet, HashMap};
 /// The lower bound for `collective` with `bytes` in one rank's larger buffer, µs, and
 /// the cut that gives it (its ranks).
 pub fn cut_bound_us(topo: &Topology, collective: Collective, bytes: u64) -> (f64, Vec<u32>) {
+    cut_bound_rooted_us(topo, collective, bytes, Some(0))
+}
+
+/// [`cut_bound_us`] for a rooted collective's `root` (ignored by the others).
+pub fn cut_bound_rooted_us(
+    topo: &Topology,
+    collective: Collective,
+    bytes: u64,
+    root: Option<u32>,
+) -> (f64, Vec<u32>) {
     let n = topo.n_ranks();
     if n < 2 {
         return (0.0, Vec::new());
@@ -45,8 +55,20 @@ pub fn cut_bound_us(topo: &Topology, collective: Collective, bytes: u64) -> (f64
             Collective::Allgather => (outside / f64::from(n) * b, 0.0),
             Collective::ReduceScatter => (0.0, outside / f64::from(n) * b),
             Collective::Allreduce => (outside / f64::from(n) * b, outside / f64::from(n) * b),
+            // The root's data must reach every rank outside a cut holding the root, and
+            // enter a cut without it; reduce is the same the other way.
             Collective::Broadcast | Collective::Reduce => {
-                (if outside > 0.0 { b } else { 0.0 }, 0.0)
+                let has_root = s.contains(&root.unwrap_or(0));
+                let (into, out_of) = match (has_root, outside > 0.0) {
+                    (true, true) => (0.0, b),
+                    (false, _) => (b, 0.0),
+                    (true, false) => (0.0, 0.0),
+                };
+                if collective == Collective::Broadcast {
+                    (into, out_of)
+                } else {
+                    (out_of, into)
+                }
             }
             Collective::Alltoall => (
                 k * outside / f64::from(n) * b,

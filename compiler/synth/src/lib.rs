@@ -39,10 +39,12 @@ pub struct Program {
 }
 
 /// The collectives synthesis writes.
-pub const SUPPORTED: [Collective; 3] = [
+pub const SUPPORTED: [Collective; 5] = [
     Collective::Allgather,
     Collective::ReduceScatter,
     Collective::Allreduce,
+    Collective::Broadcast,
+    Collective::Reduce,
 ];
 
 /// Writes a program for `collective` on `topo`.
@@ -53,12 +55,15 @@ pub fn synthesize(
 ) -> Result<Program, String> {
     if !SUPPORTED.contains(&collective) {
         return Err(format!(
-            "synthesis writes allgather, reduce_scatter and allreduce so far, not {collective}"
+            "synthesis writes allgather, reduce_scatter, allreduce, broadcast and reduce so far, not {collective}"
         ));
     }
     let n = topo.n_ranks();
     match objective {
         Objective::Latency => Ok(direct(collective, topo)),
+        Objective::Bandwidth if collective.is_rooted() => {
+            Ok(chain(collective, topo, &order::ring(topo)))
+        }
         Objective::Bandwidth => {
             let base = order::ring(topo);
             let candidates = ring_sets(topo, &base);
@@ -451,6 +456,101 @@ fn two_phase_direct(topo: &Topology) -> Program {
     }
 }
 
+/// Broadcast or reduce pipelined along the ring order, starting (broadcast) or ending
+/// (reduce) at the root: every rank receives (or sends) the data once, chunk by chunk, so
+/// the chain streams at its slowest hop. One branch per root, each with its own chain
+/// (the order rotated to begin at the root).
+fn chain(c: Collective, topo: &Topology, order: &[u32]) -> Program {
+    let n = order.len();
+    let name = format!("synth_chain_{}", c.name());
+    let mut out = String::new();
+    header(
+        &mut out,
+        topo,
+        &format!(
+            "Bandwidth: {} along the ring {} from the root on, pipelined over 2N chunks.",
+            if c == Collective::Broadcast {
+                "the root's data flows"
+            } else {
+                "partial sums flow toward the root"
+            },
+            join(order)
+        ),
+    );
+    let _ = writeln!(out, "algorithm {name} : {} where N == {n} {{", c.name());
+    let _ = writeln!(out, "    chunks 2 * N;");
+    if c == Collective::Reduce {
+        let _ = writeln!(out, "    scratch C;");
+    }
+    if c == Collective::Broadcast {
+        let _ = writeln!(
+            out,
+            "    copy out[ROOT][0 .. C] <- in[ROOT][0 .. C]; // a no-op in place"
+        );
+    }
+    for (k, &root) in order.iter().enumerate() {
+        let p: Vec<u32> = order[k..].iter().chain(&order[..k]).copied().collect();
+        let kw = if k == 0 { "if" } else { "} else if" };
+        let _ = writeln!(out, "    {kw} ROOT == {root} {{");
+        let _ = writeln!(out, "        // chain {}", join(&p));
+        let _ = writeln!(out, "        for c in 0 .. C {{");
+        if n == 1 {
+            let _ = writeln!(out, "            copy out[{root}][c] <- in[{root}][c];");
+        } else if c == Collective::Broadcast {
+            let _ = writeln!(out, "            copy out[{}][c] <- in[{root}][c];", p[1]);
+            for i in 2..n {
+                let _ = writeln!(
+                    out,
+                    "            copy out[{}][c] <- out[{}][c];",
+                    p[i],
+                    p[i - 1]
+                );
+            }
+        } else {
+            // From the far end of the chain back to the root.
+            let last = n - 1;
+            if last == 1 {
+                let _ = writeln!(
+                    out,
+                    "            reduce out[{root}][c] <- in[{root}][c], in[{}][c];",
+                    p[1]
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "            reduce scratch[{}][c] <- in[{}][c], in[{}][c];",
+                    p[last - 1],
+                    p[last - 1],
+                    p[last]
+                );
+                for i in (1..last - 1).rev() {
+                    let _ = writeln!(
+                        out,
+                        "            reduce scratch[{}][c] <- in[{}][c], scratch[{}][c];",
+                        p[i],
+                        p[i],
+                        p[i + 1]
+                    );
+                }
+                let _ = writeln!(
+                    out,
+                    "            reduce out[{root}][c] <- in[{root}][c], scratch[{}][c];",
+                    p[1]
+                );
+            }
+        }
+        let _ = writeln!(out, "        }}");
+    }
+    let _ = writeln!(out, "    }}");
+    let _ = writeln!(out, "}}");
+    Program {
+        name,
+        text: out,
+        order: order.to_vec(),
+        rings: 1,
+    }
+}
+
 /// Direct (one-step) schedules, written as loops: they depend on nothing but N.
 fn direct(c: Collective, topo: &Topology) -> Program {
     let n = topo.n_ranks();
@@ -464,12 +564,14 @@ fn direct(c: Collective, topo: &Topology) -> Program {
     let body = match c {
         Collective::Allgather => "    for r in 0 .. N {\n        for q in 0 .. N { copy out[q][r * K .. (r + 1) * K] <- in[r][0 .. K]; }\n    }\n".to_string(),
         Collective::ReduceScatter => "    scratch C;\n    // every rank sends each block to its owner, which reduces what arrives\n    for q in 0 .. N { copy scratch[q][q * K .. (q + 1) * K] <- in[q][q * K .. (q + 1) * K]; }\n    for d in 1 .. N {\n        for q in 0 .. N { reduce scratch[q][q * K .. (q + 1) * K] <- in[q + d][q * K .. (q + 1) * K]; }\n    }\n    for q in 0 .. N { copy out[q][0 .. K] <- scratch[q][q * K .. (q + 1) * K]; }\n".to_string(),
+        Collective::Broadcast => "    // the root sends straight to every rank\n    for i in 0 .. N { copy out[ROOT + i][0 .. C] <- in[ROOT][0 .. C]; }\n".to_string(),
+        Collective::Reduce => "    scratch N;\n    // every rank sends straight to the root, which reduces\n    for i in 0 .. N { copy scratch[ROOT][i] <- in[ROOT + i][0]; }\n    copy out[ROOT][0] <- scratch[ROOT][0];\n    for i in 1 .. N { reduce out[ROOT][0] <- scratch[ROOT][i]; }\n".to_string(),
         _ => "    scratch N;\n    // every rank gathers every rank's data, then reduces it itself\n    for q in 0 .. N {\n        for r in 0 .. N { copy scratch[q][r] <- in[r][0]; }\n    }\n    for q in 0 .. N {\n        copy out[q][0] <- scratch[q][0];\n        for r in 1 .. N { reduce out[q][0] <- scratch[q][r]; }\n    }\n".to_string(),
     };
-    let chunks = if c == Collective::Allreduce {
-        ""
-    } else {
-        "    chunks N;\n"
+    let chunks = match c {
+        Collective::Allreduce | Collective::Reduce => "",
+        Collective::Broadcast => "    chunks 1;\n",
+        _ => "    chunks N;\n",
     };
     let _ = write!(
         out,

@@ -21,7 +21,7 @@ pub enum ObjectiveArg {
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SynthArgs {
-    /// allgather, reduce_scatter or allreduce.
+    /// allgather, reduce_scatter, allreduce, broadcast or reduce.
     pub collective: String,
     #[arg(long, default_value = "nvswitch:8")]
     pub topo: String,
@@ -85,7 +85,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
     })?;
     if !braid_synth::SUPPORTED.contains(&collective) {
         return Err(CliError::Usage(format!(
-            "error: braid synth writes allgather, reduce_scatter and allreduce so far, not {collective}"
+            "error: braid synth writes allgather, reduce_scatter, allreduce, broadcast and reduce so far, not {collective}"
         )));
     }
     let topo = topo_arg::load(&args.topo)?;
@@ -112,9 +112,11 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
         )));
     }
     let profile = Profile::default();
+    // Rooted collectives are written for every root and reported for root 0.
+    let root = collective.is_rooted().then_some(0);
     let req = Request {
         collective,
-        root: None,
+        root,
         mode: Mode::OutOfPlace,
         bytes: size,
         elem: 4,
@@ -136,6 +138,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
                     "error: a synthesized program failed to compile (a bug in braid synth):\n{e}"
                 ))
             })?;
+            // The plan for root 0 (rooted programs compile once per root, in order).
             let plan = plans.remove(0);
             let (bottleneck, link) = bottleneck_us(&plan, &topo, size, 4);
             let ranked = rank(
@@ -179,7 +182,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
     let (bound, cut) = cut_bound_us(&topo, collective, size);
     // The best shipped plan at this size, for comparison.
     let library = braid_library::Library::new(topo.clone());
-    let shipped = library.plans(collective, None);
+    let shipped = library.plans(collective, root);
     let cands: Vec<Candidate> = shipped
         .iter()
         .map(|p| Candidate {

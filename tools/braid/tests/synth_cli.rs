@@ -25,7 +25,13 @@ fn synthesized_programs_check_verify_and_run_correctly() {
     let dir = std::env::temp_dir().join(format!("braid-synth-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for topo in TOPOS {
-        for c in ["allgather", "reduce_scatter", "allreduce"] {
+        for c in [
+            "allgather",
+            "reduce_scatter",
+            "allreduce",
+            "broadcast",
+            "reduce",
+        ] {
             let prog = dir.join(format!("{c}-{}.braid", ranks(topo)));
             let plan = dir.join(format!("{c}-{}.json", ranks(topo)));
             let (p, q) = (prog.to_str().unwrap(), plan.to_str().unwrap());
@@ -135,7 +141,7 @@ fn the_bound_is_met_where_the_construction_allows_and_lopsided_topologies_gain()
 #[test]
 fn unsupported_requests_are_usage_errors() {
     for args in [
-        &["synth", "broadcast", "--topo", "nvswitch:4"][..],
+        &["synth", "alltoall", "--topo", "nvswitch:4"][..],
         &["synth", "allreduce", "--topo", "nvswitch:1"][..],
         &[
             "synth",
