@@ -62,7 +62,7 @@ pub fn synthesize(
     match objective {
         Objective::Latency => Ok(direct(collective, topo)),
         Objective::Bandwidth if collective.is_rooted() => {
-            Ok(chain(collective, topo, &order::ring(topo)))
+            Ok(chain(collective, topo, &[order::ring(topo)]))
         }
         Objective::Bandwidth => {
             let base = order::ring(topo);
@@ -305,6 +305,13 @@ pub fn candidates(
     objective: Objective,
 ) -> Result<Vec<Program>, String> {
     let mut v = vec![synthesize(collective, topo, objective)?];
+    if objective == Objective::Bandwidth && collective.is_rooted() {
+        // Several chains: every ring set beyond the single ring.
+        let base = order::ring(topo);
+        for set in ring_sets(topo, &base).into_iter().skip(1) {
+            v.push(chain(collective, topo, &set));
+        }
+    }
     if objective == Objective::Bandwidth
         && collective == Collective::Allreduce
         && topo.n_ranks() >= 2
@@ -456,29 +463,29 @@ fn two_phase_direct(topo: &Topology) -> Program {
     }
 }
 
-/// Broadcast or reduce pipelined along the ring order, starting (broadcast) or ending
-/// (reduce) at the root: every rank receives (or sends) the data once, chunk by chunk, so
-/// the chain streams at its slowest hop. One branch per root, each with its own chain
-/// (the order rotated to begin at the root).
-fn chain(c: Collective, topo: &Topology, order: &[u32]) -> Program {
+/// Broadcast or reduce pipelined along chains, one per ring of `orders`, each rotated to
+/// start (broadcast) or end (reduce) at the root and carrying its share of the chunks:
+/// every rank receives (or sends) each share once, chunk by chunk, so each chain streams
+/// at its slowest hop, and several chains spread the data over more links (the other
+/// direction; across nodes, other NICs). One branch per root.
+fn chain(c: Collective, topo: &Topology, orders: &[Vec<u32>]) -> Program {
+    let order = &orders[0];
     let n = order.len();
+    let k = orders.len();
     let name = format!("synth_chain_{}", c.name());
     let mut out = String::new();
     header(
         &mut out,
         topo,
         &format!(
-            "Bandwidth: {} along the ring {} from the root on, pipelined over 2N chunks.",
-            if c == Collective::Broadcast {
-                "the root's data flows"
-            } else {
-                "partial sums flow toward the root"
-            },
+            "Bandwidth: {} along {} chain(s) from the root on (the first along the ring {}), each pipelined over 2N chunks of its share.",
+            if c == Collective::Broadcast { "the root's data flows" } else { "partial sums flow toward the root" },
+            k,
             join(order)
         ),
     );
     let _ = writeln!(out, "algorithm {name} : {} where N == {n} {{", c.name());
-    let _ = writeln!(out, "    chunks 2 * N;");
+    let _ = writeln!(out, "    chunks {};", 2 * n * k);
     if c == Collective::Reduce {
         let _ = writeln!(out, "    scratch C;");
     }
@@ -488,58 +495,73 @@ fn chain(c: Collective, topo: &Topology, order: &[u32]) -> Program {
             "    copy out[ROOT][0 .. C] <- in[ROOT][0 .. C]; // a no-op in place"
         );
     }
-    for (k, &root) in order.iter().enumerate() {
-        let p: Vec<u32> = order[k..].iter().chain(&order[..k]).copied().collect();
-        let kw = if k == 0 { "if" } else { "} else if" };
+    for (r_idx, root) in (0..n as u32).enumerate() {
+        let kw = if r_idx == 0 { "if" } else { "} else if" };
         let _ = writeln!(out, "    {kw} ROOT == {root} {{");
-        let _ = writeln!(out, "        // chain {}", join(&p));
-        let _ = writeln!(out, "        for c in 0 .. C {{");
-        if n == 1 {
-            let _ = writeln!(out, "            copy out[{root}][c] <- in[{root}][c];");
-        } else if c == Collective::Broadcast {
-            let _ = writeln!(out, "            copy out[{}][c] <- in[{root}][c];", p[1]);
-            for i in 2..n {
+        for (j, o) in orders.iter().enumerate() {
+            let at = o
+                .iter()
+                .position(|&x| x == root)
+                .expect("every rank is on every ring");
+            let p: Vec<u32> = o[at..].iter().chain(&o[..at]).copied().collect();
+            let (lo, hi) = (j * 2 * n, (j + 1) * 2 * n);
+            let _ = writeln!(
+                out,
+                "        // chain {j}: {}, chunks {lo} .. {hi}",
+                join(&p)
+            );
+            let _ = writeln!(out, "        for c in {lo} .. {hi} {{");
+            if n == 1 {
+                let _ = writeln!(out, "            copy out[{root}][c] <- in[{root}][c];");
+            } else if c == Collective::Broadcast {
                 let _ = writeln!(
                     out,
-                    "            copy out[{}][c] <- out[{}][c];",
-                    p[i],
-                    p[i - 1]
-                );
-            }
-        } else {
-            // From the far end of the chain back to the root.
-            let last = n - 1;
-            if last == 1 {
-                let _ = writeln!(
-                    out,
-                    "            reduce out[{root}][c] <- in[{root}][c], in[{}][c];",
+                    "            copy out[{}][c] <- in[{root}][c] @ch({j});",
                     p[1]
                 );
-            } else {
-                let _ = writeln!(
-                    out,
-                    "            reduce scratch[{}][c] <- in[{}][c], in[{}][c];",
-                    p[last - 1],
-                    p[last - 1],
-                    p[last]
-                );
-                for i in (1..last - 1).rev() {
+                for i in 2..n {
                     let _ = writeln!(
                         out,
-                        "            reduce scratch[{}][c] <- in[{}][c], scratch[{}][c];",
+                        "            copy out[{}][c] <- out[{}][c] @ch({j});",
                         p[i],
-                        p[i],
-                        p[i + 1]
+                        p[i - 1]
                     );
                 }
-                let _ = writeln!(
-                    out,
-                    "            reduce out[{root}][c] <- in[{root}][c], scratch[{}][c];",
-                    p[1]
-                );
+            } else {
+                // From the far end of the chain back to the root.
+                let last = n - 1;
+                if last == 1 {
+                    let _ = writeln!(
+                        out,
+                        "            reduce out[{root}][c] <- in[{root}][c], in[{}][c] @ch({j});",
+                        p[1]
+                    );
+                } else {
+                    let _ = writeln!(
+                        out,
+                        "            reduce scratch[{}][c] <- in[{}][c], in[{}][c] @ch({j});",
+                        p[last - 1],
+                        p[last - 1],
+                        p[last]
+                    );
+                    for i in (1..last - 1).rev() {
+                        let _ = writeln!(
+                            out,
+                            "            reduce scratch[{}][c] <- in[{}][c], scratch[{}][c] @ch({j});",
+                            p[i],
+                            p[i],
+                            p[i + 1]
+                        );
+                    }
+                    let _ = writeln!(
+                        out,
+                        "            reduce out[{root}][c] <- in[{root}][c], scratch[{}][c] @ch({j});",
+                        p[1]
+                    );
+                }
             }
+            let _ = writeln!(out, "        }}");
         }
-        let _ = writeln!(out, "        }}");
     }
     let _ = writeln!(out, "    }}");
     let _ = writeln!(out, "}}");
@@ -547,7 +569,7 @@ fn chain(c: Collective, topo: &Topology, order: &[u32]) -> Program {
         name,
         text: out,
         order: order.to_vec(),
-        rings: 1,
+        rings: k as u32,
     }
 }
 
