@@ -38,6 +38,15 @@ pub fn cut_bound_rooted_us(
             cuts.push(s);
         }
     }
+    // Pairs of ranks (two GPUs behind one bridge or switch share what enters them); up to
+    // 64 ranks, where the pairs are few enough to try them all.
+    if n <= 64 {
+        for a in 0..n {
+            for b in a + 1..n {
+                cuts.push(BTreeSet::from([a, b]));
+            }
+        }
+    }
     let complements: Vec<BTreeSet<u32>> = cuts
         .iter()
         .map(|s| (0..n).filter(|r| !s.contains(r)).collect())
@@ -45,6 +54,7 @@ pub fn cut_bound_rooted_us(
         .collect();
     cuts.extend(complements);
     let b = bytes as f64;
+    let routed = routed_links(topo);
     let mut best = (0.0, Vec::new());
     for s in cuts {
         let k = s.len() as f64;
@@ -75,7 +85,7 @@ pub fn cut_bound_rooted_us(
                 k * outside / f64::from(n) * b,
             ),
         };
-        let (cap_in, cap_out) = cut_capacity(topo, &s);
+        let (cap_in, cap_out) = cut_capacity(topo, &s, &routed);
         let time = |bytes: f64, cap: f64| {
             if bytes > 0.0 && cap > 0.0 {
                 bytes / cap
@@ -98,10 +108,27 @@ pub fn cut_bound_rooted_us(
     best
 }
 
+/// The links (as vertex pairs, smaller first) some rank-to-rank route uses: Braid moves
+/// data between two ranks along their route, so the others can carry none of it.
+fn routed_links(topo: &Topology) -> BTreeSet<(u32, u32)> {
+    let n = topo.n_ranks();
+    let mut routed = BTreeSet::new();
+    for a in 0..n {
+        for b in 0..n {
+            if a != b {
+                for w in topo.path(a, b).route.windows(2) {
+                    routed.insert((w[0].0.min(w[1].0), w[0].0.max(w[1].0)));
+                }
+            }
+        }
+    }
+    routed
+}
+
 /// GB/s into and out of the set of ranks `s`: the links between the vertices of S's
 /// side and the rest. A single rank's side is its GPU; a node's side is every vertex
 /// of that node.
-fn cut_capacity(topo: &Topology, s: &BTreeSet<u32>) -> (f64, f64) {
+fn cut_capacity(topo: &Topology, s: &BTreeSet<u32>, routed: &BTreeSet<(u32, u32)>) -> (f64, f64) {
     let n = topo.n_ranks();
     let whole_nodes: BTreeSet<u32> = (0..topo.n_nodes())
         .filter(|&node| topo.ranks_of_node(node).all(|r| s.contains(&r)))
@@ -116,18 +143,6 @@ fn cut_capacity(topo: &Topology, s: &BTreeSet<u32>) -> (f64, f64) {
             .node
             .is_some_and(|node| whole_nodes.contains(&node) && s.len() > 1)
     };
-    // Only links some rank-to-rank route uses count: Braid moves data between two ranks
-    // along their route, so the others can carry none of it.
-    let mut routed: BTreeSet<(u32, u32)> = BTreeSet::new();
-    for a in 0..n {
-        for b in 0..n {
-            if a != b {
-                for w in topo.path(a, b).route.windows(2) {
-                    routed.insert((w[0].0.min(w[1].0), w[0].0.max(w[1].0)));
-                }
-            }
-        }
-    }
     let mut cap = 0.0;
     for (a, b, l) in topo.links() {
         if inside(a) != inside(b) && routed.contains(&(a.0.min(b.0), a.0.max(b.0))) {
