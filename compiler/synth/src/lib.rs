@@ -15,6 +15,7 @@
 //! **Must not know:** the runtime, CUDA, the compiler's internals: its output is text.
 
 pub mod order;
+pub mod trees;
 
 use braid_ir::Collective;
 use braid_topo::Topology;
@@ -305,6 +306,14 @@ pub fn candidates(
     objective: Objective,
 ) -> Result<Vec<Program>, String> {
     let mut v = vec![synthesize(collective, topo, objective)?];
+    if objective == Objective::Bandwidth
+        && collective == Collective::Allgather
+        && topo.n_ranks() <= 64
+    {
+        for parts in [2, 4, 8] {
+            v.push(packed_allgather(topo, parts));
+        }
+    }
     if objective == Objective::Bandwidth && collective.is_rooted() {
         // Several chains: every ring set beyond the single ring.
         let base = order::ring(topo);
@@ -440,6 +449,64 @@ fn hierarchical(c: Collective, topo: &Topology) -> Option<Program> {
         order,
         rings: g as u32,
     })
+}
+
+/// Allgather over packed trees ([`trees::pack`]): each rank's block in `parts` parts,
+/// each part to every rank along its own spanning tree.
+fn packed_allgather(topo: &Topology, parts: usize) -> Program {
+    let n = topo.n_ranks() as usize;
+    let name = format!("synth_trees{parts}_allgather");
+    let trees = trees::pack(topo, parts);
+    let mut out = String::new();
+    header(
+        &mut out,
+        topo,
+        &format!("Bandwidth: every rank's block in {parts} parts, each part to every rank along its own spanning tree, the trees packed so that traffic spreads over every link in proportion to its bandwidth."),
+    );
+    let _ = writeln!(out, "algorithm {name} : allgather where N == {n} {{");
+    let _ = writeln!(out, "    chunks {};", n * parts);
+    let _ = writeln!(
+        out,
+        "    for r in 0 .. N {{ copy out[r][r * K .. (r + 1) * K] <- in[r][0 .. K]; }}"
+    );
+    // The trees, then their copies level by level (every tree's first hops, then every
+    // tree's second ...), so that no rank waits on a deep hop of one tree before the
+    // shallow hops of the others.
+    let mut copies: Vec<(usize, usize, u32, u32)> = Vec::new();
+    for (src, per) in trees.iter().enumerate() {
+        for (j, tree) in per.iter().enumerate() {
+            let chunk = src * parts + j;
+            let edges: Vec<String> = tree.iter().map(|(a, b)| format!("{a}->{b}")).collect();
+            let _ = writeln!(
+                out,
+                "    // rank {src}, part {j} (chunk {chunk}): {}",
+                edges.join(" ")
+            );
+            let mut depth: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+            depth.insert(src as u32, 0);
+            for &(a, b) in tree {
+                let d = depth[&a] + 1;
+                depth.insert(b, d);
+                copies.push((d, chunk, a, b));
+            }
+        }
+    }
+    copies.sort_by_key(|&(d, chunk, _, _)| (d, chunk));
+    let mut level = 0;
+    for (d, chunk, a, b) in copies {
+        if d != level {
+            level = d;
+            let _ = writeln!(out, "    // hop {d} of every tree");
+        }
+        let _ = writeln!(out, "    copy out[{b}][{chunk}] <- out[{a}][{chunk}];");
+    }
+    let _ = writeln!(out, "}}");
+    Program {
+        name,
+        text: out,
+        order: (0..n as u32).collect(),
+        rings: parts as u32,
+    }
 }
 
 /// Allreduce as a direct reduce-scatter then a direct allgather: every rank sends each

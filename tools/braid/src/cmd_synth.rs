@@ -220,6 +220,20 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
         crate::perf_report::protocol_name(best.protocol),
         best_shipped.as_ref().map_or(String::new(), |s| format!("; best shipped plan: {} at {:.2} us", s.name, s.predicted_us))
     );
+    // The bottleneck is the ideal; the cost model also counts what one thread block moves
+    // and per-step costs. Say so when it expects another candidate to be faster.
+    if objective == "bandwidth" {
+        if let Some(f) = scored
+            .iter()
+            .filter(|c| c.predicted_us < best.predicted_us * 0.95)
+            .min_by(|a, b| a.predicted_us.total_cmp(&b.predicted_us))
+        {
+            eprintln!(
+                "note: the cost model predicts {} faster ({:.2} us; its bottleneck {:.2} us), counting per-block limits and per-step costs; `--size {size}` chooses by the prediction",
+                f.program.name, f.predicted_us, f.bottleneck_us
+            );
+        }
+    }
     if args.json {
         let s = Summary {
             collective: collective.to_string(),
