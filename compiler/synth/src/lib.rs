@@ -306,12 +306,22 @@ pub fn candidates(
     objective: Objective,
 ) -> Result<Vec<Program>, String> {
     let mut v = vec![synthesize(collective, topo, objective)?];
-    if objective == Objective::Bandwidth
-        && collective == Collective::Allgather
-        && topo.n_ranks() <= 64
-    {
-        for parts in [2, 4, 8] {
-            v.push(packed_allgather(topo, parts));
+    if objective == Objective::Bandwidth && topo.n_ranks() <= 64 && topo.n_ranks() >= 2 {
+        // More parts spread the load finer; past 16 ranks the programs grow large, so
+        // fewer variants are tried.
+        let tries: &[usize] = if topo.n_ranks() <= 16 {
+            &[2, 4, 8]
+        } else {
+            &[4]
+        };
+        for &parts in tries {
+            match collective {
+                Collective::Allgather => v.push(packed_allgather(topo, parts)),
+                Collective::ReduceScatter | Collective::Allreduce => {
+                    v.push(packed_reduction(collective, topo, parts))
+                }
+                _ => {}
+            }
         }
     }
     if objective == Objective::Bandwidth && collective.is_rooted() {
@@ -499,6 +509,107 @@ fn packed_allgather(topo: &Topology, parts: usize) -> Program {
             let _ = writeln!(out, "    // hop {d} of every tree");
         }
         let _ = writeln!(out, "    copy out[{b}][{chunk}] <- out[{a}][{chunk}];");
+    }
+    let _ = writeln!(out, "}}");
+    Program {
+        name,
+        text: out,
+        order: (0..n as u32).collect(),
+        rings: parts as u32,
+    }
+}
+
+/// Reduce-scatter or allreduce over packed trees: each part's tree taken leaves first,
+/// every rank adding what its children hold into its own copy and passing the sum to its
+/// parent, so the owner ends with the part's full reduction; allreduce then sends it back
+/// down the same tree. Links are full duplex, so trees balanced for one direction are
+/// balanced for the other.
+fn packed_reduction(c: Collective, topo: &Topology, parts: usize) -> Program {
+    let n = topo.n_ranks() as usize;
+    let name = format!("synth_trees{parts}_{}", c.name());
+    let trees = trees::pack(topo, parts);
+    let mut out = String::new();
+    header(
+        &mut out,
+        topo,
+        &format!(
+            "Bandwidth: every block in {parts} parts, each part reduced up its own spanning tree toward the block's owner{}, the trees packed so that traffic spreads over every link in proportion to its bandwidth.",
+            if c == Collective::Allreduce { " and sent back down it" } else { "" }
+        ),
+    );
+    let _ = writeln!(out, "algorithm {name} : {} where N == {n} {{", c.name());
+    let _ = writeln!(out, "    chunks {};", n * parts);
+    // Reduce-scatter sums in scratch (its output is the rank's own block only); allreduce
+    // in its output.
+    let buf = if c == Collective::ReduceScatter {
+        "scratch"
+    } else {
+        "out"
+    };
+    if c == Collective::ReduceScatter {
+        let _ = writeln!(out, "    scratch C;");
+        let _ = writeln!(
+            out,
+            "    for r in 0 .. N {{ copy scratch[r][0 .. C] <- in[r][0 .. C]; }}"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "    for r in 0 .. N {{ copy out[r][0 .. C] <- in[r][0 .. C]; }} // a no-op in place"
+        );
+    }
+    // (depth of the child, chunk, parent, child) for every edge of every tree.
+    let mut edges: Vec<(usize, usize, u32, u32)> = Vec::new();
+    for (owner, per) in trees.iter().enumerate() {
+        for (j, tree) in per.iter().enumerate() {
+            let chunk = owner * parts + j;
+            let shown: Vec<String> = tree.iter().map(|(a, b)| format!("{b}->{a}")).collect();
+            let _ = writeln!(
+                out,
+                "    // block {owner}, part {j} (chunk {chunk}), sums flowing: {}",
+                shown.join(" ")
+            );
+            let mut depth: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+            depth.insert(owner as u32, 0);
+            for &(a, b) in tree {
+                let d = depth[&a] + 1;
+                depth.insert(b, d);
+                edges.push((d, chunk, a, b));
+            }
+        }
+    }
+    // Up the trees, deepest hops first: a rank passes its sum on only once all its
+    // children's sums are in it.
+    edges.sort_by_key(|&(d, chunk, _, _)| (std::cmp::Reverse(d), chunk));
+    let mut level = usize::MAX;
+    for &(d, chunk, parent, child) in &edges {
+        if d != level {
+            level = d;
+            let _ = writeln!(out, "    // sums {d} hop(s) from the owners");
+        }
+        let _ = writeln!(
+            out,
+            "    reduce {buf}[{parent}][{chunk}] <- {buf}[{child}][{chunk}];"
+        );
+    }
+    if c == Collective::ReduceScatter {
+        let _ = writeln!(
+            out,
+            "    for r in 0 .. N {{ copy out[r][0 .. K] <- scratch[r][r * K .. (r + 1) * K]; }}"
+        );
+    } else {
+        edges.sort_by_key(|&(d, chunk, _, _)| (d, chunk));
+        let mut level = 0;
+        for &(d, chunk, parent, child) in &edges {
+            if d != level {
+                level = d;
+                let _ = writeln!(out, "    // results, hop {d} down the trees");
+            }
+            let _ = writeln!(
+                out,
+                "    copy out[{child}][{chunk}] <- out[{parent}][{chunk}];"
+            );
+        }
     }
     let _ = writeln!(out, "}}");
     Program {
