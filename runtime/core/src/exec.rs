@@ -64,6 +64,9 @@ struct Progress {
     done: Vec<AtomicU64>,
     lock: Mutex<()>,
     changed: Condvar,
+    /// Blocks waiting on `changed`: a block that completes a step wakes them only when
+    /// there are any (most steps have no waiter, and a wake-up costs a system call).
+    waiters: AtomicU64,
 }
 
 impl Progress {
@@ -71,8 +74,15 @@ impl Progress {
     fn wait(&self, block: u32, target: u64, fabric: &dyn Fabric, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let done = &self.done[block as usize];
+        if done.load(Ordering::Acquire) >= target {
+            return Ok(());
+        }
         let mut guard = self.lock.lock().unwrap();
-        while done.load(Ordering::Acquire) < target {
+        // Counted before the condition is checked under the lock: a setter that stores
+        // after our check sees the count (both SeqCst) and wakes us under the same lock.
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let _counted = Uncount(&self.waiters);
+        while done.load(Ordering::SeqCst) < target {
             if let Some(r) = fabric.aborted() {
                 return Err(RuntimeError::Aborted(r));
             }
@@ -88,9 +98,20 @@ impl Progress {
     }
 
     fn set(&self, block: u32, steps: u64) {
-        self.done[block as usize].store(steps, Ordering::Release);
-        let _g = self.lock.lock().unwrap();
-        self.changed.notify_all();
+        self.done[block as usize].store(steps, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock().unwrap();
+            self.changed.notify_all();
+        }
+    }
+}
+
+/// Takes a waiter off the count when its wait ends, however it ends.
+struct Uncount<'a>(&'a AtomicU64);
+
+impl Drop for Uncount<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -123,6 +144,7 @@ pub fn run_rank_on(job: &Job, fabric: &dyn Fabric, workers: &Workers) -> Result<
                 done: blocks.iter().map(|_| AtomicU64::new(0)).collect(),
                 lock: Mutex::new(()),
                 changed: Condvar::new(),
+                waiters: AtomicU64::new(0),
             });
             for block in blocks {
                 let progress = progress.clone();
