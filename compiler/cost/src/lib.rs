@@ -115,6 +115,19 @@ pub fn rank(
     profile: &Profile,
     req: &Request,
 ) -> Vec<Ranked> {
+    rank_with(candidates, topo, profile, req, None, None)
+}
+
+/// [`rank`] with the replica count and the protocol fixed (as `BRAID_CHANNELS` and
+/// `BRAID_PROTO` fix them for the runtime, or as a backend runs plans).
+pub fn rank_with(
+    candidates: &[Candidate],
+    topo: &Topology,
+    profile: &Profile,
+    req: &Request,
+    replicas: Option<u32>,
+    protocol: Option<Protocol>,
+) -> Vec<Ranked> {
     let n = topo.n_ranks();
     let mut out: Vec<Ranked> = Vec::new();
     for c in candidates {
@@ -129,13 +142,18 @@ pub fn rank(
             });
             continue;
         }
-        let protocols: Vec<Protocol> = match p.protocol {
-            Protocol::Auto => vec![Protocol::Simple, Protocol::Ll],
-            Protocol::Ll128 => vec![Protocol::Simple],
-            other => vec![other],
+        let protocols: Vec<Protocol> = match (protocol, p.protocol) {
+            (Some(fixed), _) => vec![fixed],
+            (None, Protocol::Auto) => vec![Protocol::Simple, Protocol::Ll],
+            (None, Protocol::Ll128) => vec![Protocol::Simple],
+            (None, other) => vec![other],
+        };
+        let counts = match replicas {
+            Some(r) => vec![r],
+            None => replica_counts(p),
         };
         let mut best: Option<Ranked> = None;
-        for r in replica_counts(p) {
+        for r in counts {
             for &proto in &protocols {
                 let call = Call {
                     bytes: req.bytes,

@@ -5,7 +5,7 @@
 
 use crate::error::CliError;
 use crate::{sizes, topo_arg};
-use braid_cost::{rank, Candidate, Profile, Request};
+use braid_cost::{Candidate, Profile, Request};
 use braid_ir::{Collective, Mode, Protocol};
 use braid_runtime::dtype::DType;
 use std::path::PathBuf;
@@ -34,6 +34,12 @@ pub struct ExplainArgs {
     /// The model's constants (a profile file; default: the documented defaults).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
+    /// Price every plan with this many replicas (default: each plan's best).
+    #[arg(long, value_parser = sizes::parse_positive)]
+    pub replicas: Option<u32>,
+    /// Price every plan with this protocol: simple or ll (default: each plan's best).
+    #[arg(long)]
+    pub proto: Option<String>,
 }
 
 fn protocol_name(p: Protocol) -> &'static str {
@@ -131,7 +137,18 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         bytes: args.size,
         elem: args.dtype.size() as u64,
     };
-    let ranked = rank(&cands, &topo, &profile, &req);
+    let proto = match args.proto.as_deref() {
+        None => None,
+        Some(v) => match braid_runtime::policy::parse_protocol(v) {
+            Ok(Protocol::Auto) | Err(_) => {
+                return Err(CliError::Usage(format!(
+                    "error: --proto {v}: expected simple or ll"
+                )))
+            }
+            Ok(p) => Some(p),
+        },
+    };
+    let ranked = braid_cost::rank_with(&cands, &topo, &profile, &req, args.replicas, proto);
     let best = ranked.iter().find(|r| r.result.is_ok()).ok_or_else(|| {
         let why: Vec<String> = ranked
             .iter()

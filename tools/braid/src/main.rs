@@ -10,6 +10,7 @@ mod cmd_rank;
 mod cmd_run;
 mod cmd_synth;
 mod cmd_topo;
+mod cmd_tune;
 mod cmd_verify;
 mod error;
 mod logging;
@@ -68,6 +69,9 @@ enum Command {
     /// Write a verified program for a topology (rings ordered for it, hierarchical ones
     /// across nodes, direct ones for latency), measured against the cut lower bound.
     Synth(cmd_synth::SynthArgs),
+    /// Measure the cost model's constants on this machine (host backend) and write a
+    /// profile for `braid explain --profile`.
+    Tune(cmd_tune::TuneArgs),
     /// Print a topology (ranks, nodes, links, path classes) in the topology file format.
     Topo {
         /// nvswitch:N, pcie:N, cluster:MxG, detect, or a topology file (default: detect).
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Explain(a) => cmd_explain::run(a),
         Command::Doctor(a) => cmd_doctor::run(a),
         Command::Synth(a) => cmd_synth::run(a),
+        Command::Tune(a) => cmd_tune::run(a),
         Command::Rank(a) => cmd_rank::run(a),
         Command::Compile(a) => cmd_compile::run(a),
         Command::ImportMsccl(a) => cmd_msccl::run_import(a),

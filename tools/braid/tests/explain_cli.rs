@@ -164,3 +164,72 @@ fn bad_requests_are_usage_errors() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// `braid tune` measures the host backend and writes a profile that `braid explain`
+/// takes; the explain options that fix replicas and protocol price every plan that way.
+#[test]
+fn tune_writes_a_profile_that_explain_uses() {
+    let dir = std::env::temp_dir().join(format!("braid-tune-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("host.profile");
+    let out = braid(&["tune", "-n", "1", "-o", file.to_str().unwrap()], &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("host backend: a call costs"),
+        "{}",
+        out.stderr
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(v["version"], 1);
+    assert!(v["source"]
+        .as_str()
+        .unwrap()
+        .starts_with("braid tune, host backend"));
+    assert!(
+        v["call_us"]["simple"].as_f64().unwrap() > 0.0
+            && v["block_gbps"]["simple"].as_f64().unwrap() > 0.0
+    );
+    let ex = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "1M",
+            "--topo",
+            "nvswitch:4",
+            "--profile",
+            file.to_str().unwrap(),
+            "--replicas",
+            "1",
+            "--proto",
+            "simple",
+        ],
+        &[],
+    );
+    assert_eq!(ex.code, 0, "{}", ex.stderr);
+    assert!(
+        ex.stderr.contains("constants: braid tune, host backend"),
+        "{}",
+        ex.stderr
+    );
+    let priced: Vec<&str> = ex
+        .stdout
+        .lines()
+        .skip(1)
+        .filter(|l| l.contains(" us "))
+        .collect();
+    assert!(
+        priced.len() >= 5 && priced.iter().all(|l| l.contains(" x1 simple ")),
+        "{}",
+        ex.stdout
+    );
+    let cuda = braid(&["tune", "--backend", "cuda"], &[]);
+    assert_eq!(cuda.code, 2, "{}", cuda.stderr);
+    let bad = braid(
+        &["explain", "allreduce", "--size", "1M", "--proto", "ll128x"],
+        &[],
+    );
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
