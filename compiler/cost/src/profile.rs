@@ -73,6 +73,24 @@ pub struct Profile {
     /// What posting one message to the network costs the rank, µs: messages to other
     /// nodes leave one after another however many blocks send them.
     pub net_post_us: PerProtocol,
+    /// What starting a block costs in a call, µs (a thread waking on the host backend;
+    /// nothing measurable on a GPU, where the default is 0).
+    #[serde(default)]
+    pub block_us: PerProtocol,
+    /// Blocks that run at once over all ranks (the host backend's cores); 0: every block
+    /// runs on its own (GPU SMs). When fewer, a call takes at least its blocks' whole
+    /// work divided by this.
+    #[serde(default)]
+    pub cores: u32,
+}
+
+impl Default for PerProtocol {
+    fn default() -> Self {
+        PerProtocol {
+            simple: 0.0,
+            ll: 0.0,
+        }
+    }
 }
 
 impl Default for Profile {
@@ -123,6 +141,8 @@ impl Default for Profile {
                 simple: 3.0,
                 ll: 1.0,
             },
+            block_us: PerProtocol::default(),
+            cores: 0,
         }
     }
 }
@@ -169,6 +189,7 @@ impl Profile {
         pp("efficiency", &self.efficiency, true)?;
         pp("slice_us", &self.slice_us, false)?;
         pp("net_post_us", &self.net_post_us, false)?;
+        pp("block_us", &self.block_us, false)?;
         if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
             return Err("efficiency is a share: at most 1".into());
         }

@@ -13,7 +13,9 @@
 //!   pipelined slice by slice, as the kernels run it. A slice costs its bytes at the
 //!   connection's bandwidth plus a fixed overhead, and reaches the peer after the path's
 //!   latency plus the protocol's per-message latency.
-//! - A call costs the profile's fixed call time plus the time its last step ends.
+//! - A call costs the profile's fixed call time plus the time its last step ends, or,
+//!   where blocks share few cores (the host backend), at least the blocks' whole work
+//!   (a start cost per block, its slices) divided by the cores.
 //!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
 //! plans are simulated as one pass over the whole message.
@@ -224,6 +226,9 @@ pub fn predict(
     let mut timeline = Vec::with_capacity(ids.len());
     let mut done = 0;
     let slice_us = profile.slice_us.get(proto);
+    let block_us = profile.block_us.get(proto);
+    // The blocks' whole work (a lower bound on the time when cores are few).
+    let mut work = 0f64;
     // Every replica posts its own copy of each network message through the same proxy.
     let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
     // When each rank's network proxy is next free.
@@ -245,6 +250,11 @@ pub fn predict(
             .filter(|&&j| Some(j) != matched[i])
             .map(|&j| end[j])
             .fold(0f64, f64::max);
+        if si == 0 {
+            // The block starts: on the host a thread wakes.
+            t += block_us;
+            work += block_us;
+        }
         let start = t;
         let sends = step.kind.sends();
         let gbps = if sends {
@@ -330,8 +340,14 @@ pub fn predict(
         return Err("the plan's steps wait on each other in a cycle".into());
     }
     let last = end.iter().copied().fold(0f64, f64::max);
+    // Replicas run alike: each block's work, times the replicas, shared by the cores.
+    let busy = if profile.cores > 0 {
+        work * f64::from(replicas) / f64::from(profile.cores)
+    } else {
+        0.0
+    };
     Ok(Prediction {
-        total_us: profile.call_us.get(proto) + last,
+        total_us: profile.call_us.get(proto) + last.max(busy),
         timeline,
         chunk_bytes: chunk,
     })

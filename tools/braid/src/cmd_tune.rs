@@ -1,8 +1,9 @@
 //! `braid tune`: measures the cost model's constants on this machine with
 //! micro-benchmarks and writes a profile (docs/costmodel.md). The constants come from the
-//! micro-benchmarks alone: a chain broadcast of one element over 2 and 8 ranks (the
-//! fixed cost of a call and the cost of each message), and a 2-rank chain broadcast of a
-//! large message (what one block moves). No plan the model is later scored on is timed.
+//! micro-benchmarks alone: a chain broadcast of one element over 2 and 8 ranks and a
+//! direct broadcast over 8 (the fixed cost of a call, of each message and of starting a
+//! block, with the cores the blocks share), and a 2-rank chain broadcast of a large
+//! message (what one block moves). No plan the model is later scored on is timed.
 //!
 //! The host backend is what it calibrates; on GPUs (`--backend cuda`) it says that
 //! calibration there is not done yet.
@@ -44,6 +45,37 @@ fn chain_time(n: u32, count: usize, iters: u32) -> Result<Duration, CliError> {
         "chain_broadcast",
         &format!("nvswitch:{n}"),
     )?;
+    broadcast_time(registry, n, count, iters)
+}
+
+/// The same for a direct broadcast (the root sends to every rank at once: one message
+/// deep, 2(n-1) blocks), the program `braid synth broadcast --objective latency` writes.
+fn direct_time(n: u32, iters: u32) -> Result<Duration, CliError> {
+    let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
+    let program = braid_synth::synthesize(
+        Collective::Broadcast,
+        &topo,
+        braid_synth::Objective::Latency,
+    )
+    .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
+    let mut plans = braid_library::compile_file("direct_broadcast.braid", &program.text, &topo)
+        .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
+    let registry = Registry::new();
+    registry.add_verified(
+        Arc::new(plans.remove(0)),
+        braid_runtime::registry::Origin::User("braid tune".into()),
+    );
+    broadcast_time(registry, n, 1, iters)
+}
+
+/// The median time per call of a broadcast of `count` f32 from rank 0 on `n` ranks with
+/// the one plan of `registry`.
+fn broadcast_time(
+    registry: Registry,
+    n: u32,
+    count: usize,
+    iters: u32,
+) -> Result<Duration, CliError> {
     let comms = Communicator::create_local(
         n,
         Arc::new(registry),
@@ -80,12 +112,18 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         ));
     }
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    // Fixed costs: one element along chains of 2 and 8 ranks. A chain broadcast of one
-    // element sends one message per hop, one after the other.
+    // Three small calls separate the fixed costs: a chain of 2 ranks (one message, 2
+    // blocks), of 8 (seven messages one after another, 8 blocks), and a direct broadcast
+    // on 8 (one message deep, 14 blocks, more than the cores run at once). With c cores:
+    //   t2 = call + hop + block, t8 = call + 7 hop + block, td = call + 14 block / c.
+    let cores = std::thread::available_parallelism().map_or(1, |p| p.get()) as u32;
     let t2 = us(chain_time(2, 1, args.iters)?);
     let t8 = us(chain_time(8, 1, args.iters)?);
+    let td = us(direct_time(8, args.iters)?);
     let hop = ((t8 - t2) / 6.0).max(0.0);
-    let call = (t2 - hop).max(0.0);
+    // td - t2 = 14 block / c - hop - block.
+    let block = ((td - t2 + hop) / (14.0 / f64::from(cores) - 1.0).max(0.5)).max(0.0);
+    let call = (t2 - hop - block).max(0.0);
     // What one block moves: 2 ranks, 64 MiB, one hop; the chain pipelines its chunks, so
     // the time is the bytes over one block's rate plus the fixed costs.
     let big = 16 << 20; // f32 elements: 64 MiB
@@ -136,10 +174,15 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             simple: 0.0,
             ll: 0.0,
         },
+        block_us: PerProtocol {
+            simple: block,
+            ll: block,
+        },
+        cores,
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, a block moves {gbps:.2} GB/s (chain broadcasts: 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; 64 MiB on 2 ranks {tb:.0} us)"
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores, a block moves {gbps:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)"
     );
     let text = profile.to_json();
     match &args.output {

@@ -186,10 +186,15 @@ fn tune_writes_a_profile_that_explain_uses() {
         .as_str()
         .unwrap()
         .starts_with("braid tune, host backend"));
-    assert!(
-        v["call_us"]["simple"].as_f64().unwrap() > 0.0
-            && v["block_gbps"]["simple"].as_f64().unwrap() > 0.0
-    );
+    // Costs are never negative, a block moves something, and the cores are counted.
+    let costs = [
+        &v["call_us"]["simple"],
+        &v["hop_us"]["nvlink"]["simple"],
+        &v["block_us"]["simple"],
+    ];
+    assert!(costs.iter().all(|c| c.as_f64().unwrap() >= 0.0), "{v}");
+    assert!(v["block_gbps"]["simple"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["cores"].as_u64().unwrap() >= 1, "{v}");
     let ex = braid(
         &[
             "explain",
