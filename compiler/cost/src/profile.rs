@@ -82,6 +82,9 @@ pub struct Profile {
     /// work divided by this.
     #[serde(default)]
     pub cores: u32,
+    /// What one block copies or reduces locally (no link), GB/s; 0: as `block_gbps`.
+    #[serde(default)]
+    pub copy_gbps: PerProtocol,
 }
 
 impl Default for PerProtocol {
@@ -143,6 +146,7 @@ impl Default for Profile {
             },
             block_us: PerProtocol::default(),
             cores: 0,
+            copy_gbps: PerProtocol::default(),
         }
     }
 }
@@ -190,6 +194,7 @@ impl Profile {
         pp("slice_us", &self.slice_us, false)?;
         pp("net_post_us", &self.net_post_us, false)?;
         pp("block_us", &self.block_us, false)?;
+        pp("copy_gbps", &self.copy_gbps, false)?;
         if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
             return Err("efficiency is a share: at most 1".into());
         }

@@ -233,7 +233,17 @@ pub fn predict(
     let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
     // When each rank's network proxy is next free.
     let mut proxy = vec![0f64; plan.ranks.len()];
-    let local_gbps = block * eff;
+    // What a slice costs the cores when they are few: its bytes at the copy rate (none
+    // without one: GPUs).
+    let copy_work_gbps = match profile.copy_gbps.get(proto) {
+        r if r > 0.0 && profile.cores > 0 => r,
+        _ => f64::INFINITY,
+    };
+    // Local copies and reductions run at the copy rate when the profile has one.
+    let local_gbps = match profile.copy_gbps.get(proto) {
+        r if r > 0.0 => r * eff,
+        _ => block * eff,
+    };
     while let Some(std::cmp::Reverse((_, i))) = ready.pop() {
         done += 1;
         let (ri, bi, si) = ids[i];
@@ -292,6 +302,8 @@ pub fn predict(
                 }
             }
             t += slice_us + slice / (gbps * 1e3);
+            // The cores' share: the bytes this slice copies, at the copy rate.
+            work += slice / (copy_work_gbps * 1e3);
             if net {
                 // Posted when the proxy is free; the proxy is busy while it posts.
                 t = t.max(proxy[ri]) + net_post;

@@ -129,6 +129,8 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     let big = 16 << 20; // f32 elements: 64 MiB
     let tb = us(chain_time(2, big, args.iters.min(5))?);
     let gbps = (big as f64 * 4.0) / ((tb - call - hop).max(1.0) * 1e3);
+    // What one thread copies locally (a block's copies and reductions that cross no link).
+    let copy = braid_runtime::bench::copy_rate(big * 4, 1) / 1e9;
     let profile = Profile {
         version: PROFILE_VERSION,
         source: format!(
@@ -179,10 +181,14 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             ll: block,
         },
         cores,
+        copy_gbps: PerProtocol {
+            simple: copy,
+            ll: copy,
+        },
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores, a block moves {gbps:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)"
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores, a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)"
     );
     let text = profile.to_json();
     match &args.output {
