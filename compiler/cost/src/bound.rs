@@ -116,8 +116,8 @@ fn routed_links(topo: &Topology) -> BTreeSet<(u32, u32)> {
     for a in 0..n {
         for b in 0..n {
             if a != b {
-                for w in topo.path(a, b).route.windows(2) {
-                    routed.insert((w[0].0.min(w[1].0), w[0].0.max(w[1].0)));
+                for (x, y) in topo.path(a, b).hops_directed() {
+                    routed.insert((x.min(y), x.max(y)));
                 }
             }
         }
@@ -161,17 +161,12 @@ pub fn bottleneck_us(plan: &Plan, topo: &Topology, bytes: u64, elem: u64) -> (f6
     let mut load: HashMap<(u32, u32), f64> = HashMap::new();
     for (r, peers) in traffic.sent.iter().enumerate() {
         for (&peer, &chunks) in peers {
-            let route = &topo.path(r as u32, peer).route;
-            for w in route.windows(2) {
-                *load.entry((w[0].0, w[1].0)).or_insert(0.0) += chunks as f64 * chunk;
+            for hop in topo.path(r as u32, peer).hops_directed() {
+                *load.entry(hop).or_insert(0.0) += chunks as f64 * chunk;
             }
         }
     }
-    let mut bw: HashMap<(u32, u32), f64> = HashMap::new();
-    for (a, b, l) in topo.links() {
-        bw.insert((a.0, b.0), l.bandwidth_gbps);
-        bw.insert((b.0, a.0), l.bandwidth_gbps);
-    }
+    let bw = topo.directed_bandwidths();
     let mut worst = (0.0, String::new());
     for ((a, b), bytes) in load {
         let t = bytes / (bw.get(&(a, b)).copied().unwrap_or(f64::INFINITY) * 1e3);

@@ -121,15 +121,8 @@ pub fn predict(
     let wiring = braid_plan::wiring::links(plan);
 
     // Directed links and how many connections of the call cross each.
-    let mut link_gbps: HashMap<(u32, u32), f64> = HashMap::new();
-    for (a, b, l) in topo.links() {
-        link_gbps.insert((a.0, b.0), l.bandwidth_gbps);
-        link_gbps.insert((b.0, a.0), l.bandwidth_gbps);
-    }
-    let hops = |s: u32, r: u32| -> Vec<(u32, u32)> {
-        let route = &topo.path(s, r).route;
-        route.windows(2).map(|w| (w[0].0, w[1].0)).collect()
-    };
+    let link_gbps = topo.directed_bandwidths();
+    let hops = |s: u32, r: u32| -> Vec<(u32, u32)> { topo.path(s, r).hops_directed().collect() };
     let mut crossing: HashMap<(u32, u32), u32> = HashMap::new();
     for l in &wiring {
         for h in hops(l.sender_rank, l.receiver_rank) {

@@ -492,13 +492,11 @@ fn packed_allgather(topo: &Topology, parts: usize) -> Program {
                 "    // rank {src}, part {j} (chunk {chunk}): {}",
                 edges.join(" ")
             );
-            let mut depth: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
-            depth.insert(src as u32, 0);
-            for &(a, b) in tree {
-                let d = depth[&a] + 1;
-                depth.insert(b, d);
-                copies.push((d, chunk, a, b));
-            }
+            copies.extend(
+                trees::leveled(tree, src as u32)
+                    .into_iter()
+                    .map(|(d, a, b)| (d, chunk, a, b)),
+            );
         }
     }
     copies.sort_by_key(|&(d, chunk, _, _)| (d, chunk));
@@ -569,13 +567,11 @@ fn packed_reduction(c: Collective, topo: &Topology, parts: usize) -> Program {
                 "    // block {owner}, part {j} (chunk {chunk}), sums flowing: {}",
                 shown.join(" ")
             );
-            let mut depth: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
-            depth.insert(owner as u32, 0);
-            for &(a, b) in tree {
-                let d = depth[&a] + 1;
-                depth.insert(b, d);
-                edges.push((d, chunk, a, b));
-            }
+            edges.extend(
+                trees::leveled(tree, owner as u32)
+                    .into_iter()
+                    .map(|(d, a, b)| (d, chunk, a, b)),
+            );
         }
     }
     // Up the trees, deepest hops first: a rank passes its sum on only once all its

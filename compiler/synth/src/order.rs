@@ -31,16 +31,12 @@ pub fn score(topo: &Topology, orders: &[(Vec<u32>, bool)]) -> Score {
             }
             let path = topo.path(a, b);
             latency += path.latency_us;
-            for w in path.route.windows(2) {
-                *load.entry((w[0].0, w[1].0)).or_insert(0.0) += 1.0;
+            for hop in path.hops_directed() {
+                *load.entry(hop).or_insert(0.0) += 1.0;
             }
         }
     }
-    let mut bw: HashMap<(u32, u32), f64> = HashMap::new();
-    for (a, b, l) in topo.links() {
-        bw.insert((a.0, b.0), l.bandwidth_gbps);
-        bw.insert((b.0, a.0), l.bandwidth_gbps);
-    }
+    let bw = topo.directed_bandwidths();
     let per_byte = load
         .iter()
         .map(|(k, &units)| units / bw.get(k).copied().unwrap_or(f64::INFINITY))

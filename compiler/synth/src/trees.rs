@@ -13,60 +13,52 @@ use std::collections::HashMap;
 /// the part (breadth first from the root).
 pub type Tree = Vec<(u32, u32)>;
 
-/// Link loads, in bytes per byte of a part, and bandwidths, by directed link.
+/// Link loads, in parts crossing each, and bandwidths, by directed link.
 struct Loads<'t> {
     topo: &'t Topology,
     load: HashMap<(u32, u32), f64>,
     bw: HashMap<(u32, u32), f64>,
-    routes: HashMap<(u32, u32), Vec<(u32, u32)>>,
 }
 
 impl<'t> Loads<'t> {
     fn new(topo: &'t Topology) -> Self {
-        let mut bw = HashMap::new();
-        for (a, b, l) in topo.links() {
-            bw.insert((a.0, b.0), l.bandwidth_gbps);
-            bw.insert((b.0, a.0), l.bandwidth_gbps);
-        }
         Loads {
             topo,
             load: HashMap::new(),
-            bw,
-            routes: HashMap::new(),
+            bw: topo.directed_bandwidths(),
         }
     }
 
-    fn route(&mut self, a: u32, b: u32) -> Vec<(u32, u32)> {
-        let topo = self.topo;
-        self.routes
-            .entry((a, b))
-            .or_insert_with(|| {
-                topo.path(a, b)
-                    .route
-                    .windows(2)
-                    .map(|w| (w[0].0, w[1].0))
-                    .collect()
-            })
-            .clone()
-    }
-
     /// The busiest link of the route `a -> b` if one more part crossed it (time per byte).
-    fn cost(&mut self, a: u32, b: u32) -> f64 {
-        let route = self.route(a, b);
-        route
-            .iter()
+    fn cost(&self, a: u32, b: u32) -> f64 {
+        self.topo
+            .path(a, b)
+            .hops_directed()
             .map(|k| {
-                (self.load.get(k).copied().unwrap_or(0.0) + 1.0)
-                    / self.bw.get(k).copied().unwrap_or(f64::INFINITY)
+                (self.load.get(&k).copied().unwrap_or(0.0) + 1.0)
+                    / self.bw.get(&k).copied().unwrap_or(f64::INFINITY)
             })
             .fold(0.0, f64::max)
     }
 
     fn add(&mut self, a: u32, b: u32) {
-        for k in self.route(a, b) {
+        for k in self.topo.path(a, b).hops_directed() {
             *self.load.entry(k).or_insert(0.0) += 1.0;
         }
     }
+}
+
+/// The edges of `tree` (rooted at `root`) with the depth of each child: `(depth,
+/// parent, child)`, in the tree's order.
+pub fn leveled(tree: &Tree, root: u32) -> Vec<(usize, u32, u32)> {
+    let mut depth: HashMap<u32, usize> = HashMap::from([(root, 0)]);
+    tree.iter()
+        .map(|&(a, b)| {
+            let d = depth[&a] + 1;
+            depth.insert(b, d);
+            (d, a, b)
+        })
+        .collect()
 }
 
 /// `parts` trees for every rank's block, `trees[s][j]` the tree of part `j` of rank `s`.
@@ -77,25 +69,19 @@ pub fn pack(topo: &Topology, parts: usize) -> Vec<Vec<Tree>> {
     // Round robin over sources, so that no rank's parts take the cheap links first.
     for _ in 0..parts {
         for s in 0..n {
-            let mut inside = vec![false; n as usize];
-            inside[s as usize] = true;
+            // Depth of each rank in the tree so far (`None`: outside it).
+            let mut depth: Vec<Option<usize>> = vec![None; n as usize];
+            depth[s as usize] = Some(0);
             let mut tree = Vec::with_capacity(n as usize - 1);
             for _ in 1..n {
                 // The cheapest edge from the tree to a rank outside it: the lowest busiest
                 // link, then the fewest hops from the root (shallow trees stream sooner).
                 let mut best: Option<(f64, usize, u32, u32)> = None;
-                let depth = |tree: &Tree, u: u32| -> usize {
-                    let mut d = 0;
-                    let mut x = u;
-                    while let Some(&(p, _)) = tree.iter().find(|&&(_, c)| c == x) {
-                        d += 1;
-                        x = p;
-                    }
-                    d
-                };
-                for u in (0..n).filter(|&u| inside[u as usize]) {
-                    let du = depth(&tree, u);
-                    for v in (0..n).filter(|&v| !inside[v as usize]) {
+                for u in 0..n {
+                    let Some(du) = depth[u as usize] else {
+                        continue;
+                    };
+                    for v in (0..n).filter(|&v| depth[v as usize].is_none()) {
                         let c = loads.cost(u, v);
                         let better = match best {
                             None => true,
@@ -108,9 +94,9 @@ pub fn pack(topo: &Topology, parts: usize) -> Vec<Vec<Tree>> {
                         }
                     }
                 }
-                let (_, _, u, v) = best.expect("a rank outside the tree");
+                let (_, du, u, v) = best.expect("a rank outside the tree");
                 loads.add(u, v);
-                inside[v as usize] = true;
+                depth[v as usize] = Some(du + 1);
                 tree.push((u, v));
             }
             trees[s as usize].push(tree);

@@ -33,6 +33,11 @@ impl Path {
     pub fn is_p2p_direct(&self) -> bool {
         self.class.is_p2p_direct()
     }
+
+    /// The route's hops as directed links `(from, to)` (vertex indices).
+    pub fn hops_directed(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.route.windows(2).map(|w| (w[0].0, w[1].0))
+    }
 }
 
 /// The paths from the GPU `gpus[src]` to every GPU of `gpus`, in the order of

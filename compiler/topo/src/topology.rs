@@ -195,6 +195,17 @@ impl Topology {
         })
     }
 
+    /// Every link's bandwidth in both directions, GB/s, keyed by directed vertex pair
+    /// `(from, to)` (vertex indices; links are full duplex).
+    pub fn directed_bandwidths(&self) -> std::collections::HashMap<(u32, u32), f64> {
+        let mut bw = std::collections::HashMap::new();
+        for (a, b, l) in self.links() {
+            bw.insert((a.0, b.0), l.bandwidth_gbps);
+            bw.insert((b.0, a.0), l.bandwidth_gbps);
+        }
+        bw
+    }
+
     /// The underlying graph; `NodeIndex::new(id.index())` is the vertex `id`.
     pub fn graph(&self) -> &UnGraph<Vertex, Link> {
         &self.graph
