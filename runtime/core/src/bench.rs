@@ -67,7 +67,7 @@ pub fn median(v: &[Duration]) -> Duration {
 
 /// One rank's buffer for `mode`: out of place the receive buffer (the input is separate),
 /// in place the single buffer with the input where NCCL puts it.
-fn rank_buffer(spec: &CallSpec, mode: Mode, rank: u32, n: u32, input: &[u8]) -> Vec<u8> {
+pub(crate) fn rank_buffer(spec: &CallSpec, mode: Mode, rank: u32, n: u32, input: &[u8]) -> Vec<u8> {
     let sizes = spec.sizes(rank, n);
     match mode {
         Mode::OutOfPlace => vec![0xAA; sizes.recv.unwrap_or(0)],
@@ -85,7 +85,13 @@ fn rank_buffer(spec: &CallSpec, mode: Mode, rank: u32, n: u32, input: &[u8]) -> 
 }
 
 /// Where a rank's result lies in its buffer.
-fn result_of<'b>(spec: &CallSpec, mode: Mode, rank: u32, n: u32, buf: &'b [u8]) -> &'b [u8] {
+pub(crate) fn result_of<'b>(
+    spec: &CallSpec,
+    mode: Mode,
+    rank: u32,
+    n: u32,
+    buf: &'b [u8],
+) -> &'b [u8] {
     let out = spec.sizes(rank, n).recv.unwrap_or(0);
     match (mode, spec.collective) {
         (Mode::InPlace, Collective::ReduceScatter) => {
@@ -96,7 +102,7 @@ fn result_of<'b>(spec: &CallSpec, mode: Mode, rank: u32, n: u32, buf: &'b [u8]) 
     }
 }
 
-fn buffers<'b>(mode: Mode, input: &'b [u8], buf: &'b mut [u8]) -> Buffers<'b> {
+pub(crate) fn buffers<'b>(mode: Mode, input: &'b [u8], buf: &'b mut [u8]) -> Buffers<'b> {
     match mode {
         Mode::OutOfPlace => Buffers::OutOfPlace {
             send: input,

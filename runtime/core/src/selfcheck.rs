@@ -1,12 +1,13 @@
 //! Running a plan on every rank of one process with generated inputs and comparing each
 //! rank's result with the reference: what `braid run` and the tests do.
 
-use crate::comm::{Buffers, Communicator};
+use crate::call::CallSpec;
+use crate::comm::Communicator;
 use crate::dtype::{DType, RedOp};
 use crate::error::{Result, RuntimeError};
 use crate::reference::{first_mismatch, reference};
 use crate::registry::{Origin, Registry};
-use braid_ir::{Collective, Mode};
+use braid_ir::Mode;
 use braid_plan::Plan;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,38 +59,25 @@ pub fn run_checked(
             .enumerate()
             .map(|(r, comm)| {
                 let input = &inputs[r];
-                s.spawn(move || match mode {
-                    Mode::OutOfPlace => {
-                        let mut recv = vec![0xAAu8; out_elems * e];
-                        comm.call(
-                            c,
-                            Buffers::OutOfPlace {
-                                send: input,
-                                recv: &mut recv,
-                            },
-                            count,
-                            dtype,
-                            op,
-                            plan.root,
-                        )
-                        .map(|_| recv)
-                    }
-                    Mode::InPlace => {
-                        let mut buf = vec![0xAAu8; in_elems.max(out_elems) * e];
-                        let at = if c == Collective::Allgather {
-                            r * count * e
-                        } else {
-                            0
-                        };
-                        buf[at..at + input.len()].copy_from_slice(input);
-                        comm.call(c, Buffers::InPlace(&mut buf), count, dtype, op, plan.root)?;
-                        Ok(match c {
-                            Collective::ReduceScatter => {
-                                buf[r * count * e..(r + 1) * count * e].to_vec()
-                            }
-                            _ => buf[..out_elems * e].to_vec(),
-                        })
-                    }
+                s.spawn(move || {
+                    let spec = CallSpec {
+                        collective: c,
+                        count,
+                        dtype,
+                        op,
+                        root: plan.root,
+                    };
+                    let rank = r as u32;
+                    let mut buf = crate::bench::rank_buffer(&spec, mode, rank, n, input);
+                    comm.call(
+                        c,
+                        crate::bench::buffers(mode, input, &mut buf),
+                        count,
+                        dtype,
+                        op,
+                        plan.root,
+                    )?;
+                    Ok(crate::bench::result_of(&spec, mode, rank, n, &buf).to_vec())
                 })
             })
             .collect();
