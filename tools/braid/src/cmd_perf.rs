@@ -378,18 +378,17 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         nccl: None,
         rows: Vec::new(),
     };
+    let sweep = Sweep {
+        args,
+        collective,
+        n,
+        root,
+        steps: &steps,
+        modes: &modes,
+    };
     if args.procs {
         report.timing = "back-to-back, one process per rank";
-        return match run_procs(
-            args,
-            collective,
-            registry,
-            n,
-            root,
-            &steps,
-            &modes,
-            &mut report,
-        ) {
+        return match run_procs(&sweep, registry, &mut report) {
             // A rank started by --procs: its lines are its whole output.
             Ok(Some(lines)) => Ok(lines),
             Ok(None) => finish(args, &report, Ok(())),
@@ -397,27 +396,9 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         };
     }
     let measured = if cuda {
-        run_cuda(
-            args,
-            collective,
-            registry,
-            n,
-            root,
-            &steps,
-            &modes,
-            &mut report,
-        )
+        run_cuda(&sweep, registry, &mut report)
     } else {
-        run_host(
-            args,
-            collective,
-            registry,
-            n,
-            root,
-            &steps,
-            &modes,
-            &mut report,
-        )
+        run_host(&sweep, registry, &mut report)
     };
     finish(args, &report, measured)
 }
@@ -459,13 +440,20 @@ fn finish(
     Ok(out)
 }
 
-/// One row from what a backend measured.
-#[allow(clippy::too_many_arguments)]
-fn row(
-    args: &PerfArgs,
+/// What every size of a sweep shares, for the backends' measuring loops.
+#[derive(Clone, Copy)]
+struct Sweep<'a> {
+    args: &'a PerfArgs,
     collective: Collective,
     n: u32,
     root: Option<u32>,
+    steps: &'a [Step],
+    modes: &'a [Mode],
+}
+
+/// One row from what a backend measured.
+fn row(
+    sweep: &Sweep,
     mode: Mode,
     (bytes, count): (usize, usize),
     runs: &[Duration],
@@ -473,6 +461,13 @@ fn row(
     wrong: usize,
     (plan, replicas, protocol): (String, u32, &'static str),
 ) -> Row {
+    let Sweep {
+        args,
+        collective,
+        n,
+        root,
+        ..
+    } = *sweep;
     let secs = braid_runtime::bench::median(runs).as_secs_f64();
     let (algbw, busbw) = bandwidths(collective, n, bytes, secs);
     Row {
@@ -519,17 +514,15 @@ fn bytes_moved(plan: &Verified, dtype: DType, count: usize) -> f64 {
 /// and mode measured by [`braid_runtime::bench::measure`]; the roofline is the bytes the
 /// plan moves at the copy rate this machine shows with as many copies at once as ranks
 /// can run in parallel (its cores), measured beside each size.
-#[allow(clippy::too_many_arguments)]
-fn run_host(
-    args: &PerfArgs,
-    collective: Collective,
-    registry: Arc<Registry>,
-    n: u32,
-    root: Option<u32>,
-    steps: &[Step],
-    modes: &[Mode],
-    report: &mut Report,
-) -> Result<(), CliError> {
+fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Result<(), CliError> {
+    let Sweep {
+        args,
+        collective,
+        n,
+        root,
+        steps,
+        modes,
+    } = *sweep;
     let rt = |e: braid_runtime::RuntimeError| CliError::Runtime(format!("error: {e}"));
     let policy = braid_runtime::policy::Policy::from_env()
         .map_err(|e| CliError::Usage(format!("error: {e}")))?;
@@ -566,10 +559,7 @@ fn run_host(
             };
             let m = measure(&comms, &case).map_err(rt)?;
             let mut r = row(
-                args,
-                collective,
-                n,
-                root,
+                sweep,
                 mode,
                 (m.bytes, count),
                 &m.runs,
@@ -598,17 +588,19 @@ fn run_host(
 
 /// `--procs` on the host backend (see `perf_procs.rs`): in a rank the command started,
 /// the rank's lines; in the command itself, the ranks' measurements as rows of `report`.
-#[allow(clippy::too_many_arguments)]
 fn run_procs(
-    args: &PerfArgs,
-    collective: Collective,
+    sweep: &Sweep,
     registry: Arc<Registry>,
-    n: u32,
-    root: Option<u32>,
-    steps: &[Step],
-    modes: &[Mode],
     report: &mut Report,
 ) -> Result<Option<String>, CliError> {
+    let Sweep {
+        args,
+        collective,
+        n,
+        root,
+        steps,
+        modes,
+    } = *sweep;
     let jobs: Vec<crate::perf_procs::Job> = steps
         .iter()
         .enumerate()
@@ -655,10 +647,7 @@ fn run_procs(
             "simple"
         };
         let mut r = row(
-            args,
-            collective,
-            n,
-            root,
+            sweep,
             job.case.mode,
             (bytes, count),
             &runs,
@@ -691,17 +680,15 @@ fn run_procs(
 /// the plan, replicas and protocol are the runtime's choice (or `--algo`, `--plan`,
 /// `--channels`, `BRAID_PROTO`). With `--vs-nccl` NCCL's same collective runs, timed the
 /// same way, on buffers of the same size on the same GPUs and streams in this process.
-#[allow(clippy::too_many_arguments)]
-fn run_cuda(
-    args: &PerfArgs,
-    collective: Collective,
-    registry: Arc<Registry>,
-    n: u32,
-    root: Option<u32>,
-    steps: &[Step],
-    modes: &[Mode],
-    report: &mut Report,
-) -> Result<(), CliError> {
+fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Result<(), CliError> {
+    let Sweep {
+        args,
+        collective,
+        n,
+        root,
+        steps,
+        modes,
+    } = *sweep;
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
     let (comms, streams) = crate::cmd_run::open_cuda(n, registry, args.channels)?;
     let nccl = if args.vs_nccl {
@@ -763,10 +750,7 @@ fn run_cuda(
             let bytes = p.bytes();
             drop(p);
             let mut r = row(
-                args,
-                collective,
-                n,
-                root,
+                sweep,
                 mode,
                 (bytes, count),
                 &runs,
