@@ -162,6 +162,20 @@ pub trait Engine: Send + Sync + Sized + 'static {
         op: RedOp,
         protocol: Protocol,
     ) -> Result<Self::Prepared>;
+    /// Whether [`Engine::copy`] is offered: a one-rank communicator's out-of-place call
+    /// is then a copy, as NCCL makes it, instead of the plan's run.
+    fn copies(&self) -> bool {
+        false
+    }
+    /// Enqueues a copy of `bytes` from `src` to `dst` (this rank's memory) on `stream`.
+    ///
+    /// # Safety
+    /// `src` and `dst` must be memory the engine may access, `bytes` long, not
+    /// overlapping, untouched by anything else until the copy completes on `stream`.
+    unsafe fn copy(&self, src: u64, dst: u64, bytes: usize, stream: &Self::Stream) -> Result<()> {
+        let _ = (src, dst, bytes, stream);
+        Err(RuntimeError::Invalid("this backend does not copy".into()))
+    }
     /// Enqueues the calls (of one or several local ranks) and returns at once.
     ///
     /// # Safety
@@ -318,8 +332,9 @@ impl<E: Engine> DeviceComm<E> {
         }])
     }
 
-    /// The prepared plan and the arguments of one call; `None` for a zero count.
-    fn plan_call(&self, spec: &CallSpec, send: u64, recv: u64) -> Result<Option<Planned<E>>> {
+    /// A call's checks: the communicator not failed, the arguments valid, no null buffer
+    /// where the rank has one. The call's mode, or `None` for a zero count.
+    fn check_call(&self, spec: &CallSpec, send: u64, recv: u64) -> Result<Option<Mode>> {
         if let Some(e) = self.async_error() {
             return Err(RuntimeError::Aborted(e));
         }
@@ -341,7 +356,19 @@ impl<E: Engine> DeviceComm<E> {
         if sizes.recv.is_some() && recv == 0 {
             return Err(null("receive"));
         }
-        let mode = spec.mode_of(rank, n, send, recv);
+        Ok(Some(spec.mode_of(rank, n, send, recv)))
+    }
+
+    /// The prepared plan and the arguments of a checked call of mode `mode`.
+    fn plan_checked(
+        &self,
+        spec: &CallSpec,
+        send: u64,
+        recv: u64,
+        mode: Mode,
+    ) -> Result<Planned<E>> {
+        let (rank, n) = (self.rank(), self.n_ranks());
+        let sizes = spec.sizes(rank, n);
         let op = spec.effective_op();
         let key = CallKey {
             collective: spec.collective,
@@ -403,7 +430,7 @@ impl<E: Engine> DeviceComm<E> {
             spec.dtype.name(),
             spec.op.name()
         );
-        Ok(Some((prepared, args)))
+        Ok((prepared, args))
     }
 
     /// Chooses and prepares the plan for a call not seen before (or not remembered).
@@ -498,14 +525,35 @@ pub struct GroupCall<'a, E: Engine> {
 /// # Safety
 /// As [`DeviceComm::enqueue`], for every call.
 pub unsafe fn enqueue_group<E: Engine>(calls: &[GroupCall<'_, E>]) -> Result<()> {
-    let mut planned = Vec::with_capacity(calls.len());
+    // Every call checked first: a call refused before launch leaves the communicator
+    // usable, as NCCL's invalid-argument errors do, and nothing is enqueued.
+    let mut checked = Vec::with_capacity(calls.len());
     for c in calls {
-        match c.comm.plan_call(&c.spec, c.send, c.recv) {
-            Ok(Some(p)) => planned.push((c, p)),
-            Ok(None) => {}
-            // A call refused before launch leaves the communicator usable, as NCCL's
-            // invalid-argument errors do.
-            Err(e) => return Err(e),
+        if let Some(mode) = c.comm.check_call(&c.spec, c.send, c.recv)? {
+            checked.push((c, mode));
+        }
+    }
+    let mut planned = Vec::with_capacity(checked.len());
+    let mut copies = Vec::new();
+    for (c, mode) in checked {
+        // One rank: every collective is the identity on its data (a sum, minimum,
+        // average... of one value is that value). In place there is nothing to do; out
+        // of place a copy, which the backend may offer instead of running the plan.
+        if c.comm.n_ranks() == 1 && mode == Mode::InPlace {
+            continue;
+        }
+        if c.comm.n_ranks() == 1 && c.comm.engine.copies() {
+            copies.push((c, c.spec.sizes(0, 1).larger));
+            continue;
+        }
+        planned.push((c, c.comm.plan_checked(&c.spec, c.send, c.recv, mode)?));
+    }
+    for (c, bytes) in copies {
+        // SAFETY: the caller's contract: both buffers hold the call's bytes, and out of
+        // place they do not overlap.
+        if let Err(e) = unsafe { c.comm.engine.copy(c.send, c.recv, bytes, c.stream) } {
+            c.comm.fail(e.to_string());
+            return Err(e);
         }
     }
     if planned.is_empty() {

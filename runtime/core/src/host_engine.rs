@@ -221,6 +221,20 @@ impl Engine for HostEngine {
         Ok(HostPrepared)
     }
 
+    fn copies(&self) -> bool {
+        true
+    }
+
+    unsafe fn copy(&self, src: u64, dst: u64, bytes: usize, stream: &HostStream) -> Result<()> {
+        stream.enqueue(move || {
+            // SAFETY: the caller's contract: both ranges are `bytes` long, do not overlap
+            // and are not touched by anything else until this copy has run on the stream.
+            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, bytes) };
+            Ok(())
+        });
+        Ok(())
+    }
+
     unsafe fn launch(calls: &[Launch<'_, Self>]) -> Result<()> {
         for c in calls {
             let rank = c.engine.0.clone();

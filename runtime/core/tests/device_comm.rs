@@ -336,6 +336,36 @@ fn nothing_is_set_up_per_call_after_the_first() {
     assert_eq!(r.comms[0].stats().prepared, before.prepared);
 }
 
+/// One rank: every collective is its input; out of place a copy, in place nothing. No
+/// plan is prepared or launched (what NCCL does too), and the results are right.
+#[test]
+fn one_rank_copies_or_does_nothing_and_runs_no_plan() {
+    let r = open(1, 1 << 20, Duration::from_secs(30));
+    for c in [
+        Collective::Allreduce,
+        Collective::Allgather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::Alltoall,
+    ] {
+        for mode in modes(c) {
+            for (dtype, op) in [(DType::F32, RedOp::Sum), (DType::I32, RedOp::Avg)] {
+                let spec = CallSpec {
+                    collective: c,
+                    count: 1001,
+                    dtype,
+                    op,
+                    root: c.is_rooted().then_some(0),
+                };
+                run(&r, &spec, mode, 7).unwrap_or_else(|e| panic!("{c} {mode:?}: {e}"));
+            }
+        }
+    }
+    let s = r.comms[0].stats();
+    assert_eq!((s.launches, s.prepared), (0, 0), "{s:?}");
+}
+
 #[test]
 fn two_communicators_with_many_calls_in_flight() {
     let a = open(2, 32 << 20, Duration::from_secs(30));

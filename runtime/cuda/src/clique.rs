@@ -426,17 +426,32 @@ impl Drop for Clique {
         }
         let aborted = self.aborted();
         let c = self.conns.get_mut().unwrap();
-        // Close what we opened of our peers, then wait until every peer did the same
-        // before freeing our own FIFOs (unless the group was aborted: nobody waits).
+        // Close what we opened of our peers; our own FIFOs are freed once every peer has
+        // done the same (unless the group was aborted: nobody waits). That wait happens
+        // on a thread of its own: destroying a communicator is not collective (one thread
+        // may destroy several ranks' communicators one after the other, as nccl-tests
+        // does), so it must not block on the other ranks.
         c.opened.clear();
-        if let Some(oob) = &self.oob {
-            if !aborted {
-                if let Err(e) = oob.barrier() {
-                    tracing::warn!("teardown barrier: {e}");
+        let own = std::mem::take(&mut c.own);
+        match &self.oob {
+            Some(oob) if !aborted => {
+                let oob = oob.clone();
+                let reaper = std::thread::Builder::new()
+                    .name("braid-cuda-teardown".into())
+                    .spawn(move || {
+                        if let Err(e) = oob.barrier() {
+                            tracing::warn!("teardown barrier: {e}");
+                        }
+                        drop(own);
+                    });
+                if let Err(e) = reaper {
+                    tracing::warn!(
+                        "no teardown thread ({e}): FIFOs freed without waiting for the peers"
+                    );
                 }
             }
+            _ => drop(own),
         }
-        c.own.clear();
     }
 }
 

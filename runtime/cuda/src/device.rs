@@ -19,8 +19,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Braid's own stream of each GPU (by ordinal) for setting memory up, made on first use
-/// and kept for the process's life.
-static SETUP: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
+/// and kept for the process's life, with the context it belongs to: the GPU's primary
+/// context, which is destroyed when its last user lets go (every communicator of the GPU
+/// dropped, say), and the stream with it, unless this keeps it.
+static SETUP: Mutex<Option<HashMap<usize, SetupStream>>> = Mutex::new(None);
+
+/// A setup stream's handle (as an integer: raw handles are not `Send`) and its context.
+type SetupStream = (Arc<CudaContext>, usize);
 
 /// Runs `f` with the setup stream of `ctx`'s GPU (the context bound), then waits for
 /// everything `f` enqueued on it.
@@ -33,10 +38,10 @@ fn with_setup_stream(
         let mut m = SETUP.lock().unwrap_or_else(|e| e.into_inner());
         let m = m.get_or_insert_with(HashMap::new);
         match m.get(&ctx.ordinal()) {
-            Some(&s) => s as sys::CUstream,
+            Some((_, s)) => *s as sys::CUstream,
             None => {
                 let s = result::stream::create(result::stream::StreamKind::NonBlocking)?;
-                m.insert(ctx.ordinal(), s as usize);
+                m.insert(ctx.ordinal(), (ctx.clone(), s as usize));
                 s
             }
         }

@@ -270,19 +270,52 @@ impl Engine for CudaEngine {
         self.prepare_inner(plan, dtype, op, protocol).map_err(rt)
     }
 
+    fn copies(&self) -> bool {
+        true
+    }
+
+    unsafe fn copy(
+        &self,
+        src: u64,
+        dst: u64,
+        bytes: usize,
+        stream: &Stream,
+    ) -> braid_runtime::Result<()> {
+        if stream.device() != self.device() {
+            return Err(rt(CudaError::Invalid(format!(
+                "rank {}: the stream belongs to GPU {}, the rank to GPU {}",
+                self.rank(),
+                stream.device(),
+                self.device()
+            ))));
+        }
+        self.context().bind_to_thread().map_err(|e| rt(e.into()))?;
+        // SAFETY: the caller's contract: device memory of this GPU, `bytes` long each,
+        // not overlapping; a live stream of this GPU.
+        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.raw()) }
+            .result()
+            .map_err(|e| rt(e.into()))
+    }
+
     unsafe fn launch(calls: &[Launch<'_, Self>]) -> braid_runtime::Result<()> {
         // SAFETY: the caller's contract.
         unsafe { launch_all(calls) }.map_err(rt)
     }
 
-    fn abort(&self, _reason: &str) {
-        self.clique.abort();
+    fn abort(&self, reason: &str) {
+        self.clique.abort_because(reason);
     }
 
     fn failure(&self) -> Option<String> {
         let code = self.clique.report(self.me);
         if code != 0 {
-            return Some(describe_failure(self.rank(), code, self.clique.timeout));
+            let what = describe_failure(self.rank(), code, self.clique.timeout);
+            // A kernel stopped by an abort says so; the abort's reason names the cause
+            // (a peer whose process is gone, for one).
+            return Some(match self.clique.abort_reason() {
+                Some(why) if self.clique.aborted() => format!("{what}: {why}"),
+                _ => what,
+            });
         }
         if self.clique.aborted() {
             return Some(match self.clique.abort_reason() {

@@ -25,6 +25,7 @@ pub mod kernel;
 pub mod modules;
 pub mod nccl;
 pub mod program;
+pub mod roofline;
 pub mod shared_host;
 pub mod stream;
 pub mod transport;

@@ -100,3 +100,21 @@ fn covering(all: &[Variant]) -> Vec<Variant> {
     }
     out
 }
+
+/// The roofline's copy kernel (`braid perf --backend cuda`) compiles too.
+#[test]
+fn the_roofline_copy_kernel_compiles() {
+    if !nvrtc_present() {
+        assert!(
+            std::env::var("BRAID_REQUIRE_NVRTC").is_err(),
+            "BRAID_REQUIRE_NVRTC is set but the NVRTC library cannot be loaded"
+        );
+        eprintln!(
+            "skipping the_roofline_copy_kernel_compiles: the NVRTC library is not on this machine"
+        );
+        return;
+    }
+    let arch = std::env::var("BRAID_KERNELS_ARCH").unwrap_or_else(|_| "sm_90".into());
+    let c = compile(braid_cuda::roofline::COPY_SOURCE, &arch).expect("the copy kernel compiles");
+    assert!(c.cubin.starts_with(b"\x7fELF"), "not an ELF image");
+}

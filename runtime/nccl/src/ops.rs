@@ -177,9 +177,12 @@ fn run(ops: Vec<Op>) -> Res<()> {
     let comms: Vec<Arc<Comm>> = own.iter().map(|o| o.comm().clone()).collect();
     if let Err(e) = run_own(own) {
         // A peer's failure leaves every communicator of the call unusable (a failed
-        // forwarded call leaves Braid's communicators as they were).
-        for c in &comms {
-            c.fail(&e);
+        // forwarded call leaves Braid's communicators as they were); a call refused for
+        // its arguments or as unsupported leaves them usable, as NCCL's own refusals do.
+        if e.code != abi::INVALID_ARGUMENT && e.code != abi::INVALID_USAGE {
+            for c in &comms {
+                c.fail(&e);
+            }
         }
         return Err(e);
     }

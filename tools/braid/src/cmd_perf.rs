@@ -497,6 +497,18 @@ fn row(
 /// Bytes every rank together sends over links in one call of `count` elements with
 /// `plan` (padding included: what crosses the links).
 fn bytes_moved(plan: &Verified, dtype: DType, count: usize) -> f64 {
+    path_bytes(plan, dtype, count, |_| 0).values().sum()
+}
+
+/// Bytes `plan` sends in one call of `count` elements from the ranks on one GPU to those
+/// on another (or the same) GPU, for ranks placed on GPU `gpu_of(rank)`: per
+/// `(from, to)` path.
+fn path_bytes(
+    plan: &Verified,
+    dtype: DType,
+    count: usize,
+    gpu_of: impl Fn(u32) -> usize,
+) -> std::collections::BTreeMap<(usize, usize), f64> {
     let g = braid_runtime::geometry::Geometry::new(
         plan.collective,
         plan.n_ranks,
@@ -507,7 +519,16 @@ fn bytes_moved(plan: &Verified, dtype: DType, count: usize) -> f64 {
         1,
         0,
     );
-    braid_plan::traffic::traffic(plan).total() as f64 * (g.chunk_elems * dtype.size()) as f64
+    let chunk = (g.chunk_elems * dtype.size()) as f64;
+    let mut paths = std::collections::BTreeMap::new();
+    for (rank, sent) in braid_plan::traffic::traffic(plan).sent.iter().enumerate() {
+        for (&peer, &chunks) in sent {
+            *paths
+                .entry((gpu_of(rank as u32), gpu_of(peer)))
+                .or_insert(0.0) += chunks as f64 * chunk;
+        }
+    }
+    paths
 }
 
 /// The host backend: every rank a communicator of this process (threads), each size
@@ -691,6 +712,17 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
     } = *sweep;
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
     let (comms, streams) = crate::cmd_run::open_cuda(n, registry, args.channels)?;
+    // Rank r is on GPU r % GPUs (open_cuda's placement).
+    let gpus = braid_cuda::device_count().min(n as usize).max(1);
+    let mut copier = braid_cuda::roofline::Copier::new(gpus).map_err(rt)?;
+    let mut copies: std::collections::HashMap<(usize, usize, usize), Duration> =
+        std::collections::HashMap::new();
+    report.roofline = Some(
+        "the bytes of the plan's busiest path (GPU to GPU; within one GPU, all its ranks' \
+         bytes) at this machine's rate for it: the faster of a copy-engine copy and an SM \
+         copy kernel of those bytes, timed back to back in this run"
+            .into(),
+    );
     let nccl = if args.vs_nccl {
         if !braid_cuda::nccl::present() {
             return Err(CliError::Runtime(
@@ -756,8 +788,54 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 &runs,
                 sync,
                 wrong,
-                (plan.name.clone(), plan.channels, protocol_name(proto)),
+                if n == 1 {
+                    // The communicator copies (out of place) or does nothing (in place).
+                    let what = if mode == Mode::InPlace {
+                        "nothing"
+                    } else {
+                        "copy"
+                    };
+                    (what.to_string(), 1, "-")
+                } else {
+                    (plan.name.clone(), plan.channels, protocol_name(proto))
+                },
             );
+            let mut roof = Duration::ZERO;
+            let mut paths = path_bytes(&plan, args.dtype, count, |r| r as usize % gpus);
+            if paths.is_empty() && mode == Mode::OutOfPlace {
+                // One rank, out of place: the data still has to reach the output.
+                let out = braid_runtime::call::CallSpec {
+                    collective,
+                    count,
+                    dtype: args.dtype,
+                    op: args.op,
+                    root,
+                }
+                .sizes(0, n)
+                .larger;
+                paths.insert((0, 0), out as f64);
+            }
+            for ((from, to), b) in paths {
+                let key = (from, to, b as usize);
+                let t = match copies.get(&key) {
+                    Some(&t) => t,
+                    None => {
+                        let t = copier
+                            .time(from, to, b as usize, args.iters, args.runs)
+                            .map_err(rt)?
+                            .best();
+                        copies.insert(key, t);
+                        t
+                    }
+                };
+                roof = roof.max(t);
+            }
+            r.roofline_us = Some(roof.as_secs_f64() * 1e6);
+            r.efficiency = Some(if r.time_us > 0.0 {
+                roof.as_secs_f64() * 1e6 / r.time_us
+            } else {
+                0.0
+            });
             if let Some(nc) = &nccl {
                 let t = nc
                     .time(
@@ -821,5 +899,31 @@ mod tests {
             Err(CliError::Runtime(m)) => assert!(m.contains("no CUDA driver"), "{m}"),
             other => panic!("expected a runtime error, got {other:?}"),
         }
+    }
+
+    /// The roofline's paths: a ring's bytes split by GPU pair, summing to what the plan
+    /// sends; with ranks alternating over two GPUs a ring only crosses between them.
+    #[test]
+    fn path_bytes_split_a_ring_by_gpu_pair() {
+        let topo = crate::topo_arg::load("nvswitch:4").unwrap();
+        let library = braid_library::Library::new(topo);
+        let ring = library
+            .plans(Collective::Allreduce, None)
+            .into_iter()
+            .find(|p| p.name == "ring_allreduce")
+            .expect("ring_allreduce applies to 4 ranks");
+        let count = 1 << 20;
+        let total = bytes_moved(&ring, DType::F32, count);
+        // 2 (N - 1) / N of every rank's 4 MiB leave it, padding aside.
+        assert!(total >= 4.0 * 2.0 * 3.0 / 4.0 * 4.0 * 1048576.0, "{total}");
+        let two = path_bytes(&ring, DType::F32, count, |r| r as usize % 2);
+        assert!(two.keys().all(|(a, b)| a != b), "{two:?}");
+        assert_eq!(two.values().sum::<f64>(), total);
+        let pairs = path_bytes(&ring, DType::F32, count, |r| r as usize / 2);
+        assert!(
+            pairs.contains_key(&(0, 0)) && pairs.contains_key(&(0, 1)),
+            "{pairs:?}"
+        );
+        assert_eq!(pairs.values().sum::<f64>(), total);
     }
 }

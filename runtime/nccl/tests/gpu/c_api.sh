@@ -5,6 +5,8 @@
 # shares it. Forwarding is checked against the machine's real NCCL.
 #
 # Usage: runtime/nccl/tests/gpu/c_api.sh DIR_WITH_BRAID_LIBNCCL_SO OUT_DIR
+# Braid's library comes first on LD_LIBRARY_PATH too: that path is searched before the
+# binary's run path, and a machine's environment may put NCCL's own library on it.
 # Exit status: 0 when every section passed. One log per section in OUT_DIR.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -24,7 +26,7 @@ failed=0
 run() {
     local section="$1"; shift
     local start=$SECONDS
-    if env BRAID_TEST_GPUS="$gpus" "$@" timeout 300 "$out/nccl_api" "$section" >"$out/$section.log" 2>&1; then
+    if env LD_LIBRARY_PATH="$out/run:${LD_LIBRARY_PATH:-}" BRAID_TEST_GPUS="$gpus" "$@" timeout 300 "$out/nccl_api" "$section" >"$out/$section.log" 2>&1; then
         echo "pass $section ($((SECONDS - start)) s)"
     else
         echo "FAIL $section ($((SECONDS - start)) s):"; tail -5 "$out/$section.log"; failed=1

@@ -14,4 +14,4 @@ cuda="${CUDA_HOME:-/usr/local/cuda}"
 gcc -std=c11 -O2 -Wall -Wextra -Werror -I"$nccl_dir/include" -I"$cuda/include" \
     "$here/../c/host_cost.c" -o "$out/host_cost" -L"$out/link" -lnccl -L"$cuda/lib64" -lcudart \
     -Wl,-rpath,"$out/run"
-BRAID_TEST_GPUS="$(nvidia-smi -L | wc -l)" timeout 300 "$out/host_cost" "${3:-2}" "${4:-2}"
+LD_LIBRARY_PATH="$out/run:${LD_LIBRARY_PATH:-}" BRAID_TEST_GPUS="$(nvidia-smi -L | wc -l)" timeout 300 "$out/host_cost" "${3:-2}" "${4:-2}"
