@@ -162,6 +162,12 @@ pub trait Engine: Send + Sync + Sized + 'static {
         op: RedOp,
         protocol: Protocol,
     ) -> Result<Self::Prepared>;
+    /// Whether [`Engine::prepare`] waits for the communicator's ranks in other processes
+    /// (it exchanges with them): several such ranks of one thread must then prepare side
+    /// by side.
+    fn prepare_is_collective(&self) -> bool {
+        false
+    }
     /// Whether [`Engine::copy`] is offered: a one-rank communicator's out-of-place call
     /// is then a copy, as NCCL makes it, instead of the plan's run.
     fn copies(&self) -> bool {
@@ -360,6 +366,23 @@ impl<E: Engine> DeviceComm<E> {
     }
 
     /// The prepared plan and the arguments of a checked call of mode `mode`.
+    fn call_key(&self, spec: &CallSpec, mode: Mode) -> CallKey {
+        CallKey {
+            collective: spec.collective,
+            root: spec.root,
+            mode,
+            bytes: spec.sizes(self.rank(), self.n_ranks()).larger,
+            dtype: spec.dtype,
+            op: spec.effective_op(),
+        }
+    }
+
+    /// Whether a call of `spec` in `mode` finds its prepared plan without preparing.
+    fn remembers(&self, spec: &CallSpec, mode: Mode) -> bool {
+        let key = self.call_key(spec, mode);
+        self.by_call.lock().unwrap().contains_key(&key)
+    }
+
     fn plan_checked(
         &self,
         spec: &CallSpec,
@@ -369,15 +392,7 @@ impl<E: Engine> DeviceComm<E> {
     ) -> Result<Planned<E>> {
         let (rank, n) = (self.rank(), self.n_ranks());
         let sizes = spec.sizes(rank, n);
-        let op = spec.effective_op();
-        let key = CallKey {
-            collective: spec.collective,
-            root: spec.root,
-            mode,
-            bytes: sizes.larger,
-            dtype: spec.dtype,
-            op,
-        };
+        let key = self.call_key(spec, mode);
         let found = self.by_call.lock().unwrap().get(&key).cloned();
         let prepared = match found {
             Some(p) => p,
@@ -522,6 +537,50 @@ pub struct GroupCall<'a, E: Engine> {
 /// `ncclGroupEnd` over communicators of one process): the engine may launch the ranks
 /// that share a GPU as one kernel. Nothing is launched unless every call is valid.
 ///
+/// The prepared plan and arguments of every call, in order. Preparing a plan is
+/// collective over the communicator's ranks in other processes; when one thread's group
+/// holds calls of several such communicators that are not prepared yet (ranks made one
+/// by one with ncclCommInitRank, called together in ncclGroupStart/End), each waits for
+/// the others, so they prepare side by side, each on a thread of its own.
+#[allow(clippy::type_complexity)]
+fn plan_all<'c, 'g, E: Engine>(
+    calls: &[(&'c GroupCall<'g, E>, Mode)],
+) -> Result<Vec<(&'c GroupCall<'g, E>, Planned<E>)>> {
+    let plan =
+        |c: &GroupCall<'g, E>, mode: Mode| c.comm.plan_checked(&c.spec, c.send, c.recv, mode);
+    let cold = calls
+        .iter()
+        .filter(|(c, mode)| {
+            c.comm.engine.prepare_is_collective() && !c.comm.remembers(&c.spec, *mode)
+        })
+        .count();
+    if cold < 2 {
+        return calls
+            .iter()
+            .map(|&(c, mode)| Ok((c, plan(c, mode)?)))
+            .collect();
+    }
+    let results: Vec<Result<Planned<E>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = calls
+            .iter()
+            .map(|&(c, mode)| s.spawn(move || plan(c, mode)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(RuntimeError::Invalid("preparing a call panicked".into()))
+                })
+            })
+            .collect()
+    });
+    calls
+        .iter()
+        .zip(results)
+        .map(|(&(c, _), r)| Ok((c, r?)))
+        .collect()
+}
+
 /// # Safety
 /// As [`DeviceComm::enqueue`], for every call.
 pub unsafe fn enqueue_group<E: Engine>(calls: &[GroupCall<'_, E>]) -> Result<()> {
@@ -533,7 +592,7 @@ pub unsafe fn enqueue_group<E: Engine>(calls: &[GroupCall<'_, E>]) -> Result<()>
             checked.push((c, mode));
         }
     }
-    let mut planned = Vec::with_capacity(checked.len());
+    let mut to_plan = Vec::with_capacity(checked.len());
     let mut copies = Vec::new();
     for (c, mode) in checked {
         // One rank: every collective is the identity on its data (a sum, minimum,
@@ -546,8 +605,9 @@ pub unsafe fn enqueue_group<E: Engine>(calls: &[GroupCall<'_, E>]) -> Result<()>
             copies.push((c, c.spec.sizes(0, 1).larger));
             continue;
         }
-        planned.push((c, c.comm.plan_checked(&c.spec, c.send, c.recv, mode)?));
+        to_plan.push((c, mode));
     }
+    let planned = plan_all(&to_plan)?;
     for (c, bytes) in copies {
         // SAFETY: the caller's contract: both buffers hold the call's bytes, and out of
         // place they do not overlap.

@@ -517,3 +517,165 @@ fn a_mismatched_call_fails_on_every_rank() {
         }
     }
 }
+
+/// An engine whose preparation waits for every rank of the communicator (as the CUDA
+/// backend's does across processes): the host engine with a barrier in `prepare` that
+/// gives up after 10 s.
+struct Rendezvous {
+    inner: HostEngine,
+    gate: Arc<Gate>,
+}
+
+struct Gate {
+    n: usize,
+    state: std::sync::Mutex<(usize, u64)>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate {
+    fn wait(&self) -> braid_runtime::Result<()> {
+        let mut s = self.state.lock().unwrap();
+        let generation = s.1;
+        s.0 += 1;
+        if s.0 == self.n {
+            *s = (0, generation + 1);
+            self.cv.notify_all();
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while s.1 == generation {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(RuntimeError::Invalid(
+                    "prepare waited 10 s for the other ranks".into(),
+                ));
+            }
+            s = self.cv.wait_timeout(s, left).unwrap().0;
+        }
+        Ok(())
+    }
+}
+
+impl braid_runtime::device_comm::Engine for Rendezvous {
+    type Stream = HostStream;
+    type Prepared = braid_runtime::host_engine::HostPrepared;
+
+    fn rank(&self) -> u32 {
+        self.inner.rank()
+    }
+    fn n_ranks(&self) -> u32 {
+        self.inner.n_ranks()
+    }
+    fn target(&self) -> braid_runtime::policy::Target {
+        self.inner.target()
+    }
+    fn scratch_bytes(&self) -> usize {
+        self.inner.scratch_bytes()
+    }
+    fn stats(&self) -> &braid_runtime::device_comm::Stats {
+        self.inner.stats()
+    }
+    fn prepare(
+        &self,
+        plan: &Arc<Verified>,
+        dtype: DType,
+        op: RedOp,
+        protocol: braid_ir::Protocol,
+    ) -> braid_runtime::Result<Self::Prepared> {
+        self.gate.wait()?;
+        self.inner.prepare(plan, dtype, op, protocol)
+    }
+    fn prepare_is_collective(&self) -> bool {
+        true
+    }
+    unsafe fn launch(
+        calls: &[braid_runtime::device_comm::Launch<'_, Self>],
+    ) -> braid_runtime::Result<()> {
+        let inner: Vec<braid_runtime::device_comm::Launch<'_, HostEngine>> = calls
+            .iter()
+            .map(|c| braid_runtime::device_comm::Launch {
+                engine: &c.engine.inner,
+                prepared: c.prepared,
+                args: c.args,
+                stream: c.stream,
+            })
+            .collect();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { HostEngine::launch(&inner) }
+    }
+    fn abort(&self, reason: &str) {
+        self.inner.abort(reason)
+    }
+    fn failure(&self) -> Option<String> {
+        self.inner.failure()
+    }
+}
+
+/// Ranks whose preparation is collective, all called from one thread in one group (as
+/// ncclGroupStart/End over ranks made one by one): they prepare side by side instead of
+/// the first waiting for the others forever. Twice: the second call finds everything
+/// prepared and stays on the calling thread.
+#[test]
+fn one_thread_grouping_ranks_whose_preparation_is_collective_does_not_deadlock() {
+    let n = 3u32;
+    let group = InProcGroup::new(n);
+    let reg = registry(n);
+    let gate = Arc::new(Gate {
+        n: n as usize,
+        state: std::sync::Mutex::new((0, 0)),
+        cv: std::sync::Condvar::new(),
+    });
+    let comms: Vec<DeviceComm<Rendezvous>> = (0..n)
+        .map(|r| {
+            let inner = HostEngine::with_scratch(
+                Box::new(group.member(r)),
+                Duration::from_secs(30),
+                1 << 20,
+            );
+            DeviceComm::new(
+                Rendezvous {
+                    inner,
+                    gate: gate.clone(),
+                },
+                reg.clone(),
+                Policy::default(),
+            )
+        })
+        .collect();
+    let streams: Vec<HostStream> = (0..n).map(|_| HostStream::new()).collect();
+    let spec = CallSpec {
+        collective: Collective::Allreduce,
+        count: 1000,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        root: None,
+    };
+    for seed in 0..2 {
+        let ins = inputs(spec.collective, spec.dtype, spec.op, n, spec.count, seed);
+        let mut outs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; spec.count * 4]).collect();
+        let calls: Vec<GroupCall<Rendezvous>> = comms
+            .iter()
+            .zip(&streams)
+            .zip(ins.iter().zip(outs.iter_mut()))
+            .map(|((comm, stream), (i, o))| GroupCall {
+                comm,
+                spec,
+                send: i.as_ptr() as u64,
+                recv: o.as_mut_ptr() as u64,
+                stream,
+            })
+            .collect();
+        // SAFETY: every buffer holds the call's 4000 bytes and outlives the streams'
+        // synchronisation below.
+        unsafe { enqueue_group(&calls) }.unwrap();
+        for s in &streams {
+            s.synchronize().unwrap();
+        }
+        let want = reference(spec.collective, spec.dtype, spec.op, None, &ins);
+        for (r, (o, w)) in outs.iter().zip(&want).enumerate() {
+            let w = w.as_ref().unwrap();
+            assert!(first_mismatch(spec.dtype, w, o).is_none(), "rank {r}");
+        }
+    }
+    assert!(comms.iter().all(|c| c.stats().prepared == 1));
+}

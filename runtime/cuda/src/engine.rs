@@ -274,6 +274,11 @@ impl Engine for CudaEngine {
         true
     }
 
+    fn prepare_is_collective(&self) -> bool {
+        // Ranks of other processes compare choices and exchange FIFOs while preparing.
+        self.clique.oob.is_some()
+    }
+
     unsafe fn copy(
         &self,
         src: u64,
