@@ -34,6 +34,7 @@ mod builder;
 mod class;
 mod error;
 mod fingerprint;
+pub mod ifname;
 mod link;
 mod path;
 mod preset;

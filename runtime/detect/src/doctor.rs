@@ -212,23 +212,18 @@ pub fn examine(s: &Survey) -> Diagnosis {
     let up: Vec<&Interface> = s.interfaces.iter().filter(|i| i.up).collect();
     for var in ["BRAID_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"] {
         if let Some(v) = env(var) {
-            let names: Vec<&str> = v
-                .trim_start_matches(['^', '='])
-                .split(',')
-                .filter(|x| !x.is_empty())
-                .collect();
-            let exclude = v.starts_with('^');
-            let exact = v.starts_with('=');
-            let matches = |i: &&Interface| {
-                names.iter().any(|p| {
-                    if exact {
-                        i.name == *p
-                    } else {
-                        i.name.starts_with(p)
-                    }
-                })
+            let spec = match braid_topo::ifname::IfSpec::parse(v) {
+                Ok(s) => s,
+                Err(e) => {
+                    d.findings.push(finding(
+                        "socket-ifname",
+                        format!("{var}: {e}"),
+                        "name interfaces by prefix (`eth`), exclude with `^`, exact with `=`",
+                    ));
+                    continue;
+                }
             };
-            let chosen = up.iter().filter(|i| matches(i) != exclude).count();
+            let chosen = up.iter().filter(|i| spec.selects(&i.name)).count();
             if chosen == 0 {
                 d.findings.push(finding(
                     "socket-ifname",

@@ -7,8 +7,9 @@
 //! channel, Braid's plans stage through one scratch buffer per rank, which this sizes),
 //! `NCCL_P2P_DISABLE` / `BRAID_P2P_DISABLE`, `NCCL_P2P_LEVEL=LOC` (no peer to peer),
 //! `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS` / `BRAID_CHANNELS` (a replica count),
-//! `NCCL_ALGO` / `BRAID_ALGO` (which plans calls may use, read by the runtime's policy).
-//! Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
+//! `NCCL_ALGO` / `BRAID_ALGO` (which plans calls may use, read by the runtime's policy),
+//! `NCCL_SOCKET_IFNAME` / `BRAID_SOCKET_IFNAME` (the interfaces the bootstrap listens on,
+//! read by the runtime's bootstrap). Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
 
 use std::sync::Once;
 
@@ -23,6 +24,7 @@ pub const HONOURED: &[&str] = &[
     "NCCL_MIN_NCHANNELS",
     "NCCL_MAX_NCHANNELS",
     "NCCL_ALGO",
+    "NCCL_SOCKET_IFNAME",
     // Read by NCCL's own tools and the launchers, harmless here.
     "NCCL_NVLS_ENABLE",
 ];

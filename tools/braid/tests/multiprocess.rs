@@ -421,8 +421,113 @@ fn across_two_network_namespaces_a_killed_or_stopped_rank_is_named_in_time() {
     survivors_name_the_victim_on(&net, 2, 2, "-STOP", Duration::from_secs(3 + 5), &stopped);
 }
 
-/// Two network namespaces with a veth pair between them (10.213.7.1 and .2), removed on
-/// drop.
+/// `NCCL_SOCKET_IFNAME` that selects no interface: every rank exits with an error that
+/// names the setting and the interfaces that are up; one that selects loopback works.
+#[test]
+fn a_socket_ifname_that_selects_nothing_is_a_clear_error() {
+    let args = ["allreduce", "--topo", "nvswitch:2", "--size", "64K"];
+    let port = free_port();
+    let s = secret(11);
+    let bad = [("NCCL_SOCKET_IFNAME", "=nosuch0")];
+    let start = Instant::now();
+    let ranks: Vec<Done> = (0..2)
+        .map(|r| spawn_rank_env(r, 2, port, &s, &args, &bad))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(wait)
+        .collect();
+    assert!(
+        start.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(ranks.iter().all(|d| d.code != 0));
+    assert!(
+        ranks[1]
+            .stderr
+            .contains("NCCL_SOCKET_IFNAME==nosuch0 selects no interface")
+            && ranks[1].stderr.contains("lo"),
+        "{}",
+        ranks[1].stderr
+    );
+    let port = free_port();
+    let good = [("NCCL_SOCKET_IFNAME", "lo")];
+    for (r, d) in (0..2)
+        .map(|r| spawn_rank_env(r, 2, port, &s, &args, &good))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(wait)
+        .enumerate()
+    {
+        assert_eq!(d.code, 0, "rank {r}: {}{}", d.stdout, d.stderr);
+    }
+}
+
+/// Two hosts (network namespaces) with two interfaces each: NCCL_SOCKET_IFNAME naming
+/// the connected one runs the job; naming the one that leads nowhere fails every rank
+/// within the timeout, with an error that names the address it could not reach.
+#[test]
+fn socket_ifname_picks_the_interface_between_two_namespaces() {
+    let veth = match Veth::new() {
+        Ok(v) => v,
+        Err(why) => {
+            eprintln!("skipped: cannot make two network namespaces joined by veth here: {why}");
+            return;
+        }
+    };
+    let net = Net {
+        master: veth.addr_a.clone(),
+        namespaces: vec![
+            Some(veth.ns_a.clone()),
+            Some(veth.ns_a.clone()),
+            Some(veth.ns_b.clone()),
+            Some(veth.ns_b.clone()),
+        ],
+    };
+    let args = ["allreduce", "--topo", "nvswitch:4", "--size", "256K"];
+    let run = |ifname: &str, seed: u8| -> Vec<Done> {
+        let port = free_port();
+        let s = secret(seed);
+        let env = [("BRAID_SHM_DISABLE", "1"), ("NCCL_SOCKET_IFNAME", ifname)];
+        (0..4)
+            .map(|r| spawn_rank_on(&net, r, 4, port, &s, &args, &env))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(wait)
+            .collect()
+    };
+    for (r, d) in run("bv", 12).iter().enumerate() {
+        assert_eq!(
+            d.code, 0,
+            "rank {r} over the veth: {}{}",
+            d.stdout, d.stderr
+        );
+        assert!(d.stdout.contains("correct"), "{}", d.stdout);
+    }
+    let start = Instant::now();
+    let wrong = run("bd", 13);
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(10 + 15), "{took:?}");
+    assert!(
+        wrong.iter().all(|d| d.code != 0),
+        "a rank succeeded on a dead interface"
+    );
+    assert!(
+        wrong
+            .iter()
+            .any(|d| d.stderr.contains("10.213.9.1") || d.stderr.contains("10.213.10.2")),
+        "no error names the unreachable address:\n{}",
+        wrong
+            .iter()
+            .map(|d| d.stderr.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// Two network namespaces with a veth pair between them (`bv*`: 10.213.7.1 and .2) and
+/// a second pair whose ends are in different subnets, so that it carries nothing between
+/// them (`bd*`: 10.213.9.1 and 10.213.10.2), removed on drop.
 struct Veth {
     ns_a: String,
     ns_b: String,
@@ -438,6 +543,7 @@ impl Veth {
             addr_a: "10.213.7.1".into(),
         };
         let (ea, eb) = (format!("bv{id}a"), format!("bv{id}b"));
+        let (da, db) = (format!("bd{id}a"), format!("bd{id}b"));
         let steps: Vec<Vec<&str>> = vec![
             vec!["netns", "add", &v.ns_a],
             vec!["netns", "add", &v.ns_b],
@@ -451,6 +557,17 @@ impl Veth {
             vec!["-n", &v.ns_b, "link", "set", &eb, "up"],
             vec!["-n", &v.ns_a, "link", "set", "lo", "up"],
             vec!["-n", &v.ns_b, "link", "set", "lo", "up"],
+            // A second link between the hosts whose two ends sit in different subnets:
+            // an interface each host has, through which neither reaches the other (a
+            // "wrong" NIC).
+            vec![
+                "link", "add", &da, "netns", &v.ns_a, "type", "veth", "peer", "name", &db, "netns",
+                &v.ns_b,
+            ],
+            vec!["-n", &v.ns_a, "addr", "add", "10.213.9.1/24", "dev", &da],
+            vec!["-n", &v.ns_b, "addr", "add", "10.213.10.2/24", "dev", &db],
+            vec!["-n", &v.ns_a, "link", "set", &da, "up"],
+            vec!["-n", &v.ns_b, "link", "set", &db, "up"],
         ];
         for step in steps {
             let out = Command::new("ip")

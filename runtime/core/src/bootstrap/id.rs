@@ -93,11 +93,12 @@ impl UniqueId {
     /// Creates an id and binds the root's listening socket, so the port in the id is
     /// already taken when the id is handed out.
     ///
-    /// The address is `listen`, else `BRAID_BOOTSTRAP_ADDR`, else `127.0.0.1:0`:
+    /// The address is `listen`, else `BRAID_BOOTSTRAP_ADDR`, else the first address of
+    /// the interfaces `BRAID_SOCKET_IFNAME` / `NCCL_SOCKET_IFNAME` select, else, when the
+    /// launcher says the job spans hosts (`LOCAL_WORLD_SIZE` < `WORLD_SIZE`), an
+    /// interface as NCCL picks one (not `docker*`, not `lo`), else `127.0.0.1:0`:
     /// loopback by default, so a single-host group never listens on the network unless
-    /// asked. Multi-host groups set `BRAID_BOOTSTRAP_ADDR` to this host's IP (an
-    /// interface name as in `NCCL_SOCKET_IFNAME` is not accepted: resolving names needs
-    /// `getifaddrs`, which std does not offer). When the address is unspecified
+    /// asked. When the address is unspecified
     /// (`0.0.0.0`, `::`), the socket listens on every interface and the id carries the
     /// address of the interface on the default route.
     ///
@@ -239,6 +240,18 @@ pub(crate) fn take_root_listener(id: &UniqueId) -> Option<TcpListener> {
 
 fn default_listen_addr() -> Result<SocketAddr> {
     let Ok(text) = std::env::var(BOOTSTRAP_ADDR_VAR) else {
+        if let Some(ip) = super::iface::listen_ip_from_env()? {
+            return Ok(SocketAddr::new(ip, 0));
+        }
+        if multi_node_launch() {
+            // Ranks on other hosts must reach the root: an interface as NCCL picks one.
+            let spec = braid_topo::ifname::IfSpec::default_rule();
+            let all = super::iface::list()?;
+            let what = "the interfaces a multi-node job may use (not docker*, not lo)";
+            if let Ok(i) = super::iface::choose(&spec, &all, what) {
+                return Ok(SocketAddr::new(i.addr, 0));
+            }
+        }
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
     };
     let text = text.trim();
@@ -251,6 +264,17 @@ fn default_listen_addr() -> Result<SocketAddr> {
             "{BOOTSTRAP_ADDR_VAR}={text:?} is neither an IP address nor IP:PORT"
         ))),
     }
+}
+
+/// Whether the launcher says the job spans several hosts (torchrun's `LOCAL_WORLD_SIZE`
+/// smaller than `WORLD_SIZE`).
+fn multi_node_launch() -> bool {
+    let get = |v: &str| {
+        std::env::var(v)
+            .ok()
+            .and_then(|x| x.trim().parse::<u32>().ok())
+    };
+    matches!((get("LOCAL_WORLD_SIZE"), get("WORLD_SIZE")), (Some(l), Some(w)) if l < w)
 }
 
 /// The local address of the interface that routes off-host: "connecting" a UDP socket

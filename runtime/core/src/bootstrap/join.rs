@@ -276,9 +276,17 @@ pub(crate) fn join(
 ) -> Result<Welcome> {
     let stream = connect_retry(root, w)?;
     prepare(&stream)?;
-    // Peers reach this rank the way the root does, so listen on the address this
-    // connection leaves from.
-    let listener = TcpListener::bind(SocketAddr::new(stream.local_addr()?.ip(), 0))?;
+    // Peers reach this rank on the interface BRAID_SOCKET_IFNAME / NCCL_SOCKET_IFNAME
+    // names, else the way the root does: on the address this connection leaves from.
+    let ip = match super::iface::listen_ip_from_env()? {
+        Some(ip) => ip,
+        None => stream.local_addr()?.ip(),
+    };
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|e| {
+        RuntimeError::Bootstrap(format!(
+            "rank {rank} cannot listen for its peers on {ip}: {e}"
+        ))
+    })?;
     let addr = listener.local_addr()?;
     let hello = Hello {
         kind: HelloKind::Join,

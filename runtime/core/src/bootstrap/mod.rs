@@ -20,6 +20,7 @@
 mod collective;
 mod handshake;
 mod id;
+pub mod iface;
 pub(crate) mod io;
 mod join;
 mod links;
