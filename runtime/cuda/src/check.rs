@@ -212,26 +212,24 @@ impl<'a> Prepared<'a> {
     /// them) between two timing events per stream, as nccl-tests times: the slowest
     /// stream's time from its first event to its last, divided by `iters`.
     pub fn run_back_to_back(&self, iters: u32) -> Result<Duration> {
-        let iters = iters.max(1);
-        let starts = self
-            .streams
-            .iter()
-            .map(Stream::record_timing)
-            .collect::<Result<Vec<_>>>()?;
-        for _ in 0..iters {
-            self.enqueue()?;
-        }
-        let ends = self
-            .streams
-            .iter()
-            .map(Stream::record_timing)
-            .collect::<Result<Vec<_>>>()?;
-        self.synchronize()?;
-        let mut worst = 0f32;
-        for (a, b) in starts.iter().zip(&ends) {
-            worst = worst.max(a.elapsed_ms(b)?);
-        }
-        Ok(Duration::from_secs_f64(f64::from(worst) / 1e3) / iters)
+        crate::timing::time_calls(
+            self.streams,
+            &|| self.enqueue(),
+            iters,
+            crate::timing::Timing::BackToBack,
+        )
+    }
+
+    /// `iters` calls captured in CUDA graphs (one per GPU), replayed between two timing
+    /// events per GPU ([`crate::timing::Timing::Graph`]). Call [`Prepared::run`] once
+    /// first: a capture must find the call prepared.
+    pub fn run_graph(&self, iters: u32) -> Result<Duration> {
+        crate::timing::time_calls(
+            self.streams,
+            &|| self.enqueue(),
+            iters,
+            crate::timing::Timing::Graph,
+        )
     }
 
     /// Every wrong rank after a run (a zero count has nothing to compare).

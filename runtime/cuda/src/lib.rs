@@ -21,6 +21,7 @@ pub mod compile;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod graph;
 pub mod kernel;
 pub mod modules;
 pub mod nccl;
@@ -28,6 +29,7 @@ pub mod program;
 pub mod roofline;
 pub mod shared_host;
 pub mod stream;
+pub mod timing;
 pub mod transport;
 
 pub use comm::{

@@ -136,9 +136,9 @@ impl<'a> Nccl<'a> {
     /// Times NCCL's `collective` on buffers sized for `count` (NCCL's count, as braid's
     /// calls use it) in `mode`, the way [`crate::check::Prepared::run_back_to_back`]
     /// times braid's: `warmup` untimed calls (at least one), then `runs` runs of `iters`
-    /// calls issued back to back on every rank's stream between two timing events per
-    /// stream (the slowest stream's time over `iters`); with `sync`, also the mean of
-    /// `iters` calls each waited for on the host.
+    /// calls issued as `how` says ([`crate::timing::time_calls`]: back to back, or from
+    /// CUDA graphs); with `sync`, also the mean of `iters` calls each waited for on the
+    /// host.
     #[allow(clippy::too_many_arguments)]
     pub fn time(
         &self,
@@ -152,6 +152,7 @@ impl<'a> Nccl<'a> {
         iters: u32,
         runs: u32,
         sync: bool,
+        how: crate::timing::Timing,
     ) -> Result<NcclTiming> {
         let n = self.comms.len();
         let e = dtype.size();
@@ -245,25 +246,12 @@ impl<'a> Nccl<'a> {
         let iters = iters.max(1);
         let mut timed = Vec::new();
         for _ in 0..runs.max(1) {
-            let starts = self
-                .streams
-                .iter()
-                .map(Stream::record_timing)
-                .collect::<Result<Vec<_>>>()?;
-            for _ in 0..iters {
-                enqueue()?;
-            }
-            let ends = self
-                .streams
-                .iter()
-                .map(Stream::record_timing)
-                .collect::<Result<Vec<_>>>()?;
-            wait()?;
-            let mut worst = 0f32;
-            for (a, b) in starts.iter().zip(&ends) {
-                worst = worst.max(a.elapsed_ms(b)?);
-            }
-            timed.push(Duration::from_secs_f64(f64::from(worst) / 1e3) / iters);
+            timed.push(crate::timing::time_calls(
+                self.streams,
+                &enqueue,
+                iters,
+                how,
+            )?);
         }
         let synced = if sync {
             let start = Instant::now();

@@ -64,7 +64,8 @@ pub struct PerfArgs {
     /// Also time each call waited for on the host (the old way), as its own column.
     #[arg(long)]
     pub sync: bool,
-    /// Capture the calls of a run in one CUDA graph and replay it.
+    /// Capture the `-n` calls of a run in CUDA graphs (one per GPU) and time their replay,
+    /// for Braid and NCCL alike (`--backend cuda`).
     #[arg(long)]
     pub graph: bool,
     /// One process per rank, as torchrun runs them.
@@ -265,10 +266,9 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
             "error: --vs-nccl needs --backend cuda (NCCL runs on the same GPUs)".into(),
         ));
     }
-    if args.graph {
+    if args.graph && !cuda {
         return Err(CliError::Usage(
-            "error: --graph (CUDA graph capture of the timed calls) is not implemented in braid perf yet; \
-             applications can capture braid's calls in their own graphs (docs/api.md)"
+            "error: --graph captures the timed calls in CUDA graphs: it needs --backend cuda"
                 .into(),
         ));
     }
@@ -370,7 +370,11 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         topology: args.topo.clone(),
         ranks: n,
         backend: if cuda { "cuda" } else { "host" },
-        timing: "back-to-back",
+        timing: if args.graph {
+            "cuda graph"
+        } else {
+            "back-to-back"
+        },
         iters: args.iters,
         warmup: args.warmup,
         runs: args.runs,
@@ -764,7 +768,13 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
             }
             p.synchronize().map_err(rt)?;
             let runs = (0..args.runs)
-                .map(|_| p.run_back_to_back(args.iters))
+                .map(|_| {
+                    if args.graph {
+                        p.run_graph(args.iters)
+                    } else {
+                        p.run_back_to_back(args.iters)
+                    }
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(rt)?;
             let sync = if args.sync {
@@ -849,6 +859,11 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                         args.iters,
                         args.runs,
                         false,
+                        if args.graph {
+                            braid_cuda::timing::Timing::Graph
+                        } else {
+                            braid_cuda::timing::Timing::BackToBack
+                        },
                     )
                     .map_err(rt)?;
                 let secs = braid_runtime::bench::median(&t.runs).as_secs_f64();

@@ -115,13 +115,14 @@ impl Report {
         let roof = self.rows.iter().any(|r| r.roofline_us.is_some());
         let nccl = self.rows.iter().any(|r| r.nccl_time_us.is_some());
         let mut out = format!(
-            "# braid perf {} on {} ({} ranks), {} backend{}: {} calls back to back per run, median of {} runs, {} warm-up calls{}\n",
+            "# braid perf {} on {} ({} ranks), {} backend{}: {} calls {} per run, median of {} runs, {} warm-up calls{}\n",
             self.collective,
             self.topology,
             self.ranks,
             self.backend,
             if self.timing.contains("process") { ", one process per rank" } else { "" },
             self.iters,
+            if self.timing.contains("graph") { "replayed from CUDA graphs" } else { "back to back" },
             self.runs,
             self.warmup,
             self.nccl.as_ref().map_or(String::new(), |v| format!("; vs NCCL {v} (ratio = NCCL time / braid time)"))

@@ -320,57 +320,23 @@ impl Timer {
     }
 }
 
-/// A captured CUDA graph, instantiated.
-pub struct Graph {
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
-}
+/// A CUDA graph of what a test enqueued on one stream (braid-cuda's, with the tests'
+/// string errors).
+pub struct Graph(braid_cuda::graph::Graph);
 
 impl Graph {
-    /// Captures what `f` enqueues on `s` (relaxed mode: the communicator may look at
-    /// streams while capturing).
     pub fn capture(s: &Stream, f: impl FnOnce() -> Result<(), String>) -> Result<Graph, String> {
-        // SAFETY: a live stream; capture ends below whatever `f` returns.
-        unsafe {
-            check(
-                sys::cuStreamBeginCapture_v2(
-                    s.raw(),
-                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-                ),
-                "cuStreamBeginCapture",
-            )?;
-        }
-        let r = f();
-        let mut graph = std::ptr::null_mut();
-        // SAFETY: ends the capture begun above.
-        let end = unsafe { sys::cuStreamEndCapture(s.raw(), &mut graph) };
-        r?;
-        check(end, "cuStreamEndCapture")?;
-        let mut exec = std::ptr::null_mut();
-        // SAFETY: a graph just captured.
-        check(
-            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
-            "cuGraphInstantiate",
-        )?;
-        Ok(Graph { graph, exec })
+        braid_cuda::graph::Graph::capture(std::slice::from_ref(s), || {
+            f().map_err(braid_cuda::CudaError::Invalid)
+        })
+        .map(Graph)
+        .map_err(|e| e.to_string())
     }
 
     pub fn launch(&self, s: &Stream) -> Result<(), String> {
-        // SAFETY: an instantiated graph and a live stream.
-        check(
-            unsafe { sys::cuGraphLaunch(self.exec, s.raw()) },
-            "cuGraphLaunch",
-        )
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        // SAFETY: created by `capture`, destroyed once, after the streams were synchronised.
-        unsafe {
-            sys::cuGraphExecDestroy(self.exec);
-            sys::cuGraphDestroy(self.graph);
-        }
+        // SAFETY: every test keeps what it captured alive until it has synchronised the
+        // stream after its last replay.
+        unsafe { self.0.launch(s) }.map_err(|e| e.to_string())
     }
 }
 
