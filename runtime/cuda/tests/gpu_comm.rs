@@ -11,7 +11,8 @@
 //!
 //! Without a CUDA driver it prints why it skips and passes. `BRAID_CUDA_QUICK=1` runs a
 //! reduced matrix; `BRAID_GPU_SECTIONS=matrix,graph,...` runs only the named sections;
-//! `BRAID_GPU_BENCH=FILE` also measures the per-call cost and writes JSON lines to FILE.
+//! `BRAID_GPU_BENCH=FILE` also measures the per-call cost and writes JSON lines to FILE;
+//! the soak of two processes runs only when `BRAID_GPU_SECTIONS` names `soak`.
 
 mod support;
 
@@ -90,6 +91,13 @@ fn main() -> ExitCode {
             procs(gpus, true, true)
         });
         section(&mut t, "2 processes, dead peer", dead_peer);
+    }
+    // Only when named: minutes of calls.
+    if sections
+        .as_deref()
+        .is_some_and(|l| l.split(',').any(|x| x == "soak"))
+    {
+        section(&mut t, "soak, 2 processes", || soak(gpus));
     }
     if let Ok(path) = std::env::var("BRAID_GPU_BENCH") {
         section(&mut t, "bench", || bench(&path));
@@ -941,6 +949,98 @@ fn dead_peer() -> Result<Cases, String> {
     )])
 }
 
+/// The soak (`BRAID_GPU_SECTIONS=soak`; `BRAID_SOAK_CALLS`, default 2,000): 2 ranks as
+/// processes on the GPU(s), a deterministic mix of collectives, dtypes, ops, modes,
+/// memory kinds and counts, every result checked; from call 1,000 (or half the run) to
+/// the last, resident memory grows less than 5 % and open files and `/dev/shm` entries
+/// do not grow.
+fn soak(gpus: usize) -> Result<Cases, String> {
+    let calls: usize = std::env::var("BRAID_SOAK_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let limit = Duration::from_secs(60 + calls as u64 / 4);
+    let ranks = spawn_pair("soak", gpus, &[("BRAID_TIMEOUT", "30")], limit)?;
+    Ok(ranks
+        .into_iter()
+        .enumerate()
+        .map(|(r, (code, text))| {
+            print!("{text}");
+            let res = if code == 0 && text.contains("soak done") {
+                Ok(())
+            } else {
+                Err(format!("exit code {code}"))
+            };
+            (format!("rank {r}"), res)
+        })
+        .collect())
+}
+
+/// What the soak watches in this process: resident KiB, open files, `/dev/shm` entries.
+fn footprint() -> (u64, usize, usize) {
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|t| {
+            t.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4);
+    let count = |d: &str| std::fs::read_dir(d).map_or(0, |e| e.count());
+    (rss, count("/proc/self/fd"), count("/dev/shm"))
+}
+
+fn soak_rank(comm: &CudaComm, stream: &Stream, app: &AppKernels) -> Result<(), String> {
+    let calls: usize = std::env::var("BRAID_SOAK_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let mark = 1000.min(calls / 2);
+    let mix = [
+        (DType::F32, RedOp::Sum),
+        (DType::Bf16, RedOp::Avg),
+        (DType::I32, RedOp::Max),
+        (DType::U8, RedOp::Min),
+        (DType::F64, RedOp::Prod),
+    ];
+    let counts = [1usize, 7, 1000, 4099, 65_537, 1 << 18];
+    let mut at_mark = None;
+    let t = Instant::now();
+    for i in 0..calls {
+        let c = Collective::ALL[i % Collective::ALL.len()];
+        let (d, o) = mix[(i / 6) % mix.len()];
+        let (d, o) = if c.reduces() { (d, o) } else { (d, RedOp::Sum) };
+        let root = c.is_rooted().then_some((i / 30 % 2) as u32);
+        let mode = modes(c)[(i / 7) % modes(c).len()];
+        let spec = CallSpec {
+            collective: c,
+            count: counts[(i / 11) % counts.len()],
+            dtype: d,
+            op: o,
+            root,
+        };
+        let kind = KINDS[(i / 13) % KINDS.len()];
+        proc_case(comm, stream, app, &spec, mode, kind, i as u64)
+            .map_err(|e| format!("call {i}: {c} {} {} {mode}: {e}", d.name(), o.name()))?;
+        if i + 1 == mark {
+            at_mark = Some(footprint());
+        }
+    }
+    let (rss0, fd0, shm0) = at_mark.unwrap_or_default();
+    let (rss1, fd1, shm1) = footprint();
+    println!(
+        "rank {}: {calls} calls right in {:.1?}; from call {mark}: RSS {rss0} -> {rss1} KiB, \
+         open files {fd0} -> {fd1}, /dev/shm entries {shm0} -> {shm1}",
+        comm.rank(),
+        t.elapsed()
+    );
+    if rss1 as f64 > rss0 as f64 * 1.05 || fd1 > fd0 || shm1 > shm0 {
+        return Err("the footprint grew".into());
+    }
+    println!("rank {}: soak done", comm.rank());
+    Ok(())
+}
+
 /// A child process: one rank of a two-process job.
 fn child(role: &str) -> ExitCode {
     let code = match child_run(role) {
@@ -961,6 +1061,7 @@ fn child_run(role: &str) -> Result<(), String> {
     let stream = Stream::new(comm.context()).map_err(|e| e.to_string())?;
     let app = AppKernels::load(comm.context())?;
     match role {
+        "soak" => soak_rank(&comm, &stream, &app),
         "dead" => {
             // Both ranks make one call together; then rank 1 dies and rank 0 calls again:
             // its kernel waits for a peer that will never send, until BRAID_TIMEOUT.
