@@ -548,13 +548,16 @@ fn plan_all<'c, 'g, E: Engine>(
 ) -> Result<Vec<(&'c GroupCall<'g, E>, Planned<E>)>> {
     let plan =
         |c: &GroupCall<'g, E>, mode: Mode| c.comm.plan_checked(&c.spec, c.send, c.recv, mode);
-    let cold = calls
-        .iter()
-        .filter(|(c, mode)| {
-            c.comm.engine.prepare_is_collective() && !c.comm.remembers(&c.spec, *mode)
-        })
-        .count();
-    if cold < 2 {
+    // A single call (the usual path) never waits for itself: no lookup.
+    let cold = || {
+        calls
+            .iter()
+            .filter(|(c, mode)| {
+                c.comm.engine.prepare_is_collective() && !c.comm.remembers(&c.spec, *mode)
+            })
+            .count()
+    };
+    if calls.len() < 2 || cold() < 2 {
         return calls
             .iter()
             .map(|&(c, mode)| Ok((c, plan(c, mode)?)))

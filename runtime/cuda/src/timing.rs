@@ -27,24 +27,24 @@ pub fn time_calls(
     how: Timing,
 ) -> Result<Duration> {
     let iters = iters.max(1);
-    // The streams timed: every stream back to back; each GPU's first under a graph,
-    // which joins the GPU's other streams into its replay.
-    let mut by_gpu: Vec<Vec<Stream>> = Vec::new();
-    for s in streams {
-        match by_gpu.iter_mut().find(|g| g[0].device() == s.device()) {
-            Some(g) => g.push(s.clone()),
-            None => by_gpu.push(vec![s.clone()]),
-        }
-    }
     let sync = || -> Result<()> {
         for s in streams {
             s.synchronize()?;
         }
         Ok(())
     };
+    // The streams timed: every stream back to back; each GPU's first under a graph,
+    // which joins the GPU's other streams into its replay.
     let (timed, graphs): (Vec<Stream>, Vec<Graph>) = match how {
         Timing::BackToBack => (streams.to_vec(), Vec::new()),
         Timing::Graph => {
+            let mut by_gpu: Vec<Vec<Stream>> = Vec::new();
+            for s in streams {
+                match by_gpu.iter_mut().find(|g| g[0].device() == s.device()) {
+                    Some(g) => g.push(s.clone()),
+                    None => by_gpu.push(vec![s.clone()]),
+                }
+            }
             let graphs = capture_nested(&by_gpu, &|| {
                 for _ in 0..iters {
                     enqueue()?;

@@ -911,19 +911,24 @@ fn procs(gpus: usize, quick: bool, staged: bool) -> Result<Cases, String> {
         env.push(("BRAID_CUDA_QUICK", "1"));
     }
     let ranks = spawn_pair("matrix", gpus, &env, Duration::from_secs(240))?;
-    Ok(ranks
+    Ok(rank_cases(ranks, "rank done"))
+}
+
+/// Each rank process's outcome as a case: exit 0 and `done` in its output.
+fn rank_cases(ranks: Vec<(i32, String)>, done: &str) -> Cases {
+    ranks
         .into_iter()
         .enumerate()
         .map(|(r, (code, text))| {
             print!("{text}");
-            let res = if code == 0 && text.contains("rank done") {
+            let res = if code == 0 && text.contains(done) {
                 Ok(())
             } else {
                 Err(format!("exit code {code}"))
             };
             (format!("rank {r}"), res)
         })
-        .collect())
+        .collect()
 }
 
 /// Rank 1 exits right after joining; rank 0's call must fail (kernel timeout) instead of
@@ -955,25 +960,16 @@ fn dead_peer() -> Result<Cases, String> {
 /// the last, resident memory grows less than 5 % and open files and `/dev/shm` entries
 /// do not grow.
 fn soak(gpus: usize) -> Result<Cases, String> {
-    let calls: usize = std::env::var("BRAID_SOAK_CALLS")
+    let limit = Duration::from_secs(60 + soak_calls() as u64 / 4);
+    let ranks = spawn_pair("soak", gpus, &[("BRAID_TIMEOUT", "30")], limit)?;
+    Ok(rank_cases(ranks, "soak done"))
+}
+
+fn soak_calls() -> usize {
+    std::env::var("BRAID_SOAK_CALLS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let limit = Duration::from_secs(60 + calls as u64 / 4);
-    let ranks = spawn_pair("soak", gpus, &[("BRAID_TIMEOUT", "30")], limit)?;
-    Ok(ranks
-        .into_iter()
-        .enumerate()
-        .map(|(r, (code, text))| {
-            print!("{text}");
-            let res = if code == 0 && text.contains("soak done") {
-                Ok(())
-            } else {
-                Err(format!("exit code {code}"))
-            };
-            (format!("rank {r}"), res)
-        })
-        .collect())
+        .unwrap_or(2000)
 }
 
 /// What the soak watches in this process: resident KiB, open files, `/dev/shm` entries.
@@ -991,10 +987,7 @@ fn footprint() -> (u64, usize, usize) {
 }
 
 fn soak_rank(comm: &CudaComm, stream: &Stream, app: &AppKernels) -> Result<(), String> {
-    let calls: usize = std::env::var("BRAID_SOAK_CALLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+    let calls = soak_calls();
     let mark = 1000.min(calls / 2);
     let mix = [
         (DType::F32, RedOp::Sum),

@@ -599,12 +599,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
             let rate =
                 *rate.get_or_insert_with(|| braid_runtime::bench::copy_rate(m.bytes, threads));
             let roof = bytes_moved(&m.plan, args.dtype, count) / rate;
-            r.roofline_us = Some(roof * 1e6);
-            r.efficiency = Some(if r.time_us > 0.0 {
-                roof * 1e6 / r.time_us
-            } else {
-                0.0
-            });
+            r.set_roofline(roof * 1e6);
             report.rows.push(r);
         }
     }
@@ -685,12 +680,7 @@ fn run_procs(
             if plan.name == first.plan {
                 let roof = bytes_moved(&plan, args.dtype, count)
                     / braid_runtime::bench::copy_rate(bytes, threads);
-                r.roofline_us = Some(roof * 1e6);
-                r.efficiency = Some(if r.time_us > 0.0 {
-                    roof * 1e6 / r.time_us
-                } else {
-                    0.0
-                });
+                r.set_roofline(roof * 1e6);
             }
         }
         report.rows.push(r);
@@ -814,16 +804,7 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
             let mut paths = path_bytes(&plan, args.dtype, count, |r| r as usize % gpus);
             if paths.is_empty() && mode == Mode::OutOfPlace {
                 // One rank, out of place: the data still has to reach the output.
-                let out = braid_runtime::call::CallSpec {
-                    collective,
-                    count,
-                    dtype: args.dtype,
-                    op: args.op,
-                    root,
-                }
-                .sizes(0, n)
-                .larger;
-                paths.insert((0, 0), out as f64);
+                paths.insert((0, 0), bytes as f64);
             }
             for ((from, to), b) in paths {
                 let key = (from, to, b as usize);
@@ -840,12 +821,7 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 };
                 roof = roof.max(t);
             }
-            r.roofline_us = Some(roof.as_secs_f64() * 1e6);
-            r.efficiency = Some(if r.time_us > 0.0 {
-                roof.as_secs_f64() * 1e6 / r.time_us
-            } else {
-                0.0
-            });
+            r.set_roofline(roof.as_secs_f64() * 1e6);
             if let Some(nc) = &nccl {
                 let t = nc
                     .time(

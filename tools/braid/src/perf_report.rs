@@ -69,6 +69,18 @@ pub struct Row {
     pub protocol: &'static str,
 }
 
+impl Row {
+    /// Puts the roofline (µs) beside the row, and the efficiency it gives.
+    pub fn set_roofline(&mut self, us: f64) {
+        self.roofline_us = Some(us);
+        self.efficiency = Some(if self.time_us > 0.0 {
+            us / self.time_us
+        } else {
+            0.0
+        });
+    }
+}
+
 /// The whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {

@@ -398,21 +398,8 @@ fn over_tcp_a_killed_or_stopped_rank_is_named_in_time() {
 /// and `ip`); without it the test says so and checks nothing more than the loopback test.
 #[test]
 fn across_two_network_namespaces_a_killed_or_stopped_rank_is_named_in_time() {
-    let veth = match Veth::new() {
-        Ok(v) => v,
-        Err(why) => {
-            eprintln!("skipped: cannot make two network namespaces joined by veth here: {why}");
-            return;
-        }
-    };
-    let net = Net {
-        master: veth.addr_a.clone(),
-        namespaces: vec![
-            Some(veth.ns_a.clone()),
-            Some(veth.ns_a.clone()),
-            Some(veth.ns_b.clone()),
-            Some(veth.ns_b.clone()),
-        ],
+    let Some((_veth, net)) = two_hosts() else {
+        return;
     };
     let tcp = [("BRAID_SHM_DISABLE", "1")];
     survivors_name_the_victim_on(&net, 2, 3, "-KILL", Duration::from_secs(15), &tcp);
@@ -468,21 +455,8 @@ fn a_socket_ifname_that_selects_nothing_is_a_clear_error() {
 /// within the timeout, with an error that names the address it could not reach.
 #[test]
 fn socket_ifname_picks_the_interface_between_two_namespaces() {
-    let veth = match Veth::new() {
-        Ok(v) => v,
-        Err(why) => {
-            eprintln!("skipped: cannot make two network namespaces joined by veth here: {why}");
-            return;
-        }
-    };
-    let net = Net {
-        master: veth.addr_a.clone(),
-        namespaces: vec![
-            Some(veth.ns_a.clone()),
-            Some(veth.ns_a.clone()),
-            Some(veth.ns_b.clone()),
-            Some(veth.ns_b.clone()),
-        ],
+    let Some((_veth, net)) = two_hosts() else {
+        return;
     };
     let args = ["allreduce", "--topo", "nvswitch:4", "--size", "256K"];
     let run = |ifname: &str, seed: u8| -> Vec<Done> {
@@ -525,6 +499,29 @@ fn socket_ifname_picks_the_interface_between_two_namespaces() {
     );
 }
 
+/// Four ranks on two "hosts": ranks 0 and 1 in one network namespace (rank 0's address
+/// the master), 2 and 3 in the other; `None` (saying why) where namespaces cannot be
+/// made. Keep the `Veth` alive while the ranks run.
+fn two_hosts() -> Option<(Veth, Net)> {
+    let veth = match Veth::new() {
+        Ok(v) => v,
+        Err(why) => {
+            eprintln!("skipped: cannot make two network namespaces joined by veth here: {why}");
+            return None;
+        }
+    };
+    let net = Net {
+        master: veth.addr_a.clone(),
+        namespaces: vec![
+            Some(veth.ns_a.clone()),
+            Some(veth.ns_a.clone()),
+            Some(veth.ns_b.clone()),
+            Some(veth.ns_b.clone()),
+        ],
+    };
+    Some((veth, net))
+}
+
 /// Two network namespaces with a veth pair between them (`bv*`: 10.213.7.1 and .2) and
 /// a second pair whose ends are in different subnets, so that it carries nothing between
 /// them (`bd*`: 10.213.9.1 and 10.213.10.2), removed on drop.
@@ -536,7 +533,10 @@ struct Veth {
 
 impl Veth {
     fn new() -> Result<Veth, String> {
-        let id = std::process::id();
+        // Unique per pair: tests of this binary make theirs at the same time.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = format!("{}x{k}", std::process::id());
         let v = Veth {
             ns_a: format!("braid{id}a"),
             ns_b: format!("braid{id}b"),
