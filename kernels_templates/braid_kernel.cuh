@@ -419,7 +419,112 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
   }
 }
 
+// ---- Point to point: the sends and receives of one group (ncclSend / ncclRecv) ----
+//
+// Each grid block serves one lane of one connection end of a rank of the launch (its
+// `P2pLane`) and moves, in order, every task of that lane: the sender's bytes through
+// the lane's FIFO into the receiver's buffer, slice by slice, with the lane's protocol.
+// The tasks are bytes (the kernel is the `unsigned char` variant's). Both ends cut a
+// message into the same slices on the same lanes (runtime/cuda/src/p2p.rs decides from
+// the byte count alone), so the i-th send to a peer meets its i-th receive, as NCCL
+// matches them.
+
+struct P2pRank {      // 32 bytes: what every wait of a rank's blocks watches
+  u64 fail;
+  u64 report;
+  u64 abort;
+  u64 timeout_ns;
+};
+
+struct P2pLane {      // 48 bytes: one lane of one connection end
+  u64 slots;          // address of slot 0
+  u64 head;
+  u64 tail;
+  u64 counter;        // address of this end's counter (slices sent / received so far)
+  u32 nslots;
+  u32 ll;             // 1: the LL lane, 0: Simple
+  u32 rank;           // index into P2pLaunch.rank
+  u32 send;           // 1: this rank sends on the lane, 0: receives
+};
+
+struct P2pTask {      // 24 bytes: a message (or its part) on one lane
+  u64 buf;            // the caller's buffer
+  u64 bytes;
+  u32 lane;
+  u32 pad;
+};
+
+struct P2pLaunch {
+  u32 nlanes;         // = grid blocks
+  u32 ntasks;
+  P2pRank rank[BRAID_MAX_LOCAL];
+  P2pLane lane[BRAID_P2P_LANES];
+  P2pTask task[BRAID_P2P_TASKS];
+};
+
+__device__ void p2p_run(const P2pLaunch& L, u32 b) {
+  const P2pLane ln = L.lane[b];
+  const P2pRank rk = L.rank[ln.rank];
+  Ctx c;
+  c.w.fail = reinterpret_cast<volatile u32*>(rk.fail);
+  c.w.report = reinterpret_cast<volatile u32*>(rk.report);
+  c.w.abort = reinterpret_cast<volatile u32*>(rk.abort);
+  c.w.timeout_ns = rk.timeout_ns;
+  c.w.block = b;
+  if (*c.w.fail != 0) return;
+  u64* counter = reinterpret_cast<u64*>(ln.counter);
+  const u64 slot = ln.ll ? BRAID_LL_SLOT_BYTES : BRAID_SIMPLE_SLOT_BYTES;
+  const u64 piece = (ln.ll ? slot / 2 : slot) / sizeof(T);
+  c.send_slots = c.recv_slots = reinterpret_cast<char*>(ln.slots);
+  c.send_head = c.recv_head = reinterpret_cast<volatile u64*>(ln.head);
+  c.send_tail = c.recv_tail = reinterpret_cast<volatile u64*>(ln.tail);
+  c.send_nslots = c.recv_nslots = ln.nslots;
+  c.sent = c.received = *counter;
+  for (u32 i = 0; i < L.ntasks; i++) {
+    const P2pTask tk = L.task[i];
+    if (tk.lane != b) continue;
+    T* p = reinterpret_cast<T*>(tk.buf);
+    const u64 total = tk.bytes / sizeof(T);
+    for (u64 off = 0; off < total; off += piece) {
+      const u64 n = min64(total - off, piece);
+      if (ln.send) {
+        if (!wait_send(c)) return;
+        char* out = c.send_slots + (c.sent % c.send_nslots) * slot;
+        if (ln.ll) {
+          if (!ll_move<S>(c, nullptr, 0, p + off, n, n, nullptr, 0, out, (u32)(c.sent + 1)))
+            return;
+          c.sent++;
+        } else {
+          move(reinterpret_cast<T*>(out), n, nullptr, 0, p + off, n, nullptr, 0, n);
+          send_done(c);
+        }
+      } else {
+        const char* in = c.recv_slots + (c.received % c.recv_nslots) * slot;
+        if (ln.ll) {
+          if (!ll_move<R>(c, p + off, n, nullptr, 0, n, in, (u32)(c.received + 1), nullptr,
+                          0))
+            return;
+          c.received++;
+          if (threadIdx.x == 0) *c.recv_tail = c.received;
+        } else {
+          if (!wait_recv(c)) return;
+          move(p + off, n, nullptr, 0, reinterpret_cast<const T*>(in), n, nullptr, 0, n);
+          recv_done(c);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *counter = ln.send ? c.sent : c.received;
+}
+
 }  // namespace braid
+
+#if BRAID_P2P
+extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_p2p(const braid::P2pLaunch L) {
+  braid::p2p_run(L, blockIdx.x);
+}
+#endif
 
 extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_kernel(const braid::Launch L) {
   unsigned s = 0;

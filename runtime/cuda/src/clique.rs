@@ -29,6 +29,10 @@ pub const MAX_COUNTERS: usize = 16384;
 /// Bytes before a lane's first slot (head at 0, tail at 128).
 pub const LANE_HEADER: usize = 256;
 const TAIL_AT: u64 = 128;
+/// The first connection channel of point-to-point traffic, apart from every plan's.
+pub const P2P_CHANNEL: u32 = braid_runtime::p2p::P2P_CHANNEL;
+/// Slots per lane of a point-to-point connection.
+pub const P2P_SLOTS: u32 = 4;
 
 /// Exchanges between this process's ranks and the others' (the bootstrap).
 pub trait Oob: Send + Sync {
@@ -79,6 +83,8 @@ struct Conns {
     ends: HashMap<(Conn, bool), Ends>,
     /// Next free counter per local rank.
     next_counter: HashMap<u32, u32>,
+    /// Point-to-point channels per ordered pair (made at initialisation).
+    p2p_channels: u32,
     /// FIFOs created here (receivers here).
     own: Vec<Box<dyn Region>>,
     /// Peers' FIFOs opened here (senders here, receivers in other processes).
@@ -257,16 +263,70 @@ impl Clique {
     /// processes when some connection has an end elsewhere: every process calls it for
     /// the same plans in the same order (every rank prepares the same choices).
     pub fn connect(&self, plan: &Plan, stats: &Stats) -> Result<()> {
-        let mut c = self.conns.lock().unwrap();
-        let needed = program::connections(plan);
+        let what = format!("plan `{}`", plan.name);
         let slots = plan.slots.max(braid_plan::DEFAULT_SLOTS);
+        self.connect_all(program::connections(plan), slots, plan.slots, &what, stats)
+    }
+
+    /// Makes the point-to-point connections: `channels` per ordered pair of ranks (every
+    /// pair: a send may go to any rank, and a rank that takes no part in a group must not
+    /// be needed to connect the others). Collective over the processes, at
+    /// initialisation.
+    pub fn connect_p2p(&self, channels: u32, stats: &Stats) -> Result<()> {
+        let mut needed = Vec::new();
+        for k in 0..channels {
+            for sender in 0..self.n {
+                for receiver in (0..self.n).filter(|&r| r != sender) {
+                    needed.push(Conn {
+                        sender,
+                        receiver,
+                        channel: P2P_CHANNEL + k,
+                    });
+                }
+            }
+        }
+        self.connect_all(needed, P2P_SLOTS, P2P_SLOTS, "point to point", stats)?;
+        self.conns.lock().unwrap().p2p_channels = channels;
+        Ok(())
+    }
+
+    /// Point-to-point channels per ordered pair of ranks (0: none were made).
+    pub fn p2p_channels(&self) -> u32 {
+        self.conns.lock().unwrap().p2p_channels
+    }
+
+    /// Both lanes of local rank `rank`'s end of its point-to-point connection on channel
+    /// `k` to (`send`) or from `peer`.
+    pub fn p2p_end(&self, rank: u32, peer: u32, send: bool, k: u32) -> Option<[EndDesc; 2]> {
+        let (sender, receiver) = if send { (rank, peer) } else { (peer, rank) };
+        let conn = Conn {
+            sender,
+            receiver,
+            channel: P2P_CHANNEL + k,
+        };
+        self.conns.lock().unwrap().ends.get(&(conn, send)).copied()
+    }
+
+    /// Makes every connection of `needed` that does not exist yet, with `slots` slots per
+    /// lane; those that exist must have at least `need`. Collective over the processes
+    /// when some connection has an end elsewhere: every process calls it with the same
+    /// connections in the same order.
+    fn connect_all(
+        &self,
+        needed: Vec<Conn>,
+        slots: u32,
+        need: u32,
+        what: &str,
+        stats: &Stats,
+    ) -> Result<()> {
+        let mut c = self.conns.lock().unwrap();
         for conn in needed.iter().filter(|x| c.made.contains(x)) {
             let have = c.slots[conn];
-            if have < plan.slots {
+            if have < need {
                 return Err(CudaError::Invalid(format!(
-                    "plan `{}` needs {} slots per connection; the communicator's connection \
+                    "{what} needs {need} slots per connection; the communicator's connection \
                      {}->{} channel {} has {have}",
-                    plan.name, plan.slots, conn.sender, conn.receiver, conn.channel
+                    conn.sender, conn.receiver, conn.channel
                 )));
             }
         }

@@ -59,6 +59,9 @@ pub struct Options {
     pub p2p_disable: bool,
     pub scratch_bytes: usize,
     pub policy: Policy,
+    /// Point-to-point connections per ordered pair of ranks, made at initialisation
+    /// (`BRAID_P2P_CHANNELS`; 0: no point to point on the GPU).
+    pub p2p_channels: u32,
 }
 
 impl Default for Options {
@@ -68,13 +71,14 @@ impl Default for Options {
             p2p_disable: false,
             scratch_bytes: DEFAULT_SCRATCH_BYTES,
             policy: Policy::default(),
+            p2p_channels: crate::p2p::DEFAULT_CHANNELS,
         }
     }
 }
 
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
-    /// `BRAID_CHANNELS`.
+    /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -94,6 +98,10 @@ impl Options {
             p2p_disable: p2p_disabled(std::env::var("BRAID_P2P_DISABLE").ok().as_deref()),
             scratch_bytes,
             policy: Policy::from_env()?,
+            p2p_channels: crate::p2p::channels_from(
+                std::env::var("BRAID_P2P_CHANNELS").ok().as_deref(),
+            )
+            .map_err(CudaError::Invalid)?,
         })
     }
 }
@@ -327,6 +335,7 @@ impl CudaComm {
             opts.scratch_bytes,
             &stats,
         )?);
+        clique.connect_p2p(opts.p2p_channels, &stats)?;
         // What the clique set up is counted on rank 0.
         let mut first = Some(stats);
         Ok((0..n as usize)
@@ -431,6 +440,7 @@ impl CudaComm {
             &stats,
         )?);
         watch_bootstrap(&boot, &clique)?;
+        clique.connect_p2p(opts.p2p_channels, &stats)?;
         Ok(CudaComm {
             inner: DeviceComm::new(
                 CudaEngine::new(clique, 0, stats),
@@ -452,6 +462,12 @@ impl CudaComm {
     /// Whether connections go peer to peer (`false`: host-staged).
     pub fn p2p(&self) -> bool {
         self.engine().p2p()
+    }
+
+    /// Whether sends and receives between ranks are served ([`crate::p2p`]; off with
+    /// `BRAID_P2P_CHANNELS=0`).
+    pub fn serves_p2p(&self) -> bool {
+        self.n_ranks() == 1 || self.engine().clique().p2p_channels() > 0
     }
 
     /// The addresses NCCL would be given for `bufs`, after checking that they are on this

@@ -131,6 +131,11 @@ impl CudaEngine {
         &self.clique
     }
 
+    /// This rank's position among the clique's local ranks.
+    pub(crate) fn local_index(&self) -> usize {
+        self.me
+    }
+
     /// The GPU (ordinal) this rank runs on.
     pub fn device(&self) -> usize {
         self.clique.locals[self.me].ctx.ordinal()
@@ -447,14 +452,10 @@ impl CudaEngine {
 /// As [`Engine::launch`].
 unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
     for c in calls {
-        if c.stream.device() != c.engine.device() {
-            return Err(CudaError::Invalid(format!(
-                "rank {}: the stream belongs to GPU {}, the rank to GPU {}",
-                c.engine.rank(),
-                c.stream.device(),
-                c.engine.device()
-            )));
-        }
+        check_device(Member {
+            engine: c.engine,
+            stream: c.stream,
+        })?;
     }
     let mut groups: Vec<Vec<&Launch<'_, CudaEngine>>> = Vec::new();
     for c in calls {
@@ -471,7 +472,14 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
         }
     }
     for g in &groups {
-        check_streams(g)?;
+        let members: Vec<Member<'_>> = g
+            .iter()
+            .map(|c| Member {
+                engine: c.engine,
+                stream: c.stream,
+            })
+            .collect();
+        check_streams(&members)?;
     }
     for g in groups {
         // SAFETY: passed on.
@@ -480,9 +488,29 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
     Ok(())
 }
 
+/// One rank's part of a launch: its engine and the stream its call came on.
+#[derive(Clone, Copy)]
+pub(crate) struct Member<'a> {
+    pub engine: &'a CudaEngine,
+    pub stream: &'a Stream,
+}
+
+/// Refuses a call on a stream of another GPU than its rank's.
+pub(crate) fn check_device(m: Member<'_>) -> Result<()> {
+    if m.stream.device() != m.engine.device() {
+        return Err(CudaError::Invalid(format!(
+            "rank {}: the stream belongs to GPU {}, the rank to GPU {}",
+            m.engine.rank(),
+            m.stream.device(),
+            m.engine.device()
+        )));
+    }
+    Ok(())
+}
+
 /// Refuses what would deadlock: two ranks sharing a GPU and a stream in separate
 /// launches (the second waits behind the first, which waits for the second).
-fn check_streams(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
+pub(crate) fn check_streams(g: &[Member<'_>]) -> Result<()> {
     let clique = g[0].engine.clique();
     let device = g[0].engine.device();
     let sharing = clique.sharing_gpu(g[0].engine.me);
@@ -510,10 +538,6 @@ fn check_streams(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
 /// # Safety
 /// As [`Engine::launch`].
 unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
-    let lead = g[0];
-    let ctx = lead.engine.context();
-    ctx.bind_to_thread()?;
-    let stream = lead.stream.raw();
     let mut p = LaunchParams {
         n: g.len() as u32,
         ..LaunchParams::default()
@@ -526,6 +550,39 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
         total += c.prepared.inner.grid;
     }
     p.first[g.len()] = total;
+    let members: Vec<Member<'_>> = g
+        .iter()
+        .map(|c| Member {
+            engine: c.engine,
+            stream: c.stream,
+        })
+        .collect();
+    let func = g[0].prepared.inner.kernel.func.cu_function();
+    // SAFETY: the kernel's one parameter is a `Launch` by value, which `LaunchParams`
+    // lays out; every table was written by `program::encode` after `program::check`
+    // proved its steps inside the call's buffers, scratch and FIFOs; the caller
+    // guarantees the buffers.
+    unsafe { launch_joined(&members, func, total, &mut p) }
+}
+
+/// Launches `func` with `grid` blocks and the one parameter `param` on the first
+/// member's stream: the launch waits for what came before it on the other members'
+/// streams, and they wait for the launch; each member's rank keeps its calls in issue
+/// order ([`CudaEngine::order_before`]).
+///
+/// # Safety
+/// `param` must be what `func` takes, by value, and everything it points at must be
+/// valid for the kernel until it completes.
+pub(crate) unsafe fn launch_joined<P>(
+    g: &[Member<'_>],
+    func: sys::CUfunction,
+    grid: u32,
+    param: &mut P,
+) -> Result<()> {
+    let lead = g[0];
+    let ctx = lead.engine.context();
+    ctx.bind_to_thread()?;
+    let stream = lead.stream.raw();
     // Other ranks' streams: the launch waits for what came before on them, and they wait
     // for the launch.
     let others: Vec<sys::CUstream> = {
@@ -558,16 +615,12 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
             }
         }
     }
-    let func = lead.prepared.inner.kernel.func.cu_function();
-    let mut arg = &mut p as *mut LaunchParams as *mut std::ffi::c_void;
-    // SAFETY: the kernel's one parameter is a `Launch` by value, which `LaunchParams`
-    // lays out; every table was written by `program::encode` after `program::check`
-    // proved its steps inside the call's buffers, scratch and FIFOs; the caller
-    // guarantees the buffers.
+    let mut arg = param as *mut P as *mut std::ffi::c_void;
+    // SAFETY: the caller's contract.
     unsafe {
         result::launch_kernel(
             func,
-            (total, 1, 1),
+            (grid, 1, 1),
             (THREADS, 1, 1),
             0,
             stream,

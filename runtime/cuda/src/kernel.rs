@@ -12,6 +12,12 @@ pub const INTERPRETER: &str = include_str!("../../../kernels_templates/braid_ker
 
 /// The kernel's entry point.
 pub const ENTRY: &str = "braid_kernel";
+/// The point-to-point entry point, in the [`p2p_variant`]'s module only.
+pub const P2P_ENTRY: &str = "braid_p2p";
+/// Lanes (grid blocks) one point-to-point launch can serve.
+pub const P2P_LANES: usize = 128;
+/// Messages (or parts of messages) one point-to-point launch can carry.
+pub const P2P_TASKS: usize = 192;
 
 /// Threads of every thread block.
 pub const THREADS: u32 = 512;
@@ -76,6 +82,18 @@ pub struct Variant {
     pub wire: Wire,
 }
 
+/// The variant whose module also holds the point-to-point kernel: bytes, no reduction.
+pub fn p2p_variant(host_fifo: bool) -> Variant {
+    Variant {
+        dtype: DType::U8,
+        op: RedOp::Sum,
+        wire: Wire {
+            ll: false,
+            host_fifo,
+        },
+    }
+}
+
 /// The CUDA type the primitives use for a dtype (inside `namespace braid`).
 pub fn c_type(d: DType) -> &'static str {
     match d {
@@ -123,6 +141,14 @@ pub fn source(v: Variant) -> String {
         ("BRAID_UNROLL", unroll().to_string()),
         ("BRAID_THREADS", THREADS.to_string()),
         ("BRAID_MAX_LOCAL", MAX_LOCAL.to_string()),
+        ("BRAID_SIMPLE_SLOT_BYTES", format!("{SIMPLE_SLOT_BYTES}ull")),
+        ("BRAID_LL_SLOT_BYTES", format!("{LL_SLOT_BYTES}ull")),
+        (
+            "BRAID_P2P",
+            u8::from(v == p2p_variant(v.wire.host_fifo)).to_string(),
+        ),
+        ("BRAID_P2P_LANES", P2P_LANES.to_string()),
+        ("BRAID_P2P_TASKS", P2P_TASKS.to_string()),
     ];
     for (k, val) in defines {
         t.push_str(&format!("#define {k} {val}\n"));
@@ -185,6 +211,11 @@ mod tests {
             "#define BRAID_PIECE_BYTES {SIMPLE_SLOT_BYTES}ull\n"
         )));
         assert_ne!(s, simple);
+        assert!(s.contains("#define BRAID_P2P 0\n"));
+        let bytes = source(p2p_variant(true));
+        assert!(bytes.contains("#define BRAID_P2P 1\n"));
+        assert!(bytes.contains("#define BRAID_T unsigned char\n"));
+        assert!(bytes.contains("braid_p2p("));
     }
 
     #[test]

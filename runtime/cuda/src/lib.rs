@@ -25,6 +25,7 @@ pub mod graph;
 pub mod kernel;
 pub mod modules;
 pub mod nccl;
+pub mod p2p;
 pub mod program;
 pub mod roofline;
 pub mod shared_host;
@@ -38,6 +39,7 @@ pub use comm::{
 };
 pub use engine::CudaEngine;
 pub use error::{CudaError, Result};
+pub use p2p::P2pOp;
 pub use stream::Stream;
 
 /// `docs/api.md`, compiled (and, where no GPU is needed, run) as a doc test.

@@ -18,6 +18,9 @@ pub struct Loaded {
     pub blocks_per_sm: u32,
     /// Multiprocessors of the GPU.
     pub multiprocessors: u32,
+    /// The point-to-point kernel and its blocks per multiprocessor (the
+    /// [`kernel::p2p_variant`]'s module only).
+    pub p2p: Option<(CudaFunction, u32)>,
     _module: Arc<CudaModule>,
 }
 
@@ -51,6 +54,28 @@ pub fn get(ctx: &Arc<CudaContext>, variant: Variant, stats: &Stats) -> Result<Lo
     let module = ctx.load_module(Ptx::from_binary(compiled.cubin))?;
     stats.loaded();
     let func = module.load_function(kernel::ENTRY)?;
+    let blocks = occupancy(&func, variant, ctx)?;
+    let p2p = if variant == kernel::p2p_variant(variant.wire.host_fifo) {
+        let f = module.load_function(kernel::P2P_ENTRY)?;
+        let b = occupancy(&f, variant, ctx)?;
+        Some((f, b))
+    } else {
+        None
+    };
+    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let l = Loaded {
+        func,
+        blocks_per_sm: blocks,
+        multiprocessors: sms as u32,
+        p2p,
+        _module: module,
+    };
+    map.insert(key, l.clone());
+    Ok(l)
+}
+
+/// Thread blocks of `func` one multiprocessor holds at once (at least one, or an error).
+fn occupancy(func: &CudaFunction, variant: Variant, ctx: &CudaContext) -> Result<u32> {
     let mut blocks = 0i32;
     // SAFETY: out-parameter; a function of a live module.
     unsafe {
@@ -62,19 +87,11 @@ pub fn get(ctx: &Arc<CudaContext>, variant: Variant, stats: &Stats) -> Result<Lo
         )
     }
     .result()?;
-    let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     if blocks < 1 {
         return Err(CudaError::Invalid(format!(
             "the kernel for {variant:?} fits no thread block of {THREADS} threads on GPU {}",
             ctx.ordinal()
         )));
     }
-    let l = Loaded {
-        func,
-        blocks_per_sm: blocks as u32,
-        multiprocessors: sms as u32,
-        _module: module,
-    };
-    map.insert(key, l.clone());
-    Ok(l)
+    Ok(blocks as u32)
 }

@@ -4,8 +4,8 @@
 //! kernels, with 1, 2, 4 and 8 ranks in one process (several per GPU when the machine has
 //! fewer GPUs: rank `r` on GPU `r % GPUs`) and 2 ranks as 2 processes (this program
 //! starts itself twice, as torchrun would, both on GPU 0 when there is one). Also: CUDA
-//! graph capture and replay, two communicators in flight at once, nothing set up per call
-//! (counters), abort, and a dead peer. Every result is compared with the host reference
+//! graph capture and replay, two communicators in flight at once, sends and receives
+//! (`gpu_comm/p2p.rs`), nothing set up per call (counters), abort, and a dead peer. Every result is compared with the host reference
 //! bit for bit (the reference inputs make every floating-point reduction exact in any
 //! order, so there is no tolerance to state).
 //!
@@ -14,6 +14,8 @@
 //! `BRAID_GPU_BENCH=FILE` also measures the per-call cost and writes JSON lines to FILE;
 //! the soak of two processes runs only when `BRAID_GPU_SECTIONS` names `soak`.
 
+#[path = "gpu_comm/p2p.rs"]
+mod p2p;
 mod support;
 
 use braid_cuda::check::compare;
@@ -79,6 +81,9 @@ fn main() -> ExitCode {
             two_in_flight(gpus)
         });
     }
+    if want("p2p") {
+        section(&mut t, "point to point", || p2p::section(gpus, quick));
+    }
     if want("counters") {
         section(&mut t, "nothing set up per call", || counters(gpus));
     }
@@ -91,6 +96,15 @@ fn main() -> ExitCode {
             procs(gpus, true, true)
         });
         section(&mut t, "2 processes, dead peer", dead_peer);
+        section(&mut t, "2 processes, point to point", || {
+            let ranks = spawn_pair(
+                "p2p",
+                gpus,
+                &[("BRAID_TIMEOUT", "20")],
+                Duration::from_secs(120),
+            )?;
+            Ok(rank_cases(ranks, "p2p done"))
+        });
     }
     // Only when named: minutes of calls.
     if sections
@@ -1055,6 +1069,11 @@ fn child_run(role: &str) -> Result<(), String> {
     let app = AppKernels::load(comm.context())?;
     match role {
         "soak" => soak_rank(&comm, &stream, &app),
+        "p2p" => {
+            let k = p2p::proc_rank(&comm, &stream)?;
+            println!("rank {rank}: {k} exchanges right; p2p done");
+            Ok(())
+        }
         "dead" => {
             // Both ranks make one call together; then rank 1 dies and rank 0 calls again:
             // its kernel waits for a peer that will never send, until BRAID_TIMEOUT.

@@ -3,13 +3,14 @@
 //! NVRTC library, not a GPU or a driver: CI installs it (`.ci/nvrtc.txt`) and sets
 //! `BRAID_REQUIRE_NVRTC=1`, which turns a missing NVRTC into a failure; elsewhere the test
 //! prints why it skips. By default a covering set compiles, in which every data type,
-//! reduction, protocol and FIFO placement appears (a dozen variants, a minute);
+//! reduction, protocol and FIFO placement appears, and both variants holding the
+//! point-to-point kernel (a dozen variants, a minute);
 //! `BRAID_KERNELS_ALL=1` compiles all of them (200, several minutes on two cores), which
 //! also fills the disk cache (`BRAID_CACHE_DIR`) to carry to GPU machines.
 //! `BRAID_KERNELS_ARCH` picks the architecture (default `sm_90`).
 
 use braid_cuda::compile::{compile, nvrtc_present};
-use braid_cuda::kernel::{all_variants, source, Variant};
+use braid_cuda::kernel::{all_variants, p2p_variant, source, Variant, P2P_ENTRY};
 use braid_runtime::dtype::{DType, RedOp};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -40,7 +41,19 @@ fn every_variant_compiles() {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&v) = variants.get(i) else { break };
+                let p2p = v == p2p_variant(v.wire.host_fifo);
+                let has_p2p = |cubin: &[u8]| {
+                    cubin
+                        .windows(P2P_ENTRY.len())
+                        .any(|w| w == P2P_ENTRY.as_bytes())
+                };
                 match compile(&source(v), &arch) {
+                    Ok(c) if c.cubin.starts_with(b"\x7fELF") && has_p2p(&c.cubin) != p2p => {
+                        failed.lock().unwrap().push(format!(
+                            "{v:?}: the point-to-point entry is {}",
+                            if p2p { "missing" } else { "present" }
+                        ))
+                    }
                     Ok(c) if c.cubin.starts_with(b"\x7fELF") => {}
                     Ok(_) => failed
                         .lock()
@@ -93,6 +106,13 @@ fn covering(all: &[Variant]) -> Vec<Variant> {
     for w in &wires {
         if !out.iter().any(|v| v.wire == *w) {
             out.extend(all.iter().find(|v| v.wire == *w).copied());
+        }
+    }
+    // The point-to-point kernel lives in the byte variant's module, on both placements.
+    for host_fifo in [false, true] {
+        let v = p2p_variant(host_fifo);
+        if !out.contains(&v) {
+            out.push(v);
         }
     }
     for d in DType::ALL {

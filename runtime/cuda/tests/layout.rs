@@ -1,5 +1,5 @@
 //! The structures the kernel reads (`kernels_templates/braid_kernel.cuh`) have exactly the
-//! layouts the host writes (`program::LAYOUT`, `engine::LAUNCH_LAYOUT`). The structures are
+//! layouts the host writes (`program::LAYOUT`, `engine::LAUNCH_LAYOUT`, `p2p::P2P_LAYOUT`). The structures are
 //! plain data of 32- and 64-bit integers, laid out alike by the host's C compiler and by
 //! NVRTC for a 64-bit GPU, so the test copies their definitions out of the template into
 //! a C file of static assertions and compiles it with the host's C compiler (no CUDA
@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-const STRUCTS: [&str; 8] = [
+const STRUCTS: [&str; 12] = [
     "End",
     "BlockDesc",
     "StepDesc",
@@ -17,6 +17,10 @@ const STRUCTS: [&str; 8] = [
     "Table",
     "CallArgs",
     "Launch",
+    "P2pRank",
+    "P2pLane",
+    "P2pTask",
+    "P2pLaunch",
 ];
 
 /// The text of `struct NAME { ... };` in the template.
@@ -39,8 +43,10 @@ fn c_source(tamper: bool) -> String {
         "#include <stddef.h>\n#include <stdint.h>\ntypedef uint32_t u32;\ntypedef uint64_t u64;\n",
     );
     c += &format!(
-        "#define BRAID_MAX_LOCAL {}\n",
-        braid_cuda::kernel::MAX_LOCAL
+        "#define BRAID_MAX_LOCAL {}\n#define BRAID_P2P_LANES {}\n#define BRAID_P2P_TASKS {}\n",
+        braid_cuda::kernel::MAX_LOCAL,
+        braid_cuda::kernel::P2P_LANES,
+        braid_cuda::kernel::P2P_TASKS
     );
     for s in STRUCTS {
         c += &format!("typedef struct {s} {s};\n");
@@ -51,7 +57,8 @@ fn c_source(tamper: bool) -> String {
     }
     let fields = braid_cuda::program::LAYOUT
         .iter()
-        .chain(braid_cuda::engine::LAUNCH_LAYOUT);
+        .chain(braid_cuda::engine::LAUNCH_LAYOUT)
+        .chain(braid_cuda::p2p::P2P_LAYOUT);
     for (i, (strukt, field, offset)) in fields.enumerate() {
         assert!(
             STRUCTS.contains(strukt),

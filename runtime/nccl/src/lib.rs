@@ -1153,9 +1153,12 @@ fn p2p(
         if count > 0 && buf.is_null() {
             return Err(Failure::invalid("the buffer is NULL"));
         }
-        // To itself Braid copies (on either backend); to another rank on the CUDA
-        // backend, the real NCCL serves it.
-        if peer as u32 != c.rank && matches!(c.ready()?, comm::Backend::Cuda(_)) {
+        // To itself Braid copies (on either backend); to another rank, Braid's point to
+        // point serves it, unless it was turned off on the CUDA backend
+        // (BRAID_P2P_CHANNELS=0): then the real NCCL does.
+        if peer as u32 != c.rank
+            && matches!(c.ready()?, comm::Backend::Cuda(cc) if !cc.serves_p2p())
+        {
             forward::available(c.forward()?, what)?;
             let (buf, peer) = (buf as u64, peer);
             let call = if send {

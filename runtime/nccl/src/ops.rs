@@ -320,14 +320,24 @@ fn run_forwarded(ops: &[Op]) -> Res<()> {
 }
 
 fn run_cuda(ops: &[Op]) -> Res<()> {
-    let mut streams = Vec::with_capacity(ops.len());
+    // SAFETY (of every stream made here): the application's stream of the communicator's
+    // device (NCCL's contract), alive until the call completes; 0 is the legacy stream.
+    let stream_of = |comm: &Comm, stream: usize| unsafe {
+        braid_cuda::Stream::from_raw(
+            stream as cudarc::driver::sys::CUstream,
+            comm.device.max(0) as usize,
+        )
+    };
+    fn cuda(comm: &Comm) -> &braid_cuda::CudaComm {
+        match comm.ready() {
+            Ok(Backend::Cuda(c)) => c,
+            _ => unreachable!("partitioned by backend"),
+        }
+    }
+    let mut colls = Vec::new();
+    let mut p2p = Vec::new();
     for op in ops {
         match op {
-            Op::P2p { .. } => {
-                return Err(Failure::usage(
-                    "ncclSend / ncclRecv: point-to-point is not served by Braid's CUDA backend yet",
-                ))
-            }
             Op::Coll {
                 premul: Some(_), ..
             } => {
@@ -336,21 +346,12 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
                 ))
             }
             Op::Fwd { .. } => unreachable!("partitioned in run"),
-            Op::Coll { comm, stream, .. } => {
-                // SAFETY: the application's stream of the communicator's device (NCCL's
-                // contract), alive until the call completes; 0 is the legacy stream.
-                streams.push(unsafe {
-                    braid_cuda::Stream::from_raw(
-                        *stream as cudarc::driver::sys::CUstream,
-                        comm.device.max(0) as usize,
-                    )
-                });
-            }
+            Op::Coll { comm, stream, .. } => colls.push((op, stream_of(comm, *stream))),
+            Op::P2p { comm, stream, .. } => p2p.push((op, stream_of(comm, *stream))),
         }
     }
-    let calls: Vec<GroupCall<braid_cuda::CudaEngine>> = ops
+    let calls: Vec<GroupCall<braid_cuda::CudaEngine>> = colls
         .iter()
-        .zip(&streams)
         .map(|(op, stream)| match op {
             Op::Coll {
                 comm,
@@ -358,24 +359,45 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
                 send,
                 recv,
                 ..
-            } => {
-                let Ok(Backend::Cuda(c)) = comm.ready() else {
-                    unreachable!("partitioned by backend")
-                };
-                GroupCall {
-                    comm: c,
-                    spec: *spec,
-                    send: *send,
-                    recv: *recv,
-                    stream,
-                }
-            }
-            Op::P2p { .. } | Op::Fwd { .. } => unreachable!("refused or partitioned above"),
+            } => GroupCall {
+                comm: cuda(comm),
+                spec: *spec,
+                send: *send,
+                recv: *recv,
+                stream,
+            },
+            Op::P2p { .. } | Op::Fwd { .. } => unreachable!("collectives only"),
+        })
+        .collect();
+    let sends: Vec<braid_cuda::P2pOp> = p2p
+        .iter()
+        .map(|(op, stream)| match op {
+            Op::P2p {
+                comm,
+                send,
+                buf,
+                count,
+                dtype,
+                peer,
+                ..
+            } => braid_cuda::P2pOp {
+                comm: cuda(comm),
+                send: *send,
+                peer: *peer,
+                addr: *buf,
+                bytes: count * dtype.size(),
+                stream,
+            },
+            Op::Coll { .. } | Op::Fwd { .. } => unreachable!("point to point only"),
         })
         .collect();
     // SAFETY: NCCL's contract: the buffers are device memory of the communicator's GPU
     // holding the call's sizes, alive until the call completes on its stream.
     unsafe { enqueue_group(&calls) }?;
+    if !sends.is_empty() {
+        // SAFETY: as above.
+        unsafe { braid_cuda::p2p::enqueue(&sends) }?;
+    }
     Ok(())
 }
 
