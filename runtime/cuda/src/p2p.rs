@@ -159,6 +159,8 @@ pub const P2P_LAYOUT: &[(&str, &str, usize)] = &[
 
 /// A lane of a connection end: (local rank slot in the launch, send?, peer, channel, LL?).
 type LaneKey = (usize, bool, u32, u32, bool);
+/// A message's part on a lane: (lane index, device address, bytes).
+type Task = (usize, u64, u64);
 
 /// The lanes and tasks of one launch's messages, given as (local rank slot in the launch,
 /// send?, peer, address, bytes), in the group's order. `channels` channels exist per
@@ -166,7 +168,7 @@ type LaneKey = (usize, bool, u32, u32, bool);
 fn assign(
     msgs: &[(usize, bool, u32, u64, u64)],
     channels: u32,
-) -> Result<(Vec<LaneKey>, Vec<(usize, u64, u64)>)> {
+) -> Result<(Vec<LaneKey>, Vec<Task>)> {
     let mut lanes: Vec<LaneKey> = Vec::new();
     let mut tasks = Vec::new();
     for &(slot, send, peer, addr, bytes) in msgs {
