@@ -520,6 +520,20 @@ __device__ void p2p_run(const P2pLaunch& L, u32 b) {
 
 }  // namespace braid
 
+#if BRAID_SCALE
+// PreMulSum's first half (ncclRedOpCreatePreMulSum): dst = src * scalar element by
+// element, rounded as the reductions round (`Num<T>::mul`). The scalar is the element's
+// bytes, little-endian, in the low bytes of `bits`.
+extern "C" __global__ void __launch_bounds__(BRAID_THREADS)
+    braid_scale(braid::T* dst, const braid::T* src, unsigned long long n, unsigned long long bits) {
+  const braid::T s = *reinterpret_cast<const braid::T*>(&bits);
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += stride)
+    dst[i] = braid::Num<braid::T>::mul(src[i], s);
+}
+#endif
+
 #if BRAID_P2P
 extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_p2p(const braid::P2pLaunch L) {
   braid::p2p_run(L, blockIdx.x);

@@ -26,6 +26,8 @@ pub struct CudaEngine {
     me: usize,
     stats: Stats,
     order: Mutex<Order>,
+    /// PreMulSum's staging memory ([`crate::premul`]).
+    staging: Mutex<crate::premul::Staging>,
 }
 
 /// What keeps one rank's calls in issue order across the streams they come on: the
@@ -124,11 +126,16 @@ impl CudaEngine {
                 last: None,
                 event: None,
             }),
+            staging: Mutex::new(crate::premul::Staging::default()),
         }
     }
 
     pub(crate) fn clique(&self) -> &Arc<Clique> {
         &self.clique
+    }
+
+    pub(crate) fn staging_state(&self) -> &Mutex<crate::premul::Staging> {
+        &self.staging
     }
 
     /// This rank's position among the clique's local ranks.
@@ -222,6 +229,8 @@ impl Drop for CudaEngine {
             // SAFETY: created by this engine, destroyed once.
             let _ = unsafe { result::event::destroy(e) };
         }
+        let ctx = self.context().clone();
+        self.staging.get_mut().unwrap().release(&ctx);
     }
 }
 

@@ -14,6 +14,8 @@ pub const INTERPRETER: &str = include_str!("../../../kernels_templates/braid_ker
 pub const ENTRY: &str = "braid_kernel";
 /// The point-to-point entry point, in the [`p2p_variant`]'s module only.
 pub const P2P_ENTRY: &str = "braid_p2p";
+/// PreMulSum's scaling entry point, in each [`scale_variant`]'s module only.
+pub const SCALE_ENTRY: &str = "braid_scale";
 /// Lanes (grid blocks) one point-to-point launch can serve.
 pub const P2P_LANES: usize = 128;
 /// Messages (or parts of messages) one point-to-point launch can carry.
@@ -94,6 +96,19 @@ pub fn p2p_variant(host_fifo: bool) -> Variant {
     }
 }
 
+/// The variant whose module also holds the scaling kernel of PreMulSum for `dtype`: the
+/// product's, Simple.
+pub fn scale_variant(dtype: DType, host_fifo: bool) -> Variant {
+    Variant {
+        dtype,
+        op: RedOp::Prod,
+        wire: Wire {
+            ll: false,
+            host_fifo,
+        },
+    }
+}
+
 /// The CUDA type the primitives use for a dtype (inside `namespace braid`).
 pub fn c_type(d: DType) -> &'static str {
     match d {
@@ -146,6 +161,10 @@ pub fn source(v: Variant) -> String {
         (
             "BRAID_P2P",
             u8::from(v == p2p_variant(v.wire.host_fifo)).to_string(),
+        ),
+        (
+            "BRAID_SCALE",
+            u8::from(v == scale_variant(v.dtype, v.wire.host_fifo)).to_string(),
         ),
         ("BRAID_P2P_LANES", P2P_LANES.to_string()),
         ("BRAID_P2P_TASKS", P2P_TASKS.to_string()),
@@ -216,6 +235,8 @@ mod tests {
         assert!(bytes.contains("#define BRAID_P2P 1\n"));
         assert!(bytes.contains("#define BRAID_T unsigned char\n"));
         assert!(bytes.contains("braid_p2p("));
+        assert!(bytes.contains("#define BRAID_SCALE 0\n"));
+        assert!(source(scale_variant(DType::Bf16, false)).contains("#define BRAID_SCALE 1\n"));
     }
 
     #[test]

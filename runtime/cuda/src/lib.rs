@@ -26,6 +26,7 @@ pub mod kernel;
 pub mod modules;
 pub mod nccl;
 pub mod p2p;
+pub mod premul;
 pub mod program;
 pub mod roofline;
 pub mod shared_host;
@@ -40,6 +41,7 @@ pub use comm::{
 pub use engine::CudaEngine;
 pub use error::{CudaError, Result};
 pub use p2p::P2pOp;
+pub use premul::PremulCall;
 pub use stream::Stream;
 
 /// `docs/api.md`, compiled (and, where no GPU is needed, run) as a doc test.

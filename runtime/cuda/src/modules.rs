@@ -21,6 +21,8 @@ pub struct Loaded {
     /// The point-to-point kernel and its blocks per multiprocessor (the
     /// [`kernel::p2p_variant`]'s module only).
     pub p2p: Option<(CudaFunction, u32)>,
+    /// PreMulSum's scaling kernel (each [`kernel::scale_variant`]'s module only).
+    pub scale: Option<CudaFunction>,
     _module: Arc<CudaModule>,
 }
 
@@ -62,12 +64,18 @@ pub fn get(ctx: &Arc<CudaContext>, variant: Variant, stats: &Stats) -> Result<Lo
     } else {
         None
     };
+    let scale = if variant == kernel::scale_variant(variant.dtype, variant.wire.host_fifo) {
+        Some(module.load_function(kernel::SCALE_ENTRY)?)
+    } else {
+        None
+    };
     let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let l = Loaded {
         func,
         blocks_per_sm: blocks,
         multiprocessors: sms as u32,
         p2p,
+        scale,
         _module: module,
     };
     map.insert(key, l.clone());

@@ -5,7 +5,7 @@
 //! fewer GPUs: rank `r` on GPU `r % GPUs`) and 2 ranks as 2 processes (this program
 //! starts itself twice, as torchrun would, both on GPU 0 when there is one). Also: CUDA
 //! graph capture and replay, two communicators in flight at once, sends and receives
-//! (`gpu_comm/p2p.rs`), nothing set up per call (counters), abort, and a dead peer. Every result is compared with the host reference
+//! (`gpu_comm/p2p.rs`), PreMulSum (`gpu_comm/premul.rs`), nothing set up per call (counters), abort, and a dead peer. Every result is compared with the host reference
 //! bit for bit (the reference inputs make every floating-point reduction exact in any
 //! order, so there is no tolerance to state).
 //!
@@ -16,6 +16,8 @@
 
 #[path = "gpu_comm/p2p.rs"]
 mod p2p;
+#[path = "gpu_comm/premul.rs"]
+mod premul;
 mod support;
 
 use braid_cuda::check::compare;
@@ -83,6 +85,9 @@ fn main() -> ExitCode {
     }
     if want("p2p") {
         section(&mut t, "point to point", || p2p::section(gpus, quick));
+    }
+    if want("premul") {
+        section(&mut t, "PreMulSum", || premul::section(gpus, quick));
     }
     if want("counters") {
         section(&mut t, "nothing set up per call", || counters(gpus));

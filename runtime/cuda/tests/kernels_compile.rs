@@ -10,7 +10,9 @@
 //! `BRAID_KERNELS_ARCH` picks the architecture (default `sm_90`).
 
 use braid_cuda::compile::{compile, nvrtc_present};
-use braid_cuda::kernel::{all_variants, p2p_variant, source, Variant, P2P_ENTRY};
+use braid_cuda::kernel::{
+    all_variants, p2p_variant, scale_variant, source, Variant, P2P_ENTRY, SCALE_ENTRY,
+};
 use braid_runtime::dtype::{DType, RedOp};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -41,18 +43,23 @@ fn every_variant_compiles() {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&v) = variants.get(i) else { break };
-                let p2p = v == p2p_variant(v.wire.host_fifo);
-                let has_p2p = |cubin: &[u8]| {
-                    cubin
-                        .windows(P2P_ENTRY.len())
-                        .any(|w| w == P2P_ENTRY.as_bytes())
+                let has = |cubin: &[u8], entry: &str| {
+                    cubin.windows(entry.len()).any(|w| w == entry.as_bytes())
                 };
+                // Each extra entry in exactly the modules that should hold it.
+                let extras = [
+                    (P2P_ENTRY, v == p2p_variant(v.wire.host_fifo)),
+                    (SCALE_ENTRY, v == scale_variant(v.dtype, v.wire.host_fifo)),
+                ];
                 match compile(&source(v), &arch) {
-                    Ok(c) if c.cubin.starts_with(b"\x7fELF") && has_p2p(&c.cubin) != p2p => {
-                        failed.lock().unwrap().push(format!(
-                            "{v:?}: the point-to-point entry is {}",
-                            if p2p { "missing" } else { "present" }
-                        ))
+                    Ok(c)
+                        if c.cubin.starts_with(b"\x7fELF")
+                            && extras.iter().any(|(e, want)| has(&c.cubin, e) != *want) =>
+                    {
+                        failed
+                            .lock()
+                            .unwrap()
+                            .push(format!("{v:?}: an extra entry (point to point, scaling) is missing or misplaced"))
                     }
                     Ok(c) if c.cubin.starts_with(b"\x7fELF") => {}
                     Ok(_) => failed
@@ -108,11 +115,13 @@ fn covering(all: &[Variant]) -> Vec<Variant> {
             out.extend(all.iter().find(|v| v.wire == *w).copied());
         }
     }
-    // The point-to-point kernel lives in the byte variant's module, on both placements.
+    // The point-to-point kernel lives in the byte variant's module, on both placements;
+    // one scaling kernel (PreMulSum) on each placement.
     for host_fifo in [false, true] {
-        let v = p2p_variant(host_fifo);
-        if !out.contains(&v) {
-            out.push(v);
+        for v in [p2p_variant(host_fifo), scale_variant(DType::F16, host_fifo)] {
+            if !out.contains(&v) {
+                out.push(v);
+            }
         }
     }
     for d in DType::ALL {

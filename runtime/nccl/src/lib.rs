@@ -753,11 +753,8 @@ fn collective(
         // What Braid does not serve goes to the real NCCL, checked as NCCL would.
         let fp8_reduction = reduces && matches!(datatype, FLOAT8_E4M3 | FLOAT8_E5M2);
         let (red, premul) = ops::resolve_op(c, op, reduces)?;
-        let cuda = matches!(c.ready()?, comm::Backend::Cuda(_));
         let why = if fp8_reduction {
             Some("fp8 reductions")
-        } else if premul.is_some() && cuda {
-            Some("ncclRedOpCreatePreMulSum ops on the CUDA backend")
         } else {
             None
         };
@@ -1181,7 +1178,7 @@ fn p2p(
                 call,
                 stream: stream as usize,
                 premul: None,
-                why: "point to point on the CUDA backend",
+                why: "point to point on the CUDA backend with BRAID_P2P_CHANNELS=0",
             });
         }
         ops::submit(ops::Op::P2p {

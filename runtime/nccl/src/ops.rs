@@ -335,17 +335,17 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
         }
     }
     let mut colls = Vec::new();
+    let mut premuls = Vec::new();
     let mut p2p = Vec::new();
     for op in ops {
         match op {
-            Op::Coll {
-                premul: Some(_), ..
-            } => {
-                return Err(Failure::usage(
-                    "a ncclRedOpCreatePreMulSum op: not served by Braid's CUDA backend yet",
-                ))
-            }
             Op::Fwd { .. } => unreachable!("partitioned in run"),
+            Op::Coll {
+                comm,
+                stream,
+                premul: Some(_),
+                ..
+            } => premuls.push((op, stream_of(comm, *stream))),
             Op::Coll { comm, stream, .. } => colls.push((op, stream_of(comm, *stream))),
             Op::P2p { comm, stream, .. } => p2p.push((op, stream_of(comm, *stream))),
         }
@@ -391,9 +391,34 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
             Op::Coll { .. } | Op::Fwd { .. } => unreachable!("point to point only"),
         })
         .collect();
+    let scaled: Vec<braid_cuda::PremulCall> = premuls
+        .iter()
+        .map(|(op, stream)| match op {
+            Op::Coll {
+                comm,
+                spec,
+                send,
+                recv,
+                premul: Some(scalar),
+                ..
+            } => braid_cuda::PremulCall {
+                comm: cuda(comm),
+                spec: *spec,
+                send: *send,
+                recv: *recv,
+                scalar,
+                stream,
+            },
+            _ => unreachable!("PreMulSum collectives only"),
+        })
+        .collect();
     // SAFETY: NCCL's contract: the buffers are device memory of the communicator's GPU
     // holding the call's sizes, alive until the call completes on its stream.
     unsafe { enqueue_group(&calls) }?;
+    if !scaled.is_empty() {
+        // SAFETY: as above.
+        unsafe { braid_cuda::premul::enqueue(&scaled) }?;
+    }
     if !sends.is_empty() {
         // SAFETY: as above.
         unsafe { braid_cuda::p2p::enqueue(&sends) }?;
