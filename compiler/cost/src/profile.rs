@@ -152,6 +152,25 @@ impl Default for Profile {
 }
 
 impl Profile {
+    /// The profile the runtime prices calls with on a topology of `fingerprint`: the file
+    /// `BRAID_PROFILE` names (what `braid tune -o FILE` wrote), else the defaults. A
+    /// profile measured for another topology is refused, not silently used.
+    pub fn from_env(fingerprint: &str) -> Result<Profile, String> {
+        let Some(path) = std::env::var_os("BRAID_PROFILE").filter(|p| !p.is_empty()) else {
+            return Ok(Profile::default());
+        };
+        let shown = std::path::Path::new(&path).display().to_string();
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("BRAID_PROFILE={shown}: {e}"))?;
+        let p = Profile::from_json(&text).map_err(|e| format!("BRAID_PROFILE={shown}: {e}"))?;
+        match &p.fingerprint {
+            Some(f) if f != fingerprint => Err(format!(
+                "BRAID_PROFILE={shown} was measured on topology {f}, this one is {fingerprint}"
+            )),
+            _ => Ok(p),
+        }
+    }
+
     /// Reads a profile file; refuses another format version.
     pub fn from_json(text: &str) -> Result<Profile, String> {
         let v: serde_json::Value =

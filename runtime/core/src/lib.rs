@@ -24,6 +24,7 @@ pub mod policy;
 pub mod reduce;
 pub mod reference;
 pub mod registry;
+pub mod selection;
 pub mod selfcheck;
 pub mod shm_link;
 pub mod tcp_link;

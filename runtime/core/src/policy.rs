@@ -1,9 +1,12 @@
 //! The one policy that decides, per call, which plan runs, on how many replicas and with
 //! which wire protocol; every backend and every caller (the `braid` command, the tests,
-//! applications) goes through it. Its insides are rules for now (the cost model will
-//! replace them): the registry's plan choice (user plans first, then shipped plans in
-//! [`preference`] order), replicas that grow with the message size within the thread
-//! blocks the backend can spare, and LL for small messages, as NCCL chooses.
+//! applications) goes through it. With a cost model attached ([`Policy::with_model`]:
+//! the communicator's topology and a profile), the model prices every candidate in every
+//! replica count and protocol the backend can run and the cheapest wins
+//! ([`crate::selection`]); `BRAID_SELECT=rules` (or no model) decides by rules instead:
+//! the registry's plan choice (user plans first, then shipped plans in [`preference`]
+//! order), replicas that grow with the message size within the thread blocks the backend
+//! can spare, and LL for small messages, as NCCL chooses.
 //!
 //! `BRAID_PROTO=simple|ll|auto` forces a protocol (like `NCCL_PROTO`),
 //! `BRAID_CHANNELS` a replica count (like `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS`),
@@ -150,6 +153,10 @@ pub struct Policy {
     pub replicas: Option<u32>,
     /// The plans calls may use (`None`: all).
     pub algo: Option<AlgoFilter>,
+    /// The cost model that chooses (`None`: the rules).
+    pub model: Option<crate::selection::ModelRef>,
+    /// `BRAID_SELECT=rules`: never attach a model.
+    pub rules_only: bool,
 }
 
 impl Policy {
@@ -171,15 +178,54 @@ impl Policy {
             (None, Some(v)) => Some(AlgoFilter::parse("NCCL_ALGO", &v)?),
             (None, None) => None,
         };
+        let rules_only = match var("BRAID_SELECT").as_deref().map(str::trim) {
+            None | Some("model") => false,
+            Some("rules") => true,
+            Some(other) => {
+                return Err(RuntimeError::Invalid(format!(
+                    "BRAID_SELECT={other}: expected model or rules"
+                )))
+            }
+        };
         Ok(Policy {
             protocol,
             replicas,
             algo,
+            model: None,
+            rules_only,
         })
+    }
+
+    /// This policy choosing by the cost model on `topo` with `profile` (unless
+    /// `BRAID_SELECT=rules` asked for the rules).
+    pub fn with_model(
+        mut self,
+        topo: braid_topo::Topology,
+        profile: braid_cost::Profile,
+    ) -> Policy {
+        if !self.rules_only {
+            self.model = Some(crate::selection::ModelRef(Arc::new(
+                crate::selection::Model::new(topo, profile),
+            )));
+        }
+        self
     }
 
     /// The plan, replicas and protocol for `req` on `target`.
     pub fn choose(&self, registry: &Registry, req: &Request, target: &Target) -> Result<Choice> {
+        match &self.model {
+            Some(m) => crate::selection::choose(self, &m.0, registry, req, target),
+            None => self.choose_by_rules(registry, req, target),
+        }
+    }
+
+    /// [`Policy::choose`] by the rules alone.
+    pub fn choose_by_rules(
+        &self,
+        registry: &Registry,
+        req: &Request,
+        target: &Target,
+    ) -> Result<Choice> {
         let plan = match &self.algo {
             None => registry.select(req.collective, req.n_ranks, req.root, req.mode, req.bytes)?,
             Some(f) => registry.select_with(

@@ -116,6 +116,34 @@ impl Registry {
         bytes: usize,
         filter: Option<&crate::policy::AlgoFilter>,
     ) -> Result<Arc<Verified>> {
+        let fitting = self.candidates(collective, n, root, mode, bytes, filter)?;
+        if let Some((p, origin)) = fitting.iter().find(|(_, o)| matches!(o, Origin::User(_))) {
+            tracing::info!(plan = %p.name, ?origin, "{collective} of {bytes} bytes: user plan selected");
+            return Ok(p.clone());
+        }
+        for name in preference(collective, bytes) {
+            if let Some((p, _)) = fitting.iter().find(|(p, _)| p.name == *name) {
+                tracing::info!(plan = %p.name, "{collective} of {bytes} bytes: shipped plan selected by preference");
+                return Ok(p.clone());
+            }
+            tracing::info!(
+                "{collective} of {bytes} bytes: preferred plan {name} unavailable for {n} ranks"
+            );
+        }
+        Ok(fitting[0].0.clone())
+    }
+
+    /// Every plan that can serve the call (user plans first, in order, then the
+    /// providers'), those `filter` excludes left out; an error naming why when none can.
+    pub fn candidates(
+        &self,
+        collective: Collective,
+        n: u32,
+        root: Option<u32>,
+        mode: Mode,
+        bytes: usize,
+        filter: Option<&crate::policy::AlgoFilter>,
+    ) -> Result<Vec<(Arc<Verified>, Origin)>> {
         let mut filtered_out = Vec::new();
         let mut candidates: Vec<(Arc<Verified>, Origin)> = self.entries.lock().unwrap().clone();
         for p in &self.providers {
@@ -152,29 +180,17 @@ impl Registry {
                 tracing::info!(plan = %plan.name, ?origin, "plan not used for {collective}: {reason}");
             }
         }
-        if let Some((p, origin)) = fitting.iter().find(|(_, o)| matches!(o, Origin::User(_))) {
-            tracing::info!(plan = %p.name, ?origin, "{collective} of {bytes} bytes: user plan selected");
-            return Ok(p.clone());
-        }
-        for name in preference(collective, bytes) {
-            if let Some((p, _)) = fitting.iter().find(|(p, _)| p.name == *name) {
-                tracing::info!(plan = %p.name, "{collective} of {bytes} bytes: shipped plan selected by preference");
-                return Ok(p.clone());
-            }
-            tracing::info!(
-                "{collective} of {bytes} bytes: preferred plan {name} unavailable for {n} ranks"
-            );
-        }
-        fitting.first().map(|(p, _)| p.clone()).ok_or_else(|| {
+        if fitting.is_empty() {
             let by_filter = match filter {
                 Some(f) if !filtered_out.is_empty() => {
                     format!("; {} excludes {}", f.source, filtered_out.join(", "))
                 }
                 _ => String::new(),
             };
-            RuntimeError::Invalid(format!(
+            return Err(RuntimeError::Invalid(format!(
                 "no plan serves {collective} on {n} ranks ({mode}, root {root:?}){by_filter}"
-            ))
-        })
+            )));
+        }
+        Ok(fitting)
     }
 }

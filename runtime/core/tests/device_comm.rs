@@ -232,6 +232,54 @@ fn every_collective_on_raw_buffers_any_count_and_mode_on_one_to_eight_ranks() {
 }
 
 #[test]
+fn calls_chosen_by_the_cost_model_are_right_and_are_what_the_model_chose() {
+    // The policy as libnccl and `braid perf --backend cuda` attach it; the host engine
+    // offers a GPU-like target only through the policy's own checks, so the choice is
+    // compared with a direct `choose` on the same registry and target.
+    let n = 4;
+    let topo = Topology::from_arg("nvswitch:4").unwrap();
+    let policy = Policy::default().with_model(topo, braid_cost::Profile::default());
+    let r = open_with(n, 32 << 20, Duration::from_secs(30), policy.clone());
+    let mut runs = 0;
+    for c in Collective::ALL {
+        for count in [1usize, 1003, 300_001] {
+            let spec = CallSpec {
+                collective: c,
+                count,
+                dtype: DType::F32,
+                op: RedOp::Sum,
+                root: c.is_rooted().then_some(1),
+            };
+            for mode in modes(c) {
+                runs += 1;
+                run(&r, &spec, mode, runs).unwrap_or_else(|e| panic!("{c} {count} {mode}: {e}"));
+                let (plan, proto) = r.comms[0].selection(&spec, mode).unwrap().unwrap();
+                let req = braid_runtime::policy::Request {
+                    collective: c,
+                    n_ranks: n,
+                    root: spec.root,
+                    mode,
+                    bytes: spec.sizes(0, n).larger,
+                    elem: 4,
+                };
+                let want = policy
+                    .choose(
+                        r.comms[0].registry(),
+                        &req,
+                        &braid_runtime::policy::Target::HOST,
+                    )
+                    .unwrap();
+                assert_eq!(
+                    (plan.name.as_str(), proto),
+                    (want.plan.name.as_str(), want.protocol),
+                    "{c} {count} {mode}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn a_small_scratch_runs_large_calls_in_rounds() {
     // ring_reduce_scatter keeps partial sums in scratch (C chunks): with 4 KiB of scratch,
     // 100,003 f32 per rank take many rounds.

@@ -192,10 +192,12 @@ unsafe fn scale(
         kernel::scale_variant(c.spec.dtype, !e.p2p()),
         e.stats(),
     )?;
-    let func = loaded
-        .scale
-        .ok_or_else(|| CudaError::Invalid("the product kernel's module has no scaling entry".into()))?;
-    let blocks = n.div_ceil(THREADS as usize).clamp(1, 4 * loaded.multiprocessors as usize) as u32;
+    let func = loaded.scale.ok_or_else(|| {
+        CudaError::Invalid("the product kernel's module has no scaling entry".into())
+    })?;
+    let blocks = n
+        .div_ceil(THREADS as usize)
+        .clamp(1, 4 * loaded.multiprocessors as usize) as u32;
     let (mut d, mut s, mut nn, mut b) = (dst, src, n as u64, bits);
     let mut args = [
         &mut d as *mut u64 as *mut std::ffi::c_void,

@@ -190,15 +190,7 @@ static LIBRARIES: Mutex<Option<HashMap<String, Arc<braid_library::Library>>>> = 
 /// shipped library, both for `BRAID_TOPO` (default: one node of `n` GPUs joined by
 /// NVSwitch).
 pub fn registry(n: u32) -> Res<Arc<Registry>> {
-    let name = std::env::var("BRAID_TOPO").unwrap_or_else(|_| format!("nvswitch:{n}"));
-    let topo = braid_topo::Topology::from_arg(&name)
-        .map_err(|e| Failure::invalid(format!("BRAID_TOPO={name}: {e}")))?;
-    if topo.n_ranks() != n {
-        return Err(Failure::invalid(format!(
-            "BRAID_TOPO={name} has {} ranks, the communicator {n}",
-            topo.n_ranks()
-        )));
-    }
+    let (name, topo) = topology(n)?;
     let registry = Registry::new();
     if let Ok(list) = std::env::var("BRAID_PLANS") {
         for p in list.split(':').filter(|p| !p.is_empty()) {
@@ -217,6 +209,21 @@ pub fn registry(n: u32) -> Res<Arc<Registry>> {
         .or_insert_with(|| Arc::new(braid_library::Library::new(topo)))
         .clone();
     Ok(Arc::new(registry.with_provider(Box::new(Lib(lib)))))
+}
+
+/// The topology of a communicator of `n` ranks: `BRAID_TOPO`, else one node of `n` GPUs
+/// joined by NVSwitch; with the name it was given.
+pub fn topology(n: u32) -> Res<(String, braid_topo::Topology)> {
+    let name = std::env::var("BRAID_TOPO").unwrap_or_else(|_| format!("nvswitch:{n}"));
+    let topo = braid_topo::Topology::from_arg(&name)
+        .map_err(|e| Failure::invalid(format!("BRAID_TOPO={name}: {e}")))?;
+    if topo.n_ranks() != n {
+        return Err(Failure::invalid(format!(
+            "BRAID_TOPO={name} has {} ranks, the communicator {n}",
+            topo.n_ranks()
+        )));
+    }
+    Ok((name, topo))
 }
 
 /// The CUDA device the calling thread works on (its current context's, else 0).
@@ -251,9 +258,13 @@ pub fn new_unique_id() -> Res<UniqueId> {
     Ok(id)
 }
 
-/// Options of the CUDA communicator from the environment and NCCL's twins.
-pub fn cuda_options() -> Res<braid_cuda::Options> {
+/// Options of a CUDA communicator of `n` ranks from the environment and NCCL's twins;
+/// its calls choose by the cost model on its topology (`BRAID_SELECT=rules`: by rules).
+pub fn cuda_options(n: u32) -> Res<braid_cuda::Options> {
     let mut o = braid_cuda::Options::from_env()?;
+    let (_, topo) = topology(n)?;
+    let profile = braid_cost::Profile::from_env(&topo.fingerprint()).map_err(Failure::invalid)?;
+    o.policy = o.policy.with_model(topo, profile);
     o.p2p_disable = o.p2p_disable || crate::env::p2p_disabled();
     if let Some(b) = crate::env::buffsize().map_err(Failure::invalid)? {
         o.scratch_bytes = b;
@@ -311,7 +322,7 @@ fn make_rank(shell: &Comm, id: &UniqueId) -> Res<Backend> {
     let timeout = if host {
         timeout()
     } else {
-        cuda_options()?.timeout
+        cuda_options(n)?.timeout
     };
     let boot = Arc::new(Bootstrap::init(id, rank, n, timeout)?);
     let backend = if host {
@@ -321,7 +332,7 @@ fn make_rank(shell: &Comm, id: &UniqueId) -> Res<Backend> {
             timeout,
         ))
     } else {
-        let opts = cuda_options()?;
+        let opts = cuda_options(n)?;
         Backend::Cuda(CudaComm::with_bootstrap(
             boot.clone(),
             shell.device.max(0) as usize,
@@ -383,7 +394,7 @@ pub fn init_all(devices: &[i32]) -> Res<Vec<Comm>> {
             ));
         }
         let ds: Vec<usize> = devices.iter().map(|&d| d as usize).collect();
-        CudaComm::init_all(&ds, registry, &cuda_options()?)?
+        CudaComm::init_all(&ds, registry, &cuda_options(n)?)?
             .into_iter()
             .map(Backend::Cuda)
             .collect()

@@ -705,7 +705,8 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
         modes,
     } = *sweep;
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
-    let (comms, streams) = crate::cmd_run::open_cuda(n, registry, args.channels)?;
+    let topo = topo_arg::load(&args.topo)?;
+    let (comms, streams) = crate::cmd_run::open_cuda(n, registry, args.channels, Some(&topo))?;
     // Rank r is on GPU r % GPUs (open_cuda's placement).
     let gpus = braid_cuda::device_count().min(n as usize).max(1);
     let mut copier = braid_cuda::roofline::Copier::new(gpus).map_err(rt)?;

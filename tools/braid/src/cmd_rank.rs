@@ -184,8 +184,7 @@ fn run_cuda(
             "error: --backend cuda: no CUDA driver on this machine".into(),
         ));
     }
-    let mut opts =
-        braid_cuda::Options::from_env().map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    let mut opts = crate::cmd_run::cuda_options(Some(&topo_arg::load(&args.topo)?))?;
     opts.timeout = timeout;
     let comm = braid_cuda::CudaComm::from_launch_env(Arc::new(registry), &opts)
         .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;

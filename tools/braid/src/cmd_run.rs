@@ -118,7 +118,7 @@ pub fn run(args: &RunArgs) -> Result<String, CliError> {
                 std::sync::Arc::new(plan.any_size()),
                 braid_runtime::registry::Origin::User(plan.name.clone()),
             );
-            Some(open_cuda(n, std::sync::Arc::new(registry), None)?)
+            Some(open_cuda(n, std::sync::Arc::new(registry), None, None)?)
         }
         Backend::Host => None,
     };
@@ -214,11 +214,13 @@ struct RunResult {
 
 /// The communicator `--backend cuda` runs on: `n` ranks in this process, rank `r` on
 /// GPU `r % GPUs` (several ranks share a GPU when the machine has fewer than the
-/// topology), each with its own stream; or says why not (exit 3: no driver).
+/// topology), each with its own stream; or says why not (exit 3: no driver). With
+/// `model`, calls choose by the cost model on that topology ([`cuda_options`]).
 pub(crate) fn open_cuda(
     n: u32,
     registry: std::sync::Arc<braid_runtime::registry::Registry>,
     replicas: Option<u32>,
+    model: Option<&braid_topo::Topology>,
 ) -> Result<(Vec<braid_cuda::CudaComm>, Vec<braid_cuda::Stream>), CliError> {
     // Checked before any other CUDA call: without a driver those panic.
     if !braid_cuda::driver_present() {
@@ -231,8 +233,7 @@ pub(crate) fn open_cuda(
         return Err(CliError::Runtime("error: this machine has no GPU".into()));
     }
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
-    let mut opts =
-        braid_cuda::Options::from_env().map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    let mut opts = cuda_options(model)?;
     if replicas.is_some() {
         opts.policy.replicas = replicas;
     }
@@ -244,6 +245,22 @@ pub(crate) fn open_cuda(
         .collect::<Result<Vec<_>, _>>()
         .map_err(rt)?;
     Ok((comms, streams))
+}
+
+/// The CUDA communicator's options from the environment; with `model`, its calls choose
+/// by the cost model on that topology with `BRAID_PROFILE`'s constants (or the defaults),
+/// unless `BRAID_SELECT=rules`.
+pub(crate) fn cuda_options(
+    model: Option<&braid_topo::Topology>,
+) -> Result<braid_cuda::Options, CliError> {
+    let mut opts =
+        braid_cuda::Options::from_env().map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    if let Some(topo) = model {
+        let profile = braid_cost::Profile::from_env(&topo.fingerprint())
+            .map_err(|e| CliError::Input(format!("error: {e}")))?;
+        opts.policy = opts.policy.with_model(topo.clone(), profile);
+    }
+    Ok(opts)
 }
 
 /// One call on the GPUs through the communicator, checked against the reference like

@@ -1,0 +1,201 @@
+//! Selection by the cost model: a call gets the plan, replica count and protocol that
+//! `braid_cost` predicts fastest on the communicator's topology, among every plan the
+//! registry offers for it (user and shipped alike), within what the backend can run (its
+//! thread-block budget, its protocols) and what the variables force (`BRAID_ALGO`,
+//! `BRAID_PROTO`, `BRAID_CHANNELS`). Choices are cached per size bucket (powers of two),
+//! so a call of a size seen before, or near it, costs a lookup. Every rank computes the
+//! same choice from the same topology and profile: the model is deterministic.
+
+use crate::error::Result;
+use crate::policy::{Choice, Policy, Request, Target, MAX_REPLICAS};
+use crate::registry::{Origin, Registry};
+use braid_cost::{Candidate, Profile};
+use braid_ir::{Collective, Mode, Protocol};
+use braid_topo::Topology;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// What the model prices calls on.
+pub struct Model {
+    pub topo: Topology,
+    pub profile: Profile,
+    /// Per size bucket: the chosen plan's digest, replicas, protocol.
+    cache: Mutex<HashMap<Bucket, (u64, u32, Protocol)>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Bucket {
+    collective: Collective,
+    root: Option<u32>,
+    mode: Mode,
+    elem: usize,
+    /// log2 of the bytes, rounded up.
+    log2: u32,
+    block_budget: u32,
+    ll: bool,
+}
+
+impl Model {
+    pub fn new(topo: Topology, profile: Profile) -> Model {
+        Model {
+            topo,
+            profile,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// A shared model as the policy holds it (compared by identity).
+#[derive(Clone)]
+pub struct ModelRef(pub Arc<Model>);
+
+impl PartialEq for ModelRef {
+    fn eq(&self, other: &ModelRef) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+impl Eq for ModelRef {}
+
+impl std::fmt::Debug for ModelRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Model({} ranks, constants: {})",
+            self.0.topo.n_ranks(),
+            self.0.profile.source
+        )
+    }
+}
+
+/// Replica counts a plan may run with on `target`: powers of two within the block budget
+/// (at most [`MAX_REPLICAS`]); the plan's own count where it fixes one or the backend
+/// runs plans as written.
+fn replica_counts(plan: &braid_plan::Plan, target: &Target) -> Vec<u32> {
+    if plan.channels != 1 || !target.size_replicas {
+        return vec![plan.channels.max(1)];
+    }
+    let blocks = plan
+        .ranks
+        .iter()
+        .map(|r| r.blocks.len() as u32)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let fit = (target.block_budget / blocks).clamp(1, MAX_REPLICAS);
+    (0..6).map(|k| 1u32 << k).filter(|&r| r <= fit).collect()
+}
+
+/// The cheapest choice for `req` by the model, among the registry's candidates.
+pub fn choose(
+    policy: &Policy,
+    model: &Model,
+    registry: &Registry,
+    req: &Request,
+    target: &Target,
+) -> Result<Choice> {
+    let fitting = registry.candidates(
+        req.collective,
+        req.n_ranks,
+        req.root,
+        req.mode,
+        req.bytes,
+        policy.algo.as_ref(),
+    )?;
+    let bucket = Bucket {
+        collective: req.collective,
+        root: req.root,
+        mode: req.mode,
+        elem: req.elem,
+        log2: req.bytes.max(1).next_power_of_two().trailing_zeros(),
+        block_budget: target.block_budget,
+        ll: target.ll,
+    };
+    if let Some(&(digest, replicas, protocol)) = model.cache.lock().unwrap().get(&bucket) {
+        if let Some((p, _)) = fitting.iter().find(|(p, _)| p.digest() == digest) {
+            return Ok(Choice {
+                plan: p.clone(),
+                replicas,
+                protocol,
+            });
+        }
+    }
+    let forced_protocol = match policy.protocol {
+        _ if !target.ll => Some(Protocol::Simple),
+        Some(p) if p != Protocol::Auto => Some(p),
+        _ => None,
+    };
+    let creq = braid_cost::Request {
+        collective: req.collective,
+        root: req.root,
+        mode: req.mode,
+        bytes: req.bytes as u64,
+        elem: req.elem as u64,
+    };
+    let mut best: Option<(f64, usize, u32, Protocol)> = None;
+    let mut priced = Vec::new();
+    for (i, (plan, origin)) in fitting.iter().enumerate() {
+        let counts = match policy.replicas {
+            Some(r) => vec![r],
+            None => replica_counts(plan, target),
+        };
+        let cand = [Candidate {
+            plan,
+            origin: match origin {
+                Origin::User(f) => format!("user {f}"),
+                Origin::Library => "shipped".into(),
+            },
+        }];
+        for r in counts {
+            for ranked in braid_cost::rank_with(
+                &cand,
+                &model.topo,
+                &model.profile,
+                &creq,
+                Some(r),
+                forced_protocol,
+            ) {
+                match ranked.result {
+                    Ok(t) => {
+                        priced.push(format!(
+                            "{} x{r} {:?}: {t:.2} us",
+                            plan.name, ranked.protocol
+                        ));
+                        if best.is_none_or(|b| t < b.0) {
+                            best = Some((t, i, r, ranked.protocol));
+                        }
+                    }
+                    Err(why) => {
+                        tracing::info!(plan = %plan.name, "the cost model cannot price it: {why}")
+                    }
+                }
+            }
+        }
+    }
+    let Some((t, i, replicas, protocol)) = best else {
+        // Nothing priced (a plan the model cannot simulate): the rules decide.
+        tracing::info!(
+            "{} of {} bytes: no candidate could be priced; choosing by rules",
+            req.collective,
+            req.bytes
+        );
+        return policy.choose_by_rules(registry, req, target);
+    };
+    let plan = fitting[i].0.clone();
+    tracing::info!(
+        plan = %plan.name,
+        "{} of {} bytes: selected by the cost model, {replicas} replica(s), {protocol:?}, predicted {t:.2} us (of {})",
+        req.collective,
+        req.bytes,
+        priced.join("; ")
+    );
+    model
+        .cache
+        .lock()
+        .unwrap()
+        .insert(bucket, (plan.digest(), replicas, protocol));
+    Ok(Choice {
+        plan,
+        replicas,
+        protocol,
+    })
+}

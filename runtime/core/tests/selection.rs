@@ -1,0 +1,199 @@
+//! Selection by the cost model (`Policy::with_model`): the cheapest predicted choice
+//! within the backend's limits, never predicted slower than the rules' choice; the
+//! variables still restrict it; the published shape of the ranking (latency plans for
+//! small all-reduces, rings for large ones inside a node); one choice per size bucket.
+
+use braid_cost::{Candidate, Profile};
+use braid_ir::{Collective, Mode, Protocol};
+use braid_library::Library;
+use braid_plan::Verified;
+use braid_runtime::policy::{AlgoFilter, Policy, Request, Target};
+use braid_runtime::registry::{PlanProvider, Registry};
+use braid_topo::Topology;
+use std::sync::Arc;
+
+struct Lib(Library);
+
+impl PlanProvider for Lib {
+    fn plans(&self, c: Collective, root: Option<u32>) -> Vec<Arc<Verified>> {
+        self.0.plans(c, root)
+    }
+}
+
+fn setup(topo: &str) -> (Topology, Registry) {
+    let t = Topology::from_arg(topo).unwrap();
+    let reg = Registry::new().with_provider(Box::new(Lib(Library::new(t.clone()))));
+    (t, reg)
+}
+
+const GPU: Target = Target {
+    block_budget: 66,
+    size_replicas: true,
+    ll: true,
+};
+
+fn req(c: Collective, n: u32, bytes: usize) -> Request {
+    Request {
+        collective: c,
+        n_ranks: n,
+        root: c.is_rooted().then_some(0),
+        mode: Mode::OutOfPlace,
+        bytes,
+        elem: 4,
+    }
+}
+
+fn predict(t: &Topology, plan: &Verified, r: &Request, replicas: u32, p: Protocol) -> f64 {
+    let cand = [Candidate {
+        plan,
+        origin: "test".into(),
+    }];
+    let creq = braid_cost::Request {
+        collective: r.collective,
+        root: r.root,
+        mode: r.mode,
+        bytes: r.bytes as u64,
+        elem: r.elem as u64,
+    };
+    braid_cost::rank_with(
+        &cand,
+        t,
+        &Profile::default(),
+        &creq,
+        Some(replicas),
+        Some(p),
+    )[0]
+    .result
+    .clone()
+    .unwrap()
+}
+
+fn blocks(plan: &Verified) -> u32 {
+    plan.ranks
+        .iter()
+        .map(|r| r.blocks.len() as u32)
+        .max()
+        .unwrap()
+}
+
+const SIZES: [usize; 6] = [8, 4 << 10, 256 << 10, 4 << 20, 64 << 20, 1 << 30];
+
+#[test]
+fn the_model_never_predicts_its_choice_slower_than_the_rules_and_keeps_to_the_budget() {
+    for topo in ["nvswitch:8", "pcie:4", "cluster:2x4"] {
+        let (t, reg) = setup(topo);
+        let n = t.n_ranks();
+        let model = Policy::default().with_model(t.clone(), Profile::default());
+        let rules = Policy::default();
+        for c in Collective::ALL {
+            for bytes in SIZES {
+                let r = req(c, n, bytes * if c.has_k() { n as usize } else { 1 });
+                let m = model.choose(&reg, &r, &GPU).unwrap();
+                let by_rules = rules.choose(&reg, &r, &GPU).unwrap();
+                let tm = predict(&t, &m.plan, &r, m.replicas, m.protocol);
+                let tr = predict(&t, &by_rules.plan, &r, by_rules.replicas, by_rules.protocol);
+                assert!(
+                    tm <= tr * (1.0 + 1e-9),
+                    "{topo} {c} {bytes} B: the model chose {} x{} {:?} ({tm:.2} us) over the \
+                     rules' {} x{} {:?} ({tr:.2} us)",
+                    m.plan.name,
+                    m.replicas,
+                    m.protocol,
+                    by_rules.plan.name,
+                    by_rules.replicas,
+                    by_rules.protocol
+                );
+                assert!(
+                    blocks(&m.plan) * m.replicas <= GPU.block_budget.max(blocks(&m.plan)),
+                    "{topo} {c} {bytes} B: {} x{} exceeds the block budget",
+                    m.plan.name,
+                    m.replicas
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn small_all_reduces_take_a_latency_plan_and_large_ones_a_ring_inside_a_node() {
+    let (t, reg) = setup("nvswitch:8");
+    let model = Policy::default().with_model(t, Profile::default());
+    let small = model
+        .choose(&reg, &req(Collective::Allreduce, 8, 8), &GPU)
+        .unwrap();
+    assert!(
+        !small.plan.name.contains("ring"),
+        "an 8-byte all-reduce on 8 GPUs chose {}",
+        small.plan.name
+    );
+    assert_eq!(small.protocol, Protocol::Ll, "8 bytes go over LL");
+    let large = model
+        .choose(&reg, &req(Collective::Allreduce, 8, 1 << 30), &GPU)
+        .unwrap();
+    assert!(
+        large.plan.name.contains("ring") || large.plan.name.contains("two_shot"),
+        "a 1 GiB all-reduce on 8 GPUs chose {}",
+        large.plan.name
+    );
+    assert_eq!(large.protocol, Protocol::Simple, "1 GiB goes over Simple");
+    assert!(large.replicas > 1, "1 GiB runs on one replica");
+}
+
+#[test]
+fn the_variables_and_the_backend_restrict_the_model() {
+    let (t, reg) = setup("nvswitch:8");
+    let r = req(Collective::Allreduce, 8, 1 << 30);
+    let no_ring = Policy {
+        algo: Some(AlgoFilter::parse("NCCL_ALGO", "^ring").unwrap()),
+        ..Policy::default()
+    }
+    .with_model(t.clone(), Profile::default());
+    let c = no_ring.choose(&reg, &r, &GPU).unwrap();
+    assert!(!c.plan.name.contains("ring"), "^ring chose {}", c.plan.name);
+    let forced = Policy {
+        replicas: Some(2),
+        protocol: Some(Protocol::Ll),
+        ..Policy::default()
+    }
+    .with_model(t.clone(), Profile::default());
+    let c = forced.choose(&reg, &r, &GPU).unwrap();
+    assert_eq!((c.replicas, c.protocol), (2, Protocol::Ll));
+    // A backend without LL never gets it; one running plans as written keeps them.
+    let model = Policy::default().with_model(t.clone(), Profile::default());
+    let small = req(Collective::Allreduce, 8, 8);
+    assert_eq!(
+        model.choose(&reg, &small, &Target::HOST).unwrap().protocol,
+        Protocol::Simple
+    );
+    assert_eq!(
+        model.choose(&reg, &small, &Target::HOST).unwrap().replicas,
+        1
+    );
+    // BRAID_SELECT=rules: no model is attached.
+    let rules = Policy {
+        rules_only: true,
+        ..Policy::default()
+    }
+    .with_model(t, Profile::default());
+    assert!(rules.model.is_none());
+}
+
+#[test]
+fn one_choice_per_size_bucket() {
+    let (t, reg) = setup("nvswitch:8");
+    let model = Policy::default().with_model(t, Profile::default());
+    for bytes in [3000usize, 5 << 20] {
+        let a = model
+            .choose(&reg, &req(Collective::Allreduce, 8, bytes), &GPU)
+            .unwrap();
+        let b = model
+            .choose(&reg, &req(Collective::Allreduce, 8, bytes + 1), &GPU)
+            .unwrap();
+        assert_eq!(
+            (a.plan.digest(), a.replicas, a.protocol),
+            (b.plan.digest(), b.replicas, b.protocol),
+            "{bytes} and {} bytes share a bucket",
+            bytes + 1
+        );
+    }
+}
