@@ -12,21 +12,22 @@ use braid_ir::{Collective, Mode};
 use braid_runtime::call::CallSpec;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::reduce::scale;
-use braid_runtime::reference::{inputs, reference};
+use braid_runtime::reference::{fill_input, inputs, reference};
 
 type Cases = Vec<(String, Result<(), String>)>;
 
-/// Rank `r`'s scalar, as the dtype's bytes: 0.5, 1, 1.5, 2 (exact in every float type),
-/// or r + 2 for integers.
+/// Rank `r`'s scalar, as the dtype's bytes: 0.5 on even ranks, 1 on odd ones for floats
+/// (with inputs drawn for twice the ranks, every scaled partial sum stays exact, so any
+/// reduction order gives the reference's bits), r + 2 for integers (wrapping arithmetic
+/// is exact in any order).
 fn scalar(d: DType, r: u32) -> Vec<u8> {
-    let f = 0.5 * f64::from(r % 4 + 1);
+    let half = r % 2 == 0;
+    let f = if half { 0.5f64 } else { 1.0 };
     match d {
         DType::F32 => (f as f32).to_le_bytes().to_vec(),
         DType::F64 => f.to_le_bytes().to_vec(),
         DType::Bf16 => (((f as f32).to_bits() >> 16) as u16).to_le_bytes().to_vec(),
-        DType::F16 => [0x3800u16, 0x3C00, 0x3E00, 0x4000][(r % 4) as usize]
-            .to_le_bytes()
-            .to_vec(),
+        DType::F16 => (if half { 0x3800u16 } else { 0x3C00 }).to_le_bytes().to_vec(),
         DType::I8 | DType::U8 => vec![(r + 2) as u8],
         DType::I32 | DType::U32 => (r + 2).to_le_bytes().to_vec(),
         DType::I64 | DType::U64 => u64::from(r + 2).to_le_bytes().to_vec(),
@@ -35,7 +36,12 @@ fn scalar(d: DType, r: u32) -> Vec<u8> {
 
 fn case(r: &Ranks, spec: &CallSpec, mode: Mode, seed: u64) -> Result<(), String> {
     let n = r.comms.len() as u32;
-    let ins = inputs(spec.collective, spec.dtype, RedOp::Sum, n, spec.count, seed);
+    // The call's buffer sizes for n ranks, values drawn as for 2n ranks (half the range):
+    // room for the scaling without a rounding in any order.
+    let mut ins = inputs(spec.collective, spec.dtype, RedOp::Sum, n, spec.count, seed);
+    for (q, buf) in ins.iter_mut().enumerate() {
+        fill_input(spec.dtype, RedOp::Sum, q as u32, 2 * n, seed, buf);
+    }
     let kind = KINDS[seed as usize % KINDS.len()];
     let calls = r
         .comms
