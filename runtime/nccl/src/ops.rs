@@ -140,10 +140,63 @@ pub fn submit(op: Op) -> Res<()> {
     let in_group = GROUP.with(|g| g.borrow().depth > 0);
     if in_group {
         GROUP.with(|g| g.borrow_mut().ops.push(op));
-        Ok(())
-    } else {
-        run(vec![op])
+        return Ok(());
     }
+    // The usual call (a collective on the CUDA backend, outside a group): straight to the
+    // communicator, nothing sorted or collected on the way.
+    if let Op::Coll {
+        comm,
+        spec,
+        premul: None,
+        send,
+        recv,
+        stream,
+    } = &op
+    {
+        if let Ok(Backend::Cuda(c)) = comm.ready() {
+            return run_one_cuda(comm, c, spec, *send, *recv, *stream);
+        }
+    }
+    run(vec![op])
+}
+
+/// One collective on the CUDA backend, as [`run`] would run it alone.
+fn run_one_cuda(
+    comm: &Arc<Comm>,
+    c: &braid_cuda::CudaComm,
+    spec: &CallSpec,
+    send: u64,
+    recv: u64,
+    stream: usize,
+) -> Res<()> {
+    if let Some(f) = comm.async_error() {
+        return Err(f);
+    }
+    // SAFETY: the application's stream of the communicator's device (NCCL's contract),
+    // alive until the call completes; 0 is the legacy stream.
+    let stream = unsafe {
+        braid_cuda::Stream::from_raw(
+            stream as cudarc::driver::sys::CUstream,
+            comm.device.max(0) as usize,
+        )
+    };
+    let call = [GroupCall {
+        comm: c,
+        spec: *spec,
+        send,
+        recv,
+        stream: &stream,
+    }];
+    // SAFETY: NCCL's contract: the buffers are device memory of the communicator's GPU
+    // holding the call's sizes, alive until the call completes on its stream.
+    let r: Res<()> = unsafe { enqueue_group(&call) }.map_err(Failure::from);
+    if let Err(e) = &r {
+        // As `run`: a refused call leaves the communicator usable, a failed one does not.
+        if e.code != abi::INVALID_ARGUMENT && e.code != abi::INVALID_USAGE {
+            comm.fail(e);
+        }
+    }
+    r
 }
 
 /// Records a failure of a call inside a group (the group's end returns it too).
