@@ -27,7 +27,9 @@ fn scalar(d: DType, r: u32) -> Vec<u8> {
         DType::F32 => (f as f32).to_le_bytes().to_vec(),
         DType::F64 => f.to_le_bytes().to_vec(),
         DType::Bf16 => (((f as f32).to_bits() >> 16) as u16).to_le_bytes().to_vec(),
-        DType::F16 => (if half { 0x3800u16 } else { 0x3C00 }).to_le_bytes().to_vec(),
+        DType::F16 => (if half { 0x3800u16 } else { 0x3C00 })
+            .to_le_bytes()
+            .to_vec(),
         DType::I8 | DType::U8 => vec![(r + 2) as u8],
         DType::I32 | DType::U32 => (r + 2).to_le_bytes().to_vec(),
         DType::I64 | DType::U64 => u64::from(r + 2).to_le_bytes().to_vec(),
