@@ -589,15 +589,12 @@ fn plan_all<'c, 'g, E: Engine>(
 pub unsafe fn enqueue_group<E: Engine>(calls: &[GroupCall<'_, E>]) -> Result<()> {
     // Every call checked first: a call refused before launch leaves the communicator
     // usable, as NCCL's invalid-argument errors do, and nothing is enqueued.
-    let mut checked = Vec::with_capacity(calls.len());
-    for c in calls {
-        if let Some(mode) = c.comm.check_call(&c.spec, c.send, c.recv)? {
-            checked.push((c, mode));
-        }
-    }
-    let mut to_plan = Vec::with_capacity(checked.len());
+    let mut to_plan = Vec::with_capacity(calls.len());
     let mut copies = Vec::new();
-    for (c, mode) in checked {
+    for c in calls {
+        let Some(mode) = c.comm.check_call(&c.spec, c.send, c.recv)? else {
+            continue;
+        };
         // One rank: every collective is the identity on its data (a sum, minimum,
         // average... of one value is that value). In place there is nothing to do; out
         // of place a copy, which the backend may offer instead of running the plan.

@@ -466,6 +466,20 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
             stream: c.stream,
         })?;
     }
+    // The usual case, one call or the ranks of one GPU together: one launch, no sorting.
+    let one_launch = calls.len() <= MAX_LOCAL
+        && calls.iter().all(|c| {
+            Arc::ptr_eq(c.engine.clique(), calls[0].engine.clique())
+                && c.engine.device() == calls[0].engine.device()
+                && c.prepared.inner.kernel.func.cu_function()
+                    == calls[0].prepared.inner.kernel.func.cu_function()
+        });
+    if one_launch {
+        let g: Vec<&Launch<'_, CudaEngine>> = calls.iter().collect();
+        check_streams(&members_of(&g))?;
+        // SAFETY: passed on.
+        return unsafe { launch_group(&g) };
+    }
     let mut groups: Vec<Vec<&Launch<'_, CudaEngine>>> = Vec::new();
     for c in calls {
         let fits = groups.iter_mut().find(|g| {
@@ -481,14 +495,7 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
         }
     }
     for g in &groups {
-        let members: Vec<Member<'_>> = g
-            .iter()
-            .map(|c| Member {
-                engine: c.engine,
-                stream: c.stream,
-            })
-            .collect();
-        check_streams(&members)?;
+        check_streams(&members_of(g))?;
     }
     for g in groups {
         // SAFETY: passed on.
@@ -496,6 +503,10 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Streams one launch may join besides its own (every rank of a launch on its own
+/// stream, and a point-to-point group's ranks on a few each).
+const MAX_LAUNCH_STREAMS: usize = 4 * MAX_LOCAL;
 
 /// One rank's part of a launch: its engine and the stream its call came on.
 #[derive(Clone, Copy)]
@@ -517,6 +528,16 @@ pub(crate) fn check_device(m: Member<'_>) -> Result<()> {
     Ok(())
 }
 
+/// The members of a launch of calls.
+fn members_of<'a>(g: &[&'a Launch<'a, CudaEngine>]) -> Vec<Member<'a>> {
+    g.iter()
+        .map(|c| Member {
+            engine: c.engine,
+            stream: c.stream,
+        })
+        .collect()
+}
+
 /// Refuses what would deadlock: two ranks sharing a GPU and a stream in separate
 /// launches (the second waits behind the first, which waits for the second).
 pub(crate) fn check_streams(g: &[Member<'_>]) -> Result<()> {
@@ -527,20 +548,26 @@ pub(crate) fn check_streams(g: &[Member<'_>]) -> Result<()> {
         return Ok(());
     }
     let s = g[0].stream.raw();
-    let ranks: Vec<u32> = g.iter().map(|c| c.engine.rank()).collect();
+    let first = g[0].engine.rank();
+    let has = |r: u32| g.iter().any(|c| c.engine.rank() == r);
+    // Ranks of this launch (a rank may appear with several streams).
+    let ranks = clique
+        .locals
+        .iter()
+        .filter(|l| has(l.rank))
+        .count();
     let mut l = clique.launches.lock().unwrap();
     let entry = l.last_solo.entry(device).or_insert(None);
     if let Some((stream, other)) = *entry {
-        if stream == s as usize && !ranks.contains(&other) && ranks.len() < sharing {
+        if stream == s as usize && !has(other) && ranks < sharing {
             return Err(CudaError::Invalid(format!(
-                "ranks {other} and {} share GPU {device} and one stream in separate calls: \
+                "ranks {other} and {first} share GPU {device} and one stream in separate calls: \
                  the second would wait behind the first forever. Call them in one group \
-                 (one launch), or give each rank its own stream",
-                ranks[0]
+                 (one launch), or give each rank its own stream"
             )));
         }
     }
-    *entry = (ranks.len() < sharing).then_some((s as usize, ranks[0]));
+    *entry = (ranks < sharing).then_some((s as usize, first));
     Ok(())
 }
 
@@ -559,13 +586,7 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
         total += c.prepared.inner.grid;
     }
     p.first[g.len()] = total;
-    let members: Vec<Member<'_>> = g
-        .iter()
-        .map(|c| Member {
-            engine: c.engine,
-            stream: c.stream,
-        })
-        .collect();
+    let members = members_of(g);
     let func = g[0].prepared.inner.kernel.func.cu_function();
     // SAFETY: the kernel's one parameter is a `Launch` by value, which `LaunchParams`
     // lays out; every table was written by `program::encode` after `program::check`
@@ -593,14 +614,23 @@ pub(crate) unsafe fn launch_joined<P>(
     ctx.bind_to_thread()?;
     let stream = lead.stream.raw();
     // Other ranks' streams: the launch waits for what came before on them, and they wait
-    // for the launch.
-    let others: Vec<sys::CUstream> = {
-        let mut v: Vec<sys::CUstream> = g.iter().map(|c| c.stream.raw()).collect();
-        v.retain(|&s| s != stream);
-        v.sort_by_key(|&s| s as usize);
-        v.dedup();
-        v
-    };
+    // for the launch. Distinct, in order of first appearance (no allocation: a launch has
+    // at most one stream per member).
+    let mut other_buf = [std::ptr::null_mut(); MAX_LAUNCH_STREAMS];
+    let mut n_others = 0;
+    for c in g {
+        let s = c.stream.raw();
+        if s != stream && !other_buf[..n_others].contains(&s) {
+            if n_others == MAX_LAUNCH_STREAMS {
+                return Err(CudaError::Invalid(format!(
+                    "one launch joins at most {MAX_LAUNCH_STREAMS} streams"
+                )));
+            }
+            other_buf[n_others] = s;
+            n_others += 1;
+        }
+    }
+    let others = &other_buf[..n_others];
     let clique = lead.engine.clique().clone();
     let mut seen = clique.launches.lock().unwrap();
     for c in g {
@@ -612,7 +642,7 @@ pub(crate) unsafe fn launch_joined<P>(
         Some(lead.engine.clique().join_event(ctx)?)
     };
     if let Some(ev) = join {
-        for &s in &others {
+        for &s in others {
             // SAFETY: live event and streams.
             unsafe {
                 result::event::record(ev, s)?;
@@ -637,7 +667,7 @@ pub(crate) unsafe fn launch_joined<P>(
         )?;
     }
     if let Some(ev) = join {
-        for &s in &others {
+        for &s in others {
             // SAFETY: live event and streams.
             unsafe {
                 result::event::record(ev, stream)?;
@@ -645,12 +675,13 @@ pub(crate) unsafe fn launch_joined<P>(
             }
         }
     }
-    let mut bumped: Vec<(sys::CUstream, u64)> = Vec::with_capacity(1 + others.len());
-    for s in std::iter::once(stream).chain(others.iter().copied()) {
+    let mut bumped = [(std::ptr::null_mut(), 0u64); MAX_LAUNCH_STREAMS + 1];
+    for (i, s) in std::iter::once(stream).chain(others.iter().copied()).enumerate() {
         let n = seen.per_stream.entry(s as usize).or_insert(0);
         *n += 1;
-        bumped.push((s, *n));
+        bumped[i] = (s, *n);
     }
+    let bumped = &bumped[..1 + others.len()];
     drop(seen);
     for c in g {
         let own = c.stream.raw();
