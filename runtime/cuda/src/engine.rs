@@ -476,9 +476,10 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
         });
     if one_launch {
         let g: Vec<&Launch<'_, CudaEngine>> = calls.iter().collect();
-        check_streams(&members_of(&g))?;
+        let members = members_of(&g);
+        check_streams(&members)?;
         // SAFETY: passed on.
-        return unsafe { launch_group(&g) };
+        return unsafe { launch_group(&g, &members) };
     }
     let mut groups: Vec<Vec<&Launch<'_, CudaEngine>>> = Vec::new();
     for c in calls {
@@ -494,12 +495,13 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
             None => groups.push(vec![c]),
         }
     }
-    for g in &groups {
-        check_streams(&members_of(g))?;
+    let members: Vec<Vec<Member<'_>>> = groups.iter().map(|g| members_of(g)).collect();
+    for m in &members {
+        check_streams(m)?;
     }
-    for g in groups {
+    for (g, m) in groups.iter().zip(&members) {
         // SAFETY: passed on.
-        unsafe { launch_group(&g)? };
+        unsafe { launch_group(g, m)? };
     }
     Ok(())
 }
@@ -551,11 +553,7 @@ pub(crate) fn check_streams(g: &[Member<'_>]) -> Result<()> {
     let first = g[0].engine.rank();
     let has = |r: u32| g.iter().any(|c| c.engine.rank() == r);
     // Ranks of this launch (a rank may appear with several streams).
-    let ranks = clique
-        .locals
-        .iter()
-        .filter(|l| has(l.rank))
-        .count();
+    let ranks = clique.locals.iter().filter(|l| has(l.rank)).count();
     let mut l = clique.launches.lock().unwrap();
     let entry = l.last_solo.entry(device).or_insert(None);
     if let Some((stream, other)) = *entry {
@@ -571,9 +569,12 @@ pub(crate) fn check_streams(g: &[Member<'_>]) -> Result<()> {
     Ok(())
 }
 
+/// Launches the calls `g` (one kernel, ranks sharing a GPU); `members` are their ranks
+/// and streams, as [`members_of`] makes them.
+///
 /// # Safety
 /// As [`Engine::launch`].
-unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
+unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>], members: &[Member<'_>]) -> Result<()> {
     let mut p = LaunchParams {
         n: g.len() as u32,
         ..LaunchParams::default()
@@ -586,13 +587,12 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>]) -> Result<()> {
         total += c.prepared.inner.grid;
     }
     p.first[g.len()] = total;
-    let members = members_of(g);
     let func = g[0].prepared.inner.kernel.func.cu_function();
     // SAFETY: the kernel's one parameter is a `Launch` by value, which `LaunchParams`
     // lays out; every table was written by `program::encode` after `program::check`
     // proved its steps inside the call's buffers, scratch and FIFOs; the caller
     // guarantees the buffers.
-    unsafe { launch_joined(&members, func, total, &mut p) }
+    unsafe { launch_joined(members, func, total, &mut p) }
 }
 
 /// Launches `func` with `grid` blocks and the one parameter `param` on the first
@@ -676,7 +676,10 @@ pub(crate) unsafe fn launch_joined<P>(
         }
     }
     let mut bumped = [(std::ptr::null_mut(), 0u64); MAX_LAUNCH_STREAMS + 1];
-    for (i, s) in std::iter::once(stream).chain(others.iter().copied()).enumerate() {
+    for (i, s) in std::iter::once(stream)
+        .chain(others.iter().copied())
+        .enumerate()
+    {
         let n = seen.per_stream.entry(s as usize).or_insert(0);
         *n += 1;
         bumped[i] = (s, *n);
