@@ -11,6 +11,10 @@
 //! - **Latency**: direct schedules, every transfer in one step (allgather: every rank
 //!   sends its block to every other rank; allreduce: every rank gathers every rank's
 //!   data and reduces it itself).
+//! - **All-to-all**: the direct program (each block straight to its destination, which
+//!   meets the cut bound on every topology where a block's path is its only way) and,
+//!   across uniform nodes, a two-level program that aggregates each node's blocks for
+//!   another node into one network message.
 //!
 //! **Must not know:** the runtime, CUDA, the compiler's internals: its output is text.
 
@@ -40,12 +44,13 @@ pub struct Program {
 }
 
 /// The collectives synthesis writes.
-pub const SUPPORTED: [Collective; 5] = [
+pub const SUPPORTED: [Collective; 6] = [
     Collective::Allgather,
     Collective::ReduceScatter,
     Collective::Allreduce,
     Collective::Broadcast,
     Collective::Reduce,
+    Collective::Alltoall,
 ];
 
 /// Writes a program for `collective` on `topo`.
@@ -56,10 +61,17 @@ pub fn synthesize(
 ) -> Result<Program, String> {
     if !SUPPORTED.contains(&collective) {
         return Err(format!(
-            "synthesis writes allgather, reduce_scatter, allreduce, broadcast and reduce so far, not {collective}"
+            "synthesis writes allgather, reduce_scatter, allreduce, broadcast, reduce and alltoall, not {collective}"
         ));
     }
     let n = topo.n_ranks();
+    if collective == Collective::Alltoall {
+        // Every block must reach its own destination: sent straight there, each crosses
+        // exactly the links of its path, which no relaying can undercut on a fabric where
+        // every rank has its own way out (switch, tree); across nodes, `candidates` adds
+        // the two-level program that sends fewer, larger messages over the network.
+        return Ok(direct(collective, topo));
+    }
     match objective {
         Objective::Latency => Ok(direct(collective, topo)),
         Objective::Bandwidth if collective.is_rooted() => {
@@ -337,15 +349,73 @@ pub fn candidates(
     {
         v.push(two_phase_direct(topo));
     }
-    if objective == Objective::Bandwidth
-        && topo.n_nodes() > 1
-        && topo.uniform_g().is_some_and(|g| g > 1)
-    {
-        if let Some(h) = hierarchical(collective, topo) {
-            v.push(h);
+    if topo.n_nodes() > 1 && topo.uniform_g().is_some_and(|g| g > 1) {
+        if collective == Collective::Alltoall {
+            // Fewer, larger messages over the network help latency and bandwidth alike.
+            v.push(two_level_alltoall(topo));
+        } else if objective == Objective::Bandwidth {
+            if let Some(h) = hierarchical(collective, topo) {
+                v.push(h);
+            }
         }
     }
     Ok(v)
+}
+
+/// All-to-all in two hops across uniform nodes: inside each node, every rank hands the
+/// blocks it has for a rank of another node to its node's rank with the destination's
+/// local index (its proxy), which gathers them in scratch, one node's worth per
+/// destination node, contiguous; then each proxy sends every other node's worth as one
+/// message to the rank of its own local index there, where it lands in its final slots
+/// (ranks are numbered node-major, so a node's sources are contiguous in `out`).
+fn two_level_alltoall(topo: &Topology) -> Program {
+    let g = topo.uniform_g().unwrap_or(1) as usize;
+    let nodes = topo.n_nodes() as usize;
+    let n = g * nodes;
+    let name = "synth_hier_alltoall".to_string();
+    let mut out = String::new();
+    header(
+        &mut out,
+        topo,
+        "Two hops: inside each node to the proxy with the destination's local index, then one message per pair of nodes between proxies of equal local index: NODES-1 network messages per rank instead of (NODES-1) x G.",
+    );
+    let _ = writeln!(
+        out,
+        "algorithm {name} : alltoall where N == {n}, NODES == {nodes}, G == {g} {{"
+    );
+    let _ = writeln!(out, "    chunks N;\n    scratch C;\n    mode outofplace;");
+    let _ = writeln!(
+        out,
+        "    // hop 1, inside each node: same-node blocks go straight to their slot; the"
+    );
+    let _ = writeln!(
+        out,
+        "    // others to the proxy rank(n, j) of their destination rank(m, j), at scratch"
+    );
+    let _ = writeln!(out, "    // chunk (m * G + l) * K for source rank(n, l)");
+    let _ = writeln!(
+        out,
+        "    for n in 0 .. NODES {{\n        for l in 0 .. G {{\n            for j in 0 .. G {{"
+    );
+    let _ = writeln!(out, "                copy out[rank(n, j)][rank(n, l) * K .. (rank(n, l) + 1) * K] <- in[rank(n, l)][rank(n, j) * K .. (rank(n, j) + 1) * K];");
+    let _ = writeln!(out, "                for i in 1 .. NODES {{");
+    let _ = writeln!(out, "                    let m = (n + i) % NODES;");
+    let _ = writeln!(out, "                    copy scratch[rank(n, j)][(m * G + l) * K .. (m * G + l + 1) * K] <- in[rank(n, l)][rank(m, j) * K .. (rank(m, j) + 1) * K];");
+    let _ = writeln!(
+        out,
+        "                }}\n            }}\n        }}\n    }}"
+    );
+    let _ = writeln!(out, "    // hop 2, between nodes: proxy rank(n, j) sends node m's worth (G blocks) to rank(m, j)");
+    let _ = writeln!(out, "    for n in 0 .. NODES {{\n        for j in 0 .. G {{\n            for i in 1 .. NODES {{");
+    let _ = writeln!(out, "                let m = (n + i) % NODES;");
+    let _ = writeln!(out, "                copy out[rank(m, j)][n * G * K .. (n + 1) * G * K] <- scratch[rank(n, j)][m * G * K .. (m + 1) * G * K];");
+    let _ = writeln!(out, "            }}\n        }}\n    }}\n}}");
+    Program {
+        name,
+        text: out,
+        order: (0..n as u32).collect(),
+        rings: 0,
+    }
 }
 
 /// Two-level programs for uniform multi-node topologies.
@@ -760,6 +830,7 @@ fn direct(c: Collective, topo: &Topology) -> Program {
     let body = match c {
         Collective::Allgather => "    for r in 0 .. N {\n        for q in 0 .. N { copy out[q][r * K .. (r + 1) * K] <- in[r][0 .. K]; }\n    }\n".to_string(),
         Collective::ReduceScatter => "    scratch C;\n    // every rank sends each block to its owner, which reduces what arrives\n    for q in 0 .. N { copy scratch[q][q * K .. (q + 1) * K] <- in[q][q * K .. (q + 1) * K]; }\n    for d in 1 .. N {\n        for q in 0 .. N { reduce scratch[q][q * K .. (q + 1) * K] <- in[q + d][q * K .. (q + 1) * K]; }\n    }\n    for q in 0 .. N { copy out[q][0 .. K] <- scratch[q][q * K .. (q + 1) * K]; }\n".to_string(),
+        Collective::Alltoall => "    mode outofplace;\n    // every rank's block for rank p goes straight to p's slot for it\n    for r in 0 .. N {\n        for p in 0 .. N { copy out[p][r * K .. (r + 1) * K] <- in[r][p * K .. (p + 1) * K]; }\n    }\n".to_string(),
         Collective::Broadcast => "    // the root sends straight to every rank\n    for i in 0 .. N { copy out[ROOT + i][0 .. C] <- in[ROOT][0 .. C]; }\n".to_string(),
         Collective::Reduce => "    scratch N;\n    // every rank sends straight to the root, which reduces\n    for i in 0 .. N { copy scratch[ROOT][i] <- in[ROOT + i][0]; }\n    copy out[ROOT][0] <- scratch[ROOT][0];\n    for i in 1 .. N { reduce out[ROOT][0] <- scratch[ROOT][i]; }\n".to_string(),
         _ => "    scratch N;\n    // every rank gathers every rank's data, then reduces it itself\n    for q in 0 .. N {\n        for r in 0 .. N { copy scratch[q][r] <- in[r][0]; }\n    }\n    for q in 0 .. N {\n        copy out[q][0] <- scratch[q][0];\n        for r in 1 .. N { reduce out[q][0] <- scratch[q][r]; }\n    }\n".to_string(),

@@ -48,3 +48,30 @@ fn every_program_verifies_and_reports_its_bottleneck() {
         }
     }
 }
+
+#[test]
+fn all_to_all_meets_the_cut_bound_inside_a_node_and_across_nodes() {
+    use braid_ir::Collective;
+    for (topo, name) in [
+        ("nvswitch:8", "synth_direct_alltoall"),
+        ("cluster:2x8", "synth_hier_alltoall"),
+        ("cluster:4x4", "synth_hier_alltoall"),
+    ] {
+        let t = Topology::from_arg(topo).unwrap();
+        let progs = candidates(Collective::Alltoall, &t, Objective::Bandwidth).unwrap();
+        let p = progs
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("{topo}: no {name}"));
+        let plan = braid_library::compile_file("a2a.braid", &p.text, &t)
+            .unwrap()
+            .remove(0);
+        let bytes = 1u64 << 30;
+        let (bound, _) = cut_bound_rooted_us(&t, Collective::Alltoall, bytes, None);
+        let (neck, link) = bottleneck_us(&plan, &t, bytes, 4);
+        assert!(
+            neck <= bound * 1.001,
+            "{topo} {name}: bottleneck {neck} us on {link}, bound {bound} us"
+        );
+    }
+}

@@ -85,7 +85,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
     })?;
     if !braid_synth::SUPPORTED.contains(&collective) {
         return Err(CliError::Usage(format!(
-            "error: braid synth writes allgather, reduce_scatter, allreduce, broadcast and reduce so far, not {collective}"
+            "error: braid synth writes allgather, reduce_scatter, allreduce, broadcast, reduce and alltoall, not {collective}"
         )));
     }
     let topo = topo_arg::load(&args.topo)?;
