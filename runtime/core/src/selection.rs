@@ -74,15 +74,34 @@ fn replica_counts(plan: &braid_plan::Plan, target: &Target) -> Vec<u32> {
     if plan.channels != 1 || !target.size_replicas {
         return vec![plan.channels.max(1)];
     }
-    let blocks = plan
-        .ranks
+    let fit = (target.block_budget / blocks_of(plan)).clamp(1, MAX_REPLICAS);
+    (0..6).map(|k| 1u32 << k).filter(|&r| r <= fit).collect()
+}
+
+/// Choices predicted within this fraction of the fastest count as equally fast: the one
+/// with the fewest thread blocks wins among them (it leaves the GPU's multiprocessors to
+/// the application, and the model's small differences are below its error).
+pub const TIE: f64 = 0.02;
+
+/// Thread blocks of one replica of `plan` on its busiest rank.
+fn blocks_of(plan: &braid_plan::Plan) -> u32 {
+    plan.ranks
         .iter()
         .map(|r| r.blocks.len() as u32)
         .max()
         .unwrap_or(1)
-        .max(1);
-    let fit = (target.block_budget / blocks).clamp(1, MAX_REPLICAS);
-    (0..6).map(|k| 1u32 << k).filter(|&r| r <= fit).collect()
+        .max(1)
+}
+
+/// The fastest option, or among those within [`TIE`] of it the one with the fewest
+/// blocks (then the fastest of those, then the first).
+pub fn pick<P: Copy>(options: &[(f64, usize, u32, P, u32)]) -> Option<(f64, usize, u32, P, u32)> {
+    let fastest = options.iter().map(|o| o.0).min_by(f64::total_cmp)?;
+    options
+        .iter()
+        .filter(|o| o.0 <= fastest * (1.0 + TIE))
+        .min_by(|a, b| a.4.cmp(&b.4).then(a.0.total_cmp(&b.0)))
+        .copied()
 }
 
 /// The cheapest choice for `req` by the model, among the registry's candidates.
@@ -131,7 +150,8 @@ pub fn choose(
         bytes: req.bytes as u64,
         elem: req.elem as u64,
     };
-    let mut best: Option<(f64, usize, u32, Protocol)> = None;
+    // Every priced choice: (time, candidate, replicas, protocol, thread blocks).
+    let mut options: Vec<(f64, usize, u32, Protocol, u32)> = Vec::new();
     let mut priced = Vec::new();
     for (i, (plan, origin)) in fitting.iter().enumerate() {
         let counts = match policy.replicas {
@@ -145,6 +165,7 @@ pub fn choose(
                 Origin::Library => "shipped".into(),
             },
         }];
+        let blocks = blocks_of(plan);
         for r in counts {
             for ranked in braid_cost::rank_with(
                 &cand,
@@ -160,9 +181,7 @@ pub fn choose(
                             "{} x{r} {:?}: {t:.2} us",
                             plan.name, ranked.protocol
                         ));
-                        if best.is_none_or(|b| t < b.0) {
-                            best = Some((t, i, r, ranked.protocol));
-                        }
+                        options.push((t, i, r, ranked.protocol, blocks * r));
                     }
                     Err(why) => {
                         tracing::info!(plan = %plan.name, "the cost model cannot price it: {why}")
@@ -171,7 +190,8 @@ pub fn choose(
             }
         }
     }
-    let Some((t, i, replicas, protocol)) = best else {
+    let best = pick(&options);
+    let Some((t, i, replicas, protocol, _)) = best else {
         // Nothing priced (a plan the model cannot simulate): the rules decide.
         tracing::info!(
             "{} of {} bytes: no candidate could be priced; choosing by rules",
@@ -198,4 +218,23 @@ pub fn choose(
         replicas,
         protocol,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn near_ties_go_to_the_fewest_blocks_and_clear_wins_to_the_fastest() {
+        // (time, candidate, replicas, protocol, blocks)
+        let o = [
+            (10.0, 0, 8, 'l', 16),
+            (10.1, 1, 1, 'l', 2),
+            (10.5, 2, 1, 's', 1),
+        ];
+        assert_eq!(pick(&o).map(|x| x.1), Some(1), "10.1 is within 2 % of 10.0");
+        let o = [(10.0, 0, 8, 'l', 16), (10.3, 1, 1, 'l', 2)];
+        assert_eq!(pick(&o).map(|x| x.1), Some(0), "10.3 is 3 % slower");
+        assert!(pick::<char>(&[]).is_none());
+    }
 }
