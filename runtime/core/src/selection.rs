@@ -8,7 +8,7 @@
 
 use crate::error::Result;
 use crate::policy::{Choice, Policy, Request, Target, MAX_REPLICAS};
-use crate::registry::{Origin, Registry};
+use crate::registry::Registry;
 use braid_cost::{Candidate, Profile};
 use braid_ir::{Collective, Mode, Protocol};
 use braid_topo::Topology;
@@ -104,6 +104,53 @@ pub fn pick<P: Copy>(options: &[(f64, usize, u32, P, u32)]) -> Option<(f64, usiz
         .copied()
 }
 
+/// One priced choice: (predicted µs, index of the plan, replicas, protocol, thread blocks
+/// on the busiest rank).
+pub type Priced = (f64, usize, u32, Protocol, u32);
+
+/// Every choice the backend `target` can run for `plans` (replica counts within its block
+/// budget, or `replicas`; its protocols, or `protocol`), priced by the model; plans the
+/// model cannot price (they do not apply, or it cannot simulate them) have none. What
+/// the runtime chooses from, and `braid explain` shows.
+pub fn price(
+    topo: &Topology,
+    profile: &Profile,
+    plans: &[&braid_plan::Plan],
+    req: &braid_cost::Request,
+    replicas: Option<u32>,
+    protocol: Option<Protocol>,
+    target: &Target,
+) -> Vec<Priced> {
+    let protocol = if target.ll {
+        protocol
+    } else {
+        Some(Protocol::Simple)
+    };
+    let mut options = Vec::new();
+    for (i, plan) in plans.iter().enumerate() {
+        let counts = match replicas {
+            Some(r) => vec![r],
+            None => replica_counts(plan, target),
+        };
+        let cand = [Candidate {
+            plan,
+            origin: String::new(),
+        }];
+        let blocks = blocks_of(plan);
+        for r in counts {
+            for ranked in braid_cost::rank_with(&cand, topo, profile, req, Some(r), protocol) {
+                match ranked.result {
+                    Ok(t) => options.push((t, i, r, ranked.protocol, blocks * r)),
+                    Err(why) => {
+                        tracing::debug!(plan = %plan.name, "the cost model cannot price it: {why}")
+                    }
+                }
+            }
+        }
+    }
+    options
+}
+
 /// The cheapest choice for `req` by the model, among the registry's candidates.
 pub fn choose(
     policy: &Policy,
@@ -150,46 +197,20 @@ pub fn choose(
         bytes: req.bytes as u64,
         elem: req.elem as u64,
     };
-    // Every priced choice: (time, candidate, replicas, protocol, thread blocks).
-    let mut options: Vec<(f64, usize, u32, Protocol, u32)> = Vec::new();
-    let mut priced = Vec::new();
-    for (i, (plan, origin)) in fitting.iter().enumerate() {
-        let counts = match policy.replicas {
-            Some(r) => vec![r],
-            None => replica_counts(plan, target),
-        };
-        let cand = [Candidate {
-            plan,
-            origin: match origin {
-                Origin::User(f) => format!("user {f}"),
-                Origin::Library => "shipped".into(),
-            },
-        }];
-        let blocks = blocks_of(plan);
-        for r in counts {
-            for ranked in braid_cost::rank_with(
-                &cand,
-                &model.topo,
-                &model.profile,
-                &creq,
-                Some(r),
-                forced_protocol,
-            ) {
-                match ranked.result {
-                    Ok(t) => {
-                        priced.push(format!(
-                            "{} x{r} {:?}: {t:.2} us",
-                            plan.name, ranked.protocol
-                        ));
-                        options.push((t, i, r, ranked.protocol, blocks * r));
-                    }
-                    Err(why) => {
-                        tracing::info!(plan = %plan.name, "the cost model cannot price it: {why}")
-                    }
-                }
-            }
-        }
-    }
+    let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
+    let options = price(
+        &model.topo,
+        &model.profile,
+        &plans,
+        &creq,
+        policy.replicas,
+        forced_protocol,
+        target,
+    );
+    let priced: Vec<String> = options
+        .iter()
+        .map(|o| format!("{} x{} {:?}: {:.2} us", plans[o.1].name, o.2, o.3, o.0))
+        .collect();
     let best = pick(&options);
     let Some((t, i, replicas, protocol, _)) = best else {
         // Nothing priced (a plan the model cannot simulate): the rules decide.

@@ -40,6 +40,10 @@ pub struct ExplainArgs {
     /// Price every plan with this protocol: simple or ll (default: each plan's best).
     #[arg(long)]
     pub proto: Option<String>,
+    /// Thread blocks one rank may use at once, as the runtime grants them (half the GPU's
+    /// multiprocessors, shared by the ranks on it; 66 is one rank on a 132-SM H100/H200).
+    #[arg(long, default_value_t = 66, value_parser = sizes::parse_positive)]
+    pub blocks: u32,
 }
 
 fn protocol_name(p: Protocol) -> &'static str {
@@ -148,68 +152,124 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             Ok(p) => Some(p),
         },
     };
-    let ranked = braid_cost::rank_with(&cands, &topo, &profile, &req, args.replicas, proto);
-    let best = ranked.iter().find(|r| r.result.is_ok()).ok_or_else(|| {
+    // The runtime's own pricing and choice (runtime/core/src/selection.rs): every replica
+    // count within the block budget and every protocol, near ties to the fewest blocks.
+    let target = braid_runtime::policy::Target {
+        block_budget: args.blocks,
+        size_replicas: true,
+        ll: true,
+    };
+    let plans: Vec<&braid_plan::Plan> = cands.iter().map(|c| c.plan).collect();
+    let options = braid_runtime::selection::price(
+        &topo,
+        &profile,
+        &plans,
+        &req,
+        args.replicas,
+        proto,
+        &target,
+    );
+    let pick = braid_runtime::selection::pick;
+    let Some((best_us, best_i, best_r, best_p, _)) = pick(&options) else {
+        let ranked = braid_cost::rank_with(&cands, &topo, &profile, &req, args.replicas, proto);
         let why: Vec<String> = ranked
             .iter()
-            .map(|r| format!("  {}: {}", r.name, r.result.as_ref().unwrap_err()))
+            .map(|r| match &r.result {
+                Err(e) => format!("  {}: {e}", r.name),
+                Ok(_) => format!(
+                    "  {}: needs more than the {} thread blocks of --blocks",
+                    r.name, args.blocks
+                ),
+            })
             .collect();
-        CliError::Runtime(format!(
+        return Err(CliError::Runtime(format!(
             "error: no plan can serve this call:\n{}",
             why.join("\n")
-        ))
-    })?;
-    let best_us = *best.result.as_ref().expect("found ok");
+        )));
+    };
+    let best_name = &cands[best_i].plan.name;
     let mut out = format!(
-        "selected: {} x{} {}\n",
-        best.name,
-        best.replicas,
-        protocol_name(best.protocol)
+        "selected: {best_name} x{best_r} {}\n",
+        protocol_name(best_p)
     );
-    for r in &ranked {
-        let what = format!("{} x{} {}", r.name, r.replicas, protocol_name(r.protocol));
-        match &r.result {
-            Ok(t) if std::ptr::eq(r, best) => {
-                out.push_str(&format!(
-                    "  {what:<48} {t:>12.2} us  selected: the fastest ({})\n",
-                    r.origin
-                ));
-            }
-            Ok(t) => out.push_str(&format!(
-                "  {what:<48} {t:>12.2} us  {:+.1}% slower than {} ({})\n",
+    // Each plan as it would run (its own choice by the same rule), the selected one first,
+    // then the others fastest first, then those that cannot serve the call.
+    let mut rows: Vec<(usize, braid_runtime::selection::Priced)> = (0..cands.len())
+        .filter_map(|i| {
+            let mine: Vec<_> = options.iter().copied().filter(|o| o.1 == i).collect();
+            pick(&mine).map(|o| (i, o))
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        (a.0 != best_i)
+            .cmp(&(b.0 != best_i))
+            .then(a.1 .0.total_cmp(&b.1 .0))
+    });
+    let fastest = options.iter().map(|o| o.0).fold(f64::INFINITY, f64::min);
+    for (i, (t, _, r, p, blocks)) in &rows {
+        let c = &cands[*i];
+        let what = format!("{} x{r} {}", c.plan.name, protocol_name(*p));
+        if *i == best_i {
+            let why = if *t <= fastest {
+                "the fastest".to_string()
+            } else {
+                format!(
+                    "within {:.0}% of the fastest, with the fewest blocks ({blocks})",
+                    braid_runtime::selection::TIE * 100.0
+                )
+            };
+            out.push_str(&format!(
+                "  {what:<48} {t:>12.2} us  selected: {why} ({})\n",
+                c.origin
+            ));
+        } else {
+            out.push_str(&format!(
+                "  {what:<48} {t:>12.2} us  {:+.1}% slower than {best_name} ({})\n",
                 (t / best_us - 1.0) * 100.0,
-                best.name,
-                r.origin
-            )),
-            Err(why) => out.push_str(&format!(
-                "  {:<48} {:>12} ---  excluded: {why} ({})\n",
-                r.name, "-", r.origin
-            )),
+                c.origin
+            ));
         }
     }
+    let ranked = braid_cost::rank_with(&cands, &topo, &profile, &req, args.replicas, proto);
+    for (i, c) in cands.iter().enumerate() {
+        if rows.iter().any(|(j, _)| *j == i) {
+            continue;
+        }
+        let why = ranked
+            .iter()
+            .find(|r| r.name == c.plan.name && r.origin == c.origin)
+            .and_then(|r| r.result.as_ref().err().cloned())
+            .unwrap_or_else(|| {
+                format!(
+                    "it needs more than the {} thread blocks of --blocks",
+                    args.blocks
+                )
+            });
+        out.push_str(&format!(
+            "  {:<48} {:>12} ---  excluded: {why} ({})\n",
+            c.plan.name, "-", c.origin
+        ));
+    }
     eprintln!(
-        "note: predicted by the cost model (constants: {}; docs/costmodel.md) for {collective} of {} bytes of {} on {} ({n} ranks), {}; each plan with the replica count and protocol it runs fastest with",
+        "note: predicted by the cost model (constants: {}; docs/costmodel.md) for {collective} of {} bytes of {} on {} ({n} ranks), {}; each plan with the replica count and protocol the runtime would run it with (within {} thread blocks per rank; near ties to the fewest blocks)",
         profile.source,
         args.size,
         args.dtype.name(),
         args.topo,
-        if mode == Mode::InPlace { "in place" } else { "out of place" }
+        if mode == Mode::InPlace { "in place" } else { "out of place" },
+        args.blocks
     );
     if let Some(path) = &args.trace {
-        let plan = cands
-            .iter()
-            .find(|c| c.plan.name == best.name && c.origin == best.origin)
-            .expect("a ranked candidate")
-            .plan;
+        let plan = cands[best_i].plan;
         let call = braid_cost::Call {
             bytes: args.size,
             elem: args.dtype.size() as u64,
-            protocol: best.protocol,
-            replicas: best.replicas,
+            protocol: best_p,
+            replicas: best_r,
         };
         let pred = braid_cost::predict(plan, &topo, &profile, &call)
             .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
-        crate::output::write_atomically(path, &braid_cost::trace::chrome_trace(&best.name, &pred))?;
+        crate::output::write_atomically(path, &braid_cost::trace::chrome_trace(best_name, &pred))?;
     }
     Ok(out)
 }
