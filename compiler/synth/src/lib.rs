@@ -362,6 +362,37 @@ pub fn candidates(
     Ok(v)
 }
 
+/// The body of [`two_level_alltoall`]'s program (its loops are over the rank grid, so the
+/// text is the same for every uniform topology).
+const TWO_LEVEL_ALLTOALL_BODY: &str = "    chunks N;
+    scratch C;
+    mode outofplace;
+    // hop 1, inside each node: same-node blocks go straight to their slot; the
+    // others to the proxy rank(n, j) of their destination rank(m, j), at scratch
+    // chunk (m * G + l) * K for source rank(n, l)
+    for n in 0 .. NODES {
+        for l in 0 .. G {
+            for j in 0 .. G {
+                copy out[rank(n, j)][rank(n, l) * K .. (rank(n, l) + 1) * K] <- in[rank(n, l)][rank(n, j) * K .. (rank(n, j) + 1) * K];
+                for i in 1 .. NODES {
+                    let m = (n + i) % NODES;
+                    copy scratch[rank(n, j)][(m * G + l) * K .. (m * G + l + 1) * K] <- in[rank(n, l)][rank(m, j) * K .. (rank(m, j) + 1) * K];
+                }
+            }
+        }
+    }
+    // hop 2, between nodes: proxy rank(n, j) sends node m's worth (G blocks) to rank(m, j)
+    for n in 0 .. NODES {
+        for j in 0 .. G {
+            for i in 1 .. NODES {
+                let m = (n + i) % NODES;
+                copy out[rank(m, j)][n * G * K .. (n + 1) * G * K] <- scratch[rank(n, j)][m * G * K .. (m + 1) * G * K];
+            }
+        }
+    }
+}
+";
+
 /// All-to-all in two hops across uniform nodes: inside each node, every rank hands the
 /// blocks it has for a rank of another node to its node's rank with the destination's
 /// local index (its proxy), which gathers them in scratch, one node's worth per
@@ -383,33 +414,7 @@ fn two_level_alltoall(topo: &Topology) -> Program {
         out,
         "algorithm {name} : alltoall where N == {n}, NODES == {nodes}, G == {g} {{"
     );
-    let _ = writeln!(out, "    chunks N;\n    scratch C;\n    mode outofplace;");
-    let _ = writeln!(
-        out,
-        "    // hop 1, inside each node: same-node blocks go straight to their slot; the"
-    );
-    let _ = writeln!(
-        out,
-        "    // others to the proxy rank(n, j) of their destination rank(m, j), at scratch"
-    );
-    let _ = writeln!(out, "    // chunk (m * G + l) * K for source rank(n, l)");
-    let _ = writeln!(
-        out,
-        "    for n in 0 .. NODES {{\n        for l in 0 .. G {{\n            for j in 0 .. G {{"
-    );
-    let _ = writeln!(out, "                copy out[rank(n, j)][rank(n, l) * K .. (rank(n, l) + 1) * K] <- in[rank(n, l)][rank(n, j) * K .. (rank(n, j) + 1) * K];");
-    let _ = writeln!(out, "                for i in 1 .. NODES {{");
-    let _ = writeln!(out, "                    let m = (n + i) % NODES;");
-    let _ = writeln!(out, "                    copy scratch[rank(n, j)][(m * G + l) * K .. (m * G + l + 1) * K] <- in[rank(n, l)][rank(m, j) * K .. (rank(m, j) + 1) * K];");
-    let _ = writeln!(
-        out,
-        "                }}\n            }}\n        }}\n    }}"
-    );
-    let _ = writeln!(out, "    // hop 2, between nodes: proxy rank(n, j) sends node m's worth (G blocks) to rank(m, j)");
-    let _ = writeln!(out, "    for n in 0 .. NODES {{\n        for j in 0 .. G {{\n            for i in 1 .. NODES {{");
-    let _ = writeln!(out, "                let m = (n + i) % NODES;");
-    let _ = writeln!(out, "                copy out[rank(m, j)][n * G * K .. (n + 1) * G * K] <- scratch[rank(n, j)][m * G * K .. (m + 1) * G * K];");
-    let _ = writeln!(out, "            }}\n        }}\n    }}\n}}");
+    out.push_str(TWO_LEVEL_ALLTOALL_BODY);
     Program {
         name,
         text: out,

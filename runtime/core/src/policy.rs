@@ -310,18 +310,21 @@ pub fn parse_protocol(v: &str) -> Result<Protocol> {
     }
 }
 
-/// Replicas for a call of `plan` moving `bytes` (one rank's larger buffer) when a rank may
-/// use `budget` thread blocks: a power of two, at least 1, one per [`BYTES_PER_REPLICA`],
-/// at most [`MAX_REPLICAS`], and never more blocks than the budget.
-pub fn replicas(plan: &Plan, bytes: usize, budget: u32) -> u32 {
-    let blocks = plan
-        .ranks
+/// Thread blocks one replica of `plan` takes on its busiest rank (at least 1).
+pub fn blocks_per_replica(plan: &Plan) -> u32 {
+    plan.ranks
         .iter()
         .map(|r| r.blocks.len() as u32)
         .max()
         .unwrap_or(1)
-        .max(1);
-    let fit = (budget / blocks).max(1);
+        .max(1)
+}
+
+/// Replicas for a call of `plan` moving `bytes` (one rank's larger buffer) when a rank may
+/// use `budget` thread blocks: a power of two, at least 1, one per [`BYTES_PER_REPLICA`],
+/// at most [`MAX_REPLICAS`], and never more blocks than the budget.
+pub fn replicas(plan: &Plan, bytes: usize, budget: u32) -> u32 {
+    let fit = (budget / blocks_per_replica(plan)).max(1);
     let want = (bytes / BYTES_PER_REPLICA).clamp(1, u32::MAX as usize) as u32;
     let cap = want.min(MAX_REPLICAS).min(fit);
     // Largest power of two not above `cap`.

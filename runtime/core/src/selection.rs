@@ -7,7 +7,7 @@
 //! same choice from the same topology and profile: the model is deterministic.
 
 use crate::error::Result;
-use crate::policy::{Choice, Policy, Request, Target, MAX_REPLICAS};
+use crate::policy::{blocks_per_replica, Choice, Policy, Request, Target, MAX_REPLICAS};
 use crate::registry::Registry;
 use braid_cost::{Candidate, Profile};
 use braid_ir::{Collective, Mode, Protocol};
@@ -74,7 +74,7 @@ fn replica_counts(plan: &braid_plan::Plan, target: &Target) -> Vec<u32> {
     if plan.channels != 1 || !target.size_replicas {
         return vec![plan.channels.max(1)];
     }
-    let fit = (target.block_budget / blocks_of(plan)).clamp(1, MAX_REPLICAS);
+    let fit = (target.block_budget / blocks_per_replica(plan)).clamp(1, MAX_REPLICAS);
     (0..6).map(|k| 1u32 << k).filter(|&r| r <= fit).collect()
 }
 
@@ -82,16 +82,6 @@ fn replica_counts(plan: &braid_plan::Plan, target: &Target) -> Vec<u32> {
 /// with the fewest thread blocks wins among them (it leaves the GPU's multiprocessors to
 /// the application, and the model's small differences are below its error).
 pub const TIE: f64 = 0.02;
-
-/// Thread blocks of one replica of `plan` on its busiest rank.
-fn blocks_of(plan: &braid_plan::Plan) -> u32 {
-    plan.ranks
-        .iter()
-        .map(|r| r.blocks.len() as u32)
-        .max()
-        .unwrap_or(1)
-        .max(1)
-}
 
 /// The fastest option, or among those within [`TIE`] of it the one with the fewest
 /// blocks (then the fastest of those, then the first).
@@ -136,7 +126,7 @@ pub fn price(
             plan,
             origin: String::new(),
         }];
-        let blocks = blocks_of(plan);
+        let blocks = blocks_per_replica(plan);
         for r in counts {
             for ranked in braid_cost::rank_with(&cand, topo, profile, req, Some(r), protocol) {
                 match ranked.result {

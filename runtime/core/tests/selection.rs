@@ -8,7 +8,7 @@ use braid_cost::{Candidate, Profile};
 use braid_ir::{Collective, Mode, Protocol};
 use braid_library::Library;
 use braid_plan::Verified;
-use braid_runtime::policy::{AlgoFilter, Policy, Request, Target};
+use braid_runtime::policy::{blocks_per_replica, AlgoFilter, Policy, Request, Target};
 use braid_runtime::registry::{PlanProvider, Registry};
 use braid_topo::Topology;
 use std::sync::Arc;
@@ -69,14 +69,6 @@ fn predict(t: &Topology, plan: &Verified, r: &Request, replicas: u32, p: Protoco
     .unwrap()
 }
 
-fn blocks(plan: &Verified) -> u32 {
-    plan.ranks
-        .iter()
-        .map(|r| r.blocks.len() as u32)
-        .max()
-        .unwrap()
-}
-
 const SIZES: [usize; 6] = [8, 4 << 10, 256 << 10, 4 << 20, 64 << 20, 1 << 30];
 
 #[test]
@@ -106,7 +98,8 @@ fn the_model_never_predicts_its_choice_slower_than_the_rules_and_keeps_to_the_bu
                     by_rules.protocol
                 );
                 assert!(
-                    blocks(&m.plan) * m.replicas <= GPU.block_budget.max(blocks(&m.plan)),
+                    blocks_per_replica(&m.plan) * m.replicas
+                        <= GPU.block_budget.max(blocks_per_replica(&m.plan)),
                     "{topo} {c} {bytes} B: {} x{} exceeds the block budget",
                     m.plan.name,
                     m.replicas

@@ -83,8 +83,6 @@ struct Conns {
     ends: HashMap<(Conn, bool), Ends>,
     /// Next free counter per local rank.
     next_counter: HashMap<u32, u32>,
-    /// Point-to-point channels per ordered pair (made at initialisation).
-    p2p_channels: u32,
     /// FIFOs created here (receivers here).
     own: Vec<Box<dyn Region>>,
     /// Peers' FIFOs opened here (senders here, receivers in other processes).
@@ -103,6 +101,9 @@ pub struct Clique {
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: HostAlloc,
     conns: Mutex<Conns>,
+    /// Point-to-point channels per ordered pair, once [`Clique::connect_p2p`] made them
+    /// (read on every send and receive: no lock).
+    p2p_channels: OnceLock<u32>,
     /// Launches of this clique so far: per GPU, the stream and rank of the last launch
     /// that did not hold every rank on that GPU (to refuse a launch that would wait
     /// behind it forever); per stream, how many launches it has seen.
@@ -181,6 +182,7 @@ impl Clique {
             scratch_bytes,
             words,
             conns: Mutex::new(Conns::default()),
+            p2p_channels: OnceLock::new(),
             launches: Mutex::new(Launches::default()),
             join: Mutex::new(HashMap::new()),
             abort_reason: Mutex::new(None),
@@ -286,13 +288,13 @@ impl Clique {
             }
         }
         self.connect_all(needed, P2P_SLOTS, P2P_SLOTS, "point to point", stats)?;
-        self.conns.lock().unwrap().p2p_channels = channels;
+        let _ = self.p2p_channels.set(channels);
         Ok(())
     }
 
     /// Point-to-point channels per ordered pair of ranks (0: none were made).
     pub fn p2p_channels(&self) -> u32 {
-        self.conns.lock().unwrap().p2p_channels
+        self.p2p_channels.get().copied().unwrap_or(0)
     }
 
     /// Both lanes of local rank `rank`'s end of its point-to-point connection on channel

@@ -467,13 +467,7 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
         })?;
     }
     // The usual case, one call or the ranks of one GPU together: one launch, no sorting.
-    let one_launch = calls.len() <= MAX_LOCAL
-        && calls.iter().all(|c| {
-            Arc::ptr_eq(c.engine.clique(), calls[0].engine.clique())
-                && c.engine.device() == calls[0].engine.device()
-                && c.prepared.inner.kernel.func.cu_function()
-                    == calls[0].prepared.inner.kernel.func.cu_function()
-        });
+    let one_launch = calls.len() <= MAX_LOCAL && calls.iter().all(|c| same_launch(&calls[0], c));
     if one_launch {
         let g: Vec<&Launch<'_, CudaEngine>> = calls.iter().collect();
         let members = members_of(&g);
@@ -483,13 +477,9 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
     }
     let mut groups: Vec<Vec<&Launch<'_, CudaEngine>>> = Vec::new();
     for c in calls {
-        let fits = groups.iter_mut().find(|g| {
-            g.len() < MAX_LOCAL
-                && Arc::ptr_eq(g[0].engine.clique(), c.engine.clique())
-                && g[0].engine.device() == c.engine.device()
-                && g[0].prepared.inner.kernel.func.cu_function()
-                    == c.prepared.inner.kernel.func.cu_function()
-        });
+        let fits = groups
+            .iter_mut()
+            .find(|g| g.len() < MAX_LOCAL && same_launch(g[0], c));
         match fits {
             Some(g) => g.push(c),
             None => groups.push(vec![c]),
@@ -528,6 +518,13 @@ pub(crate) fn check_device(m: Member<'_>) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whether two calls can run in one launch: ranks of one clique on one GPU, one kernel.
+fn same_launch(a: &Launch<'_, CudaEngine>, b: &Launch<'_, CudaEngine>) -> bool {
+    Arc::ptr_eq(a.engine.clique(), b.engine.clique())
+        && a.engine.device() == b.engine.device()
+        && a.prepared.inner.kernel.func.cu_function() == b.prepared.inner.kernel.func.cu_function()
 }
 
 /// The members of a launch of calls.

@@ -404,18 +404,39 @@ fn group_call(
 fn run_case(r: &Ranks, spec: &CallSpec, mode: Mode, kind: Kind, seed: u64) -> Result<(), String> {
     let n = r.comms.len() as u32;
     let ins = inputs(spec.collective, spec.dtype, spec.op, n, spec.count, seed);
+    let calls = run_between_app_kernels(r, spec, mode, kind, &ins, |calls| {
+        let views: Vec<_> = calls.iter().map(RankCall::views).collect();
+        group_call(&r.comms, &r.streams, &views, spec)
+    })?;
+    if spec.count == 0 {
+        return Ok(());
+    }
+    let expected = reference(spec.collective, spec.dtype, spec.op, spec.root, &ins);
+    check_outputs(spec, &calls, &expected)
+}
+
+/// Every rank's buffers for `spec` in `mode` holding `ins`, the application's kernels
+/// before and after `enqueue` (which enqueues the collective on them), every stream
+/// waited for and every rank's asynchronous error checked; the calls, for their outputs.
+fn run_between_app_kernels(
+    r: &Ranks,
+    spec: &CallSpec,
+    mode: Mode,
+    kind: Kind,
+    ins: &[Vec<u8>],
+    enqueue: impl FnOnce(&[RankCall]) -> Result<(), String>,
+) -> Result<Vec<RankCall>, String> {
     let calls = r
         .comms
         .iter()
         .zip(&r.streams)
-        .zip(&ins)
+        .zip(ins)
         .map(|((c, s), i)| RankCall::new(c, s, spec, mode, kind, i))
         .collect::<Result<Vec<_>, _>>()?;
     for ((c, app), s) in calls.iter().zip(&r.apps).zip(&r.streams) {
         c.before(app, s)?;
     }
-    let views: Vec<_> = calls.iter().map(RankCall::views).collect();
-    group_call(&r.comms, &r.streams, &views, spec)?;
+    enqueue(&calls)?;
     for ((c, app), s) in calls.iter().zip(&r.apps).zip(&r.streams) {
         c.after(app, s)?;
     }
@@ -427,11 +448,16 @@ fn run_case(r: &Ranks, spec: &CallSpec, mode: Mode, kind: Kind, seed: u64) -> Re
             return Err(e);
         }
     }
-    if spec.count == 0 {
-        return Ok(());
-    }
-    let expected = reference(spec.collective, spec.dtype, spec.op, spec.root, &ins);
-    for (rank, (c, want)) in calls.iter().zip(&expected).enumerate() {
+    Ok(calls)
+}
+
+/// Every rank's output against `expected` (the reference's), exactly.
+fn check_outputs(
+    spec: &CallSpec,
+    calls: &[RankCall],
+    expected: &[Option<Vec<u8>>],
+) -> Result<(), String> {
+    for (rank, (c, want)) in calls.iter().zip(expected).enumerate() {
         let got = c.output()?;
         if let Some((_, bad, i, w, g)) =
             compare(spec.dtype, rank as u32, want.as_deref(), got.as_deref())

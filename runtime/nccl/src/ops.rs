@@ -173,13 +173,8 @@ fn run_one_cuda(
         return Err(f);
     }
     // SAFETY: the application's stream of the communicator's device (NCCL's contract),
-    // alive until the call completes; 0 is the legacy stream.
-    let stream = unsafe {
-        braid_cuda::Stream::from_raw(
-            stream as cudarc::driver::sys::CUstream,
-            comm.device.max(0) as usize,
-        )
-    };
+    // alive until the call completes.
+    let stream = unsafe { caller_stream(comm, stream) };
     let call = [GroupCall {
         comm: c,
         spec: *spec,
@@ -191,12 +186,20 @@ fn run_one_cuda(
     // holding the call's sizes, alive until the call completes on its stream.
     let r: Res<()> = unsafe { enqueue_group(&call) }.map_err(Failure::from);
     if let Err(e) = &r {
-        // As `run`: a refused call leaves the communicator usable, a failed one does not.
-        if e.code != abi::INVALID_ARGUMENT && e.code != abi::INVALID_USAGE {
-            comm.fail(e);
-        }
+        fail_unless_refused(std::slice::from_ref(comm), e);
     }
     r
+}
+
+/// After a call failed with `e`: a peer's failure leaves every communicator of the call
+/// unusable; a call refused for its arguments or as unsupported leaves them usable, as
+/// NCCL's own refusals do.
+fn fail_unless_refused(comms: &[Arc<Comm>], e: &Failure) {
+    if e.code != abi::INVALID_ARGUMENT && e.code != abi::INVALID_USAGE {
+        for c in comms {
+            c.fail(e);
+        }
+    }
 }
 
 /// Records a failure of a call inside a group (the group's end returns it too).
@@ -229,14 +232,8 @@ fn run(ops: Vec<Op>) -> Res<()> {
     let (fwd, own): (Vec<Op>, Vec<Op>) = ops.into_iter().partition(|o| matches!(o, Op::Fwd { .. }));
     let comms: Vec<Arc<Comm>> = own.iter().map(|o| o.comm().clone()).collect();
     if let Err(e) = run_own(own) {
-        // A peer's failure leaves every communicator of the call unusable (a failed
-        // forwarded call leaves Braid's communicators as they were); a call refused for
-        // its arguments or as unsupported leaves them usable, as NCCL's own refusals do.
-        if e.code != abi::INVALID_ARGUMENT && e.code != abi::INVALID_USAGE {
-            for c in &comms {
-                c.fail(&e);
-            }
-        }
+        // (A failed forwarded call leaves Braid's communicators as they were.)
+        fail_unless_refused(&comms, &e);
         return Err(e);
     }
     if !fwd.is_empty() {
@@ -373,58 +370,58 @@ fn run_forwarded(ops: &[Op]) -> Res<()> {
 }
 
 fn run_cuda(ops: &[Op]) -> Res<()> {
-    // SAFETY (of every stream made here): the application's stream of the communicator's
-    // device (NCCL's contract), alive until the call completes; 0 is the legacy stream.
-    let stream_of = |comm: &Comm, stream: usize| unsafe {
-        braid_cuda::Stream::from_raw(
-            stream as cudarc::driver::sys::CUstream,
-            comm.device.max(0) as usize,
-        )
-    };
     fn cuda(comm: &Comm) -> &braid_cuda::CudaComm {
         match comm.ready() {
             Ok(Backend::Cuda(c)) => c,
             _ => unreachable!("partitioned by backend"),
         }
     }
-    let mut colls = Vec::new();
-    let mut premuls = Vec::new();
-    let mut p2p = Vec::new();
-    for op in ops {
+    let streams: Vec<braid_cuda::Stream> = ops
+        .iter()
+        .map(|op| {
+            let (Op::Coll { comm, stream, .. }
+            | Op::P2p { comm, stream, .. }
+            | Op::Fwd { comm, stream, .. }) = op;
+            // SAFETY: the application's stream of the communicator's device (NCCL's
+            // contract), alive until the call completes.
+            unsafe { caller_stream(comm, *stream) }
+        })
+        .collect();
+    let mut calls: Vec<GroupCall<braid_cuda::CudaEngine>> = Vec::new();
+    let mut scaled: Vec<braid_cuda::PremulCall> = Vec::new();
+    let mut sends: Vec<braid_cuda::P2pOp> = Vec::new();
+    for (op, stream) in ops.iter().zip(&streams) {
         match op {
             Op::Fwd { .. } => unreachable!("partitioned in run"),
-            Op::Coll {
-                comm,
-                stream,
-                premul: Some(_),
-                ..
-            } => premuls.push((op, stream_of(comm, *stream))),
-            Op::Coll { comm, stream, .. } => colls.push((op, stream_of(comm, *stream))),
-            Op::P2p { comm, stream, .. } => p2p.push((op, stream_of(comm, *stream))),
-        }
-    }
-    let calls: Vec<GroupCall<braid_cuda::CudaEngine>> = colls
-        .iter()
-        .map(|(op, stream)| match op {
             Op::Coll {
                 comm,
                 spec,
                 send,
                 recv,
+                premul: None,
                 ..
-            } => GroupCall {
+            } => calls.push(GroupCall {
                 comm: cuda(comm),
                 spec: *spec,
                 send: *send,
                 recv: *recv,
                 stream,
-            },
-            Op::P2p { .. } | Op::Fwd { .. } => unreachable!("collectives only"),
-        })
-        .collect();
-    let sends: Vec<braid_cuda::P2pOp> = p2p
-        .iter()
-        .map(|(op, stream)| match op {
+            }),
+            Op::Coll {
+                comm,
+                spec,
+                send,
+                recv,
+                premul: Some(scalar),
+                ..
+            } => scaled.push(braid_cuda::PremulCall {
+                comm: cuda(comm),
+                spec: *spec,
+                send: *send,
+                recv: *recv,
+                scalar,
+                stream,
+            }),
             Op::P2p {
                 comm,
                 send,
@@ -433,38 +430,16 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
                 dtype,
                 peer,
                 ..
-            } => braid_cuda::P2pOp {
+            } => sends.push(braid_cuda::P2pOp {
                 comm: cuda(comm),
                 send: *send,
                 peer: *peer,
                 addr: *buf,
                 bytes: count * dtype.size(),
                 stream,
-            },
-            Op::Coll { .. } | Op::Fwd { .. } => unreachable!("point to point only"),
-        })
-        .collect();
-    let scaled: Vec<braid_cuda::PremulCall> = premuls
-        .iter()
-        .map(|(op, stream)| match op {
-            Op::Coll {
-                comm,
-                spec,
-                send,
-                recv,
-                premul: Some(scalar),
-                ..
-            } => braid_cuda::PremulCall {
-                comm: cuda(comm),
-                spec: *spec,
-                send: *send,
-                recv: *recv,
-                scalar,
-                stream,
-            },
-            _ => unreachable!("PreMulSum collectives only"),
-        })
-        .collect();
+            }),
+        }
+    }
     // SAFETY: NCCL's contract: the buffers are device memory of the communicator's GPU
     // holding the call's sizes, alive until the call completes on its stream.
     unsafe { enqueue_group(&calls) }?;
@@ -477,6 +452,20 @@ fn run_cuda(ops: &[Op]) -> Res<()> {
         unsafe { braid_cuda::p2p::enqueue(&sends) }?;
     }
     Ok(())
+}
+
+/// The application's stream `stream` of `comm`'s device (0: the legacy stream).
+///
+/// # Safety
+/// `stream` must be a stream of that device, alive while the returned value is used.
+unsafe fn caller_stream(comm: &Comm, stream: usize) -> braid_cuda::Stream {
+    // SAFETY: the caller's contract.
+    unsafe {
+        braid_cuda::Stream::from_raw(
+            stream as cudarc::driver::sys::CUstream,
+            comm.device.max(0) as usize,
+        )
+    }
 }
 
 /// The host backend: each communicator's calls in its own thread (they wait for each

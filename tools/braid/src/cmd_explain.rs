@@ -170,17 +170,28 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         &target,
     );
     let pick = braid_runtime::selection::pick;
+    // Why candidate `i` has no priced choice: the model's reason, else the block budget.
+    let why_not = |i: usize| -> String {
+        braid_cost::rank_with(
+            std::slice::from_ref(&cands[i]),
+            &topo,
+            &profile,
+            &req,
+            args.replicas,
+            proto,
+        )
+        .into_iter()
+        .find_map(|r| r.result.err())
+        .unwrap_or_else(|| {
+            format!(
+                "it needs more than the {} thread blocks of --blocks",
+                args.blocks
+            )
+        })
+    };
     let Some((best_us, best_i, best_r, best_p, _)) = pick(&options) else {
-        let ranked = braid_cost::rank_with(&cands, &topo, &profile, &req, args.replicas, proto);
-        let why: Vec<String> = ranked
-            .iter()
-            .map(|r| match &r.result {
-                Err(e) => format!("  {}: {e}", r.name),
-                Ok(_) => format!(
-                    "  {}: needs more than the {} thread blocks of --blocks",
-                    r.name, args.blocks
-                ),
-            })
+        let why: Vec<String> = (0..cands.len())
+            .map(|i| format!("  {}: {}", cands[i].plan.name, why_not(i)))
             .collect();
         return Err(CliError::Runtime(format!(
             "error: no plan can serve this call:\n{}",
@@ -230,24 +241,16 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             ));
         }
     }
-    let ranked = braid_cost::rank_with(&cands, &topo, &profile, &req, args.replicas, proto);
     for (i, c) in cands.iter().enumerate() {
         if rows.iter().any(|(j, _)| *j == i) {
             continue;
         }
-        let why = ranked
-            .iter()
-            .find(|r| r.name == c.plan.name && r.origin == c.origin)
-            .and_then(|r| r.result.as_ref().err().cloned())
-            .unwrap_or_else(|| {
-                format!(
-                    "it needs more than the {} thread blocks of --blocks",
-                    args.blocks
-                )
-            });
         out.push_str(&format!(
-            "  {:<48} {:>12} ---  excluded: {why} ({})\n",
-            c.plan.name, "-", c.origin
+            "  {:<48} {:>12} ---  excluded: {} ({})\n",
+            c.plan.name,
+            "-",
+            why_not(i),
+            c.origin
         ));
     }
     eprintln!(

@@ -5,8 +5,7 @@
 //! where it is not the output.
 
 use super::support::KINDS;
-use super::{download, open, opts, RankCall, Ranks};
-use braid_cuda::check::compare;
+use super::{check_outputs, download, open, opts, run_between_app_kernels, Ranks};
 use braid_cuda::PremulCall;
 use braid_ir::{Collective, Mode};
 use braid_runtime::call::CallSpec;
@@ -45,67 +44,41 @@ fn case(r: &Ranks, spec: &CallSpec, mode: Mode, seed: u64) -> Result<(), String>
         fill_input(spec.dtype, RedOp::Sum, q as u32, 2 * n, seed, buf);
     }
     let kind = KINDS[seed as usize % KINDS.len()];
-    let calls = r
-        .comms
-        .iter()
-        .zip(&r.streams)
-        .zip(&ins)
-        .map(|((c, s), i)| RankCall::new(c, s, spec, mode, kind, i))
-        .collect::<Result<Vec<_>, _>>()?;
-    for ((c, app), s) in calls.iter().zip(&r.apps).zip(&r.streams) {
-        c.before(app, s)?;
-    }
     let scalars: Vec<Vec<u8>> = (0..n).map(|q| scalar(spec.dtype, q)).collect();
-    let items: Vec<PremulCall> = calls
-        .iter()
-        .enumerate()
-        .map(|(q, c)| {
-            let (send, recv) = match &c.recv {
-                Some(out) => (c.send.ptr(), out.ptr()),
-                None => (
-                    c.send.ptr() + c.input_at as u64,
-                    c.send.ptr() + c.output_at as u64,
-                ),
-            };
-            PremulCall {
-                comm: &r.comms[q],
-                spec: *spec,
-                send,
-                recv,
-                scalar: &scalars[q],
-                stream: &r.streams[q],
-            }
-        })
-        .collect();
-    // SAFETY: every buffer is a live allocation of its rank's GPU sized for the call (as
-    // `RankCall` makes them), kept until the streams are synchronised below.
-    unsafe { braid_cuda::premul::enqueue(&items) }.map_err(|e| e.to_string())?;
-    for ((c, app), s) in calls.iter().zip(&r.apps).zip(&r.streams) {
-        c.after(app, s)?;
-    }
-    for s in &r.streams {
-        s.synchronize().map_err(|e| e.to_string())?;
-    }
-    for c in &r.comms {
-        if let Some(e) = c.async_error() {
-            return Err(e);
-        }
-    }
+    let calls = run_between_app_kernels(r, spec, mode, kind, &ins, |calls| {
+        let items: Vec<PremulCall> = calls
+            .iter()
+            .enumerate()
+            .map(|(q, c)| {
+                let (send, recv) = match &c.recv {
+                    Some(out) => (c.send.ptr(), out.ptr()),
+                    None => (
+                        c.send.ptr() + c.input_at as u64,
+                        c.send.ptr() + c.output_at as u64,
+                    ),
+                };
+                PremulCall {
+                    comm: &r.comms[q],
+                    spec: *spec,
+                    send,
+                    recv,
+                    scalar: &scalars[q],
+                    stream: &r.streams[q],
+                }
+            })
+            .collect();
+        // SAFETY: every buffer is a live allocation of its rank's GPU sized for the call
+        // (as `RankCall` makes them), kept until the streams are synchronised.
+        unsafe { braid_cuda::premul::enqueue(&items) }.map_err(|e| e.to_string())
+    })?;
     let scaled: Vec<Vec<u8>> = ins
         .iter()
         .zip(&scalars)
         .map(|(i, s)| scale(spec.dtype, i, s))
         .collect();
     let expected = reference(spec.collective, spec.dtype, RedOp::Sum, spec.root, &scaled);
-    for (q, (c, want)) in calls.iter().zip(&expected).enumerate() {
-        let got = c.output()?;
-        if let Some((_, bad, i, w, g)) =
-            compare(spec.dtype, q as u32, want.as_deref(), got.as_deref())
-        {
-            return Err(format!(
-                "rank {q}: {bad} wrong, first at element {i}: expected {w}, got {g}"
-            ));
-        }
+    check_outputs(spec, &calls, &expected)?;
+    for (q, c) in calls.iter().enumerate() {
         // Out of place, the input is the caller's and stays as it was.
         if mode == Mode::OutOfPlace && !ins[q].is_empty() {
             let left = download(&c.send, ins[q].len())?;
