@@ -85,6 +85,11 @@ pub struct Profile {
     /// What one block copies or reduces locally (no link), GB/s; 0: as `block_gbps`.
     #[serde(default)]
     pub copy_gbps: PerProtocol,
+    /// What all the call's blocks together move, GB/s, where its ranks share one memory
+    /// (several ranks on one GPU): a call takes at least the bytes every step of every
+    /// block moves over this rate. 0: no shared limit (a rank per GPU).
+    #[serde(default)]
+    pub shared_gbps: PerProtocol,
 }
 
 impl Default for PerProtocol {
@@ -147,6 +152,7 @@ impl Default for Profile {
             block_us: PerProtocol::default(),
             cores: 0,
             copy_gbps: PerProtocol::default(),
+            shared_gbps: PerProtocol::default(),
         }
     }
 }
@@ -214,6 +220,7 @@ impl Profile {
         pp("net_post_us", &self.net_post_us, false)?;
         pp("block_us", &self.block_us, false)?;
         pp("copy_gbps", &self.copy_gbps, false)?;
+        pp("shared_gbps", &self.shared_gbps, false)?;
         if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
             return Err("efficiency is a share: at most 1".into());
         }

@@ -15,7 +15,9 @@
 //!   latency plus the protocol's per-message latency.
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
-//!   (a start cost per block, its slices) divided by the cores.
+//!   (a start cost per block, its slices) divided by the cores; where its ranks share
+//!   one memory (several on one GPU), at least the bytes all its steps move over the
+//!   profile's shared rate.
 //!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
 //! plans are simulated as one pass over the whole message.
@@ -222,6 +224,9 @@ pub fn predict(
     let block_us = profile.block_us.get(proto);
     // The blocks' whole work (a lower bound on the time when cores are few).
     let mut work = 0f64;
+    // The bytes every step of one replica moves (a lower bound on the time when the
+    // ranks share one memory).
+    let mut moved = 0f64;
     // Every replica posts its own copy of each network message through the same proxy.
     let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
     // When each rank's network proxy is next free.
@@ -248,6 +253,7 @@ pub fn predict(
             .ceil()
             .max(1.0) as usize;
         let slice = bytes as f64 / n_slices as f64;
+        moved += bytes as f64;
         let mut t = preds[i]
             .iter()
             .filter(|&&j| Some(j) != matched[i])
@@ -351,8 +357,12 @@ pub fn predict(
     } else {
         0.0
     };
+    let shared = match profile.shared_gbps.get(proto) {
+        r if r > 0.0 => moved * f64::from(replicas) / (r * 1e3),
+        _ => 0.0,
+    };
     Ok(Prediction {
-        total_us: profile.call_us.get(proto) + last.max(busy),
+        total_us: profile.call_us.get(proto) + last.max(busy).max(shared),
         timeline,
         chunk_bytes: chunk,
     })

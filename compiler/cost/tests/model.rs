@@ -224,3 +224,39 @@ fn rings_meet_the_cut_bound_inside_an_nvswitch_node_and_the_checker_sees_a_bad_o
     let (neck, _) = bottleneck_us(ring, &t, 1 << 30, 4);
     assert!(neck >= bound, "{neck} < {bound} (cut {cut:?})");
 }
+
+/// Ranks sharing one memory: a shared rate bounds the call by the bytes its steps move,
+/// replicas included, and without one (ranks on their own GPUs) nothing changes.
+#[test]
+fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
+    let (t, ps) = plans("nvswitch:4", Collective::Allreduce);
+    let ring = plan(&ps, "ring_allreduce");
+    let bytes = 256u64 << 20;
+    let price = |profile: &Profile, replicas: u32| {
+        let call = Call {
+            bytes,
+            elem: 4,
+            protocol: Protocol::Simple,
+            replicas,
+        };
+        predict(ring, &t, profile, &call).unwrap().total_us
+    };
+    let free = Profile::default();
+    let mut shared = Profile::default();
+    shared.shared_gbps.simple = 100.0;
+    // A ring all-reduce's steps on 4 ranks move 2 (n - 1) slices of 1/n of the data per
+    // rank, each step once: 4 * 6 * bytes / 4 = 6 * bytes in all.
+    let floor = 6.0 * bytes as f64 / (100.0 * 1e3) + shared.call_us.simple;
+    for r in [1, 4] {
+        let t_free = price(&free, r);
+        let t_shared = price(&shared, r);
+        assert!(t_shared >= floor * 0.999, "{r} replicas: {t_shared} < {floor}");
+        assert!(t_shared >= t_free, "{r} replicas");
+    }
+    // More replicas no longer help once the shared memory is the limit.
+    assert!((price(&shared, 4) - price(&shared, 1)).abs() / price(&shared, 1) < 0.05);
+    assert!(price(&free, 4) < price(&free, 1) * 0.5);
+    // A rate so high it never binds changes nothing.
+    shared.shared_gbps.simple = 1e8;
+    assert_eq!(price(&shared, 2), price(&free, 2));
+}

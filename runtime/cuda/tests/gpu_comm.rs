@@ -5,7 +5,8 @@
 //! fewer GPUs: rank `r` on GPU `r % GPUs`) and 2 ranks as 2 processes (this program
 //! starts itself twice, as torchrun would, both on GPU 0 when there is one). Also: CUDA
 //! graph capture and replay, two communicators in flight at once, sends and receives
-//! (`gpu_comm/p2p.rs`), PreMulSum (`gpu_comm/premul.rs`), nothing set up per call (counters), abort, and a dead peer. Every result is compared with the host reference
+//! (`gpu_comm/p2p.rs`), PreMulSum (`gpu_comm/premul.rs`), synthesized schedules
+//! (`gpu_comm/synth.rs`), nothing set up per call (counters), abort, and a dead peer. Every result is compared with the host reference
 //! bit for bit (the reference inputs make every floating-point reduction exact in any
 //! order, so there is no tolerance to state).
 //!
@@ -18,6 +19,8 @@
 mod p2p;
 #[path = "gpu_comm/premul.rs"]
 mod premul;
+#[path = "gpu_comm/synth.rs"]
+mod synth;
 mod support;
 
 use braid_cuda::check::compare;
@@ -88,6 +91,9 @@ fn main() -> ExitCode {
     }
     if want("premul") {
         section(&mut t, "PreMulSum", || premul::section(gpus, quick));
+    }
+    if want("synth") {
+        section(&mut t, "synthesized schedules", || synth::section(gpus, quick));
     }
     if want("counters") {
         section(&mut t, "nothing set up per call", || counters(gpus));
@@ -209,8 +215,18 @@ struct Ranks {
 }
 
 fn open(n: u32, gpus: usize, opts: &Options) -> Result<Ranks, String> {
+    open_with(n, gpus, opts, registry(n))
+}
+
+/// As [`open`], with the plans of `registry` only.
+fn open_with(
+    n: u32,
+    gpus: usize,
+    opts: &Options,
+    registry: Arc<Registry>,
+) -> Result<Ranks, String> {
     let devices: Vec<usize> = (0..n as usize).map(|r| r % gpus).collect();
-    let comms = CudaComm::init_all(&devices, registry(n), opts).map_err(|e| e.to_string())?;
+    let comms = CudaComm::init_all(&devices, registry, opts).map_err(|e| e.to_string())?;
     let streams = comms
         .iter()
         .map(|c| Stream::new(c.context()).map_err(|e| e.to_string()))

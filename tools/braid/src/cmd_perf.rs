@@ -99,6 +99,10 @@ pub struct PerfArgs {
     /// Draw bus bandwidth against size (every series of the run) into FILE.svg.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Put the cost model's prediction for what ran (plan, replicas, protocol) beside
+    /// each row, on `--topo` with `BRAID_PROFILE`'s constants (else the defaults).
+    #[arg(long)]
+    pub predict: bool,
 }
 
 /// The plan with `channels` replicas, proved again (the replica count bounds the
@@ -281,6 +285,13 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
     }
     let modes = modes(args, collective)?;
     let topo = topo_arg::load(&args.topo)?;
+    let model = if args.predict {
+        let profile = braid_cost::Profile::from_env(&topo.fingerprint())
+            .map_err(|e| CliError::Input(format!("error: {e}")))?;
+        Some((topo.clone(), profile))
+    } else {
+        None
+    };
     let n = topo.n_ranks();
     if let Some(r) = args.root.filter(|&r| collective.is_rooted() && r >= n) {
         return Err(CliError::Usage(format!(
@@ -380,6 +391,7 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         runs: args.runs,
         roofline: None,
         nccl: None,
+        model: model.as_ref().map(|(_, p)| p.source.clone()),
         rows: Vec::new(),
     };
     let sweep = Sweep {
@@ -389,6 +401,7 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         root,
         steps: &steps,
         modes: &modes,
+        model: model.as_ref(),
     };
     if args.procs {
         report.timing = "back-to-back, one process per rank";
@@ -453,6 +466,26 @@ struct Sweep<'a> {
     root: Option<u32>,
     steps: &'a [Step],
     modes: &'a [Mode],
+    /// `--predict`: the topology and constants the model prices rows with.
+    model: Option<&'a (braid_topo::Topology, braid_cost::Profile)>,
+}
+
+/// With `--predict`, the model's time for the row's call: `plan` (replicated as it ran)
+/// with `protocol`, for the row's size.
+fn predict_row(sweep: &Sweep, r: &mut Row, plan: &braid_plan::Plan, protocol: braid_ir::Protocol) {
+    let Some((topo, profile)) = sweep.model else {
+        return;
+    };
+    let call = braid_cost::Call {
+        bytes: r.size as u64,
+        elem: sweep.args.dtype.size() as u64,
+        protocol,
+        replicas: plan.channels.max(1),
+    };
+    match braid_cost::predict(plan, topo, profile, &call) {
+        Ok(p) => r.set_predicted(p.total_us),
+        Err(e) => tracing::info!(plan = %plan.name, "the model cannot price it: {e}"),
+    }
 }
 
 /// One row from what a backend measured.
@@ -495,6 +528,8 @@ fn row(
         plan,
         replicas,
         protocol,
+        predicted_us: None,
+        model_error: None,
     }
 }
 
@@ -547,6 +582,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
         root,
         steps,
         modes,
+        ..
     } = *sweep;
     let rt = |e: braid_runtime::RuntimeError| CliError::Runtime(format!("error: {e}"));
     let policy = braid_runtime::policy::Policy::from_env()
@@ -600,6 +636,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 *rate.get_or_insert_with(|| braid_runtime::bench::copy_rate(m.bytes, threads));
             let roof = bytes_moved(&m.plan, args.dtype, count) / rate;
             r.set_roofline(roof * 1e6);
+            predict_row(sweep, &mut r, &m.plan, m.protocol);
             report.rows.push(r);
         }
     }
@@ -620,6 +657,7 @@ fn run_procs(
         root,
         steps,
         modes,
+        ..
     } = *sweep;
     let jobs: Vec<crate::perf_procs::Job> = steps
         .iter()
@@ -703,6 +741,7 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
         root,
         steps,
         modes,
+        ..
     } = *sweep;
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
     let topo = topo_arg::load(&args.topo)?;
@@ -823,6 +862,9 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 roof = roof.max(t);
             }
             r.set_roofline(roof.as_secs_f64() * 1e6);
+            if n > 1 {
+                predict_row(sweep, &mut r, &plan, proto);
+            }
             if let Some(nc) = &nccl {
                 let t = nc
                     .time(

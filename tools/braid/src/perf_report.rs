@@ -67,9 +67,20 @@ pub struct Row {
     pub plan: String,
     pub replicas: u32,
     pub protocol: &'static str,
+    /// `--predict`: the cost model's time for this call, and `predicted_us / time_us - 1`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_error: Option<f64>,
 }
 
 impl Row {
+    /// Puts the model's prediction (µs) beside the row, and its error against the time.
+    pub fn set_predicted(&mut self, us: f64) {
+        self.predicted_us = Some(us);
+        self.model_error = (self.time_us > 0.0).then(|| us / self.time_us - 1.0);
+    }
+
     /// Puts the roofline (µs) beside the row, and the efficiency it gives.
     pub fn set_roofline(&mut self, us: f64) {
         self.roofline_us = Some(us);
@@ -99,6 +110,9 @@ pub struct Report {
     /// The NCCL library compared against: its version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<String>,
+    /// `--predict`: where the model's constants come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     pub rows: Vec<Row>,
 }
 
@@ -126,6 +140,7 @@ impl Report {
         let sync = self.rows.iter().any(|r| r.sync_time_us.is_some());
         let roof = self.rows.iter().any(|r| r.roofline_us.is_some());
         let nccl = self.rows.iter().any(|r| r.nccl_time_us.is_some());
+        let model = self.rows.iter().any(|r| r.predicted_us.is_some());
         let mut out = format!(
             "# braid perf {} on {} ({} ranks), {} backend{}: {} calls {} per run, median of {} runs, {} warm-up calls{}\n",
             self.collective,
@@ -141,6 +156,11 @@ impl Report {
         );
         if let Some(r) = &self.roofline {
             out.push_str(&format!("# roofline: {r}\n"));
+        }
+        if let Some(m) = &self.model {
+            out.push_str(&format!(
+                "# model: the cost model's time for what ran (constants: {m}), and its error\n"
+            ));
         }
         out.push_str(&format!(
             "#{:>12} {:>12} {:>6} {:>6} {:>5} {:>4} {:>10} {:>9} {:>9} {:>7}",
@@ -166,6 +186,9 @@ impl Report {
                 " {:>10} {:>9} {:>6}",
                 "nccl(us)", "nccl_bus", "ratio"
             ));
+        }
+        if model {
+            out.push_str(&format!(" {:>10} {:>6}", "model(us)", "error"));
         }
         out.push_str("  plan\n");
         for r in &self.rows {
@@ -198,6 +221,14 @@ impl Report {
                         out.push_str(&format!(" {t:>10.2} {bw:>9.3} {x:>6.2}"))
                     }
                     _ => out.push_str(&format!("{}{}{}", dash(10), dash(9), dash(6))),
+                }
+            }
+            if model {
+                match (r.predicted_us, r.model_error) {
+                    (Some(t), Some(e)) => {
+                        out.push_str(&format!(" {t:>10.2} {:>5.0}%", e * 100.0))
+                    }
+                    _ => out.push_str(&format!("{}{}", dash(10), dash(6))),
                 }
             }
             out.push_str(&format!("  {} x{} {}\n", r.plan, r.replicas, r.protocol));
@@ -233,6 +264,8 @@ mod tests {
             plan: "ring_allreduce".into(),
             replicas: 16,
             protocol: "simple",
+            predicted_us: None,
+            model_error: None,
         }
     }
 
@@ -248,6 +281,7 @@ mod tests {
             runs: 3,
             roofline: Some("device-to-device copy".into()),
             nccl: Some("2.28.9".into()),
+            model: None,
             rows: vec![row()],
         }
     }
@@ -267,6 +301,20 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("ring_allreduce x16 simple"), "{t}");
+        assert!(!t.contains("model(us)"), "{t}");
+    }
+
+    #[test]
+    fn a_prediction_shows_with_its_error() {
+        let mut r = report();
+        r.model = Some("defaults".into());
+        r.rows[0].set_predicted(25.0);
+        let t = r.table();
+        // 25 us predicted for 20 measured: 25 % over.
+        assert!(t.contains("model(us)") && t.contains("25.00") && t.contains("25%"), "{t}");
+        let v: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
+        assert_eq!(v["rows"][0]["predicted_us"], 25.0);
+        assert!((v["rows"][0]["model_error"].as_f64().unwrap() - 0.25).abs() < 1e-9);
     }
 
     #[test]
