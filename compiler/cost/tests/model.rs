@@ -250,7 +250,10 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
     for r in [1, 4] {
         let t_free = price(&free, r);
         let t_shared = price(&shared, r);
-        assert!(t_shared >= floor * 0.999, "{r} replicas: {t_shared} < {floor}");
+        assert!(
+            t_shared >= floor * 0.999,
+            "{r} replicas: {t_shared} < {floor}"
+        );
         assert!(t_shared >= t_free, "{r} replicas");
     }
     // More replicas no longer help once the shared memory is the limit.

@@ -19,9 +19,9 @@
 mod p2p;
 #[path = "gpu_comm/premul.rs"]
 mod premul;
+mod support;
 #[path = "gpu_comm/synth.rs"]
 mod synth;
-mod support;
 
 use braid_cuda::check::compare;
 use braid_cuda::{
@@ -93,7 +93,9 @@ fn main() -> ExitCode {
         section(&mut t, "PreMulSum", || premul::section(gpus, quick));
     }
     if want("synth") {
-        section(&mut t, "synthesized schedules", || synth::section(gpus, quick));
+        section(&mut t, "synthesized schedules", || {
+            synth::section(gpus, quick)
+        });
     }
     if want("counters") {
         section(&mut t, "nothing set up per call", || counters(gpus));

@@ -222,6 +222,19 @@ pub(crate) fn open_cuda(
     replicas: Option<u32>,
     model: Option<&braid_topo::Topology>,
 ) -> Result<(Vec<braid_cuda::CudaComm>, Vec<braid_cuda::Stream>), CliError> {
+    let mut opts = cuda_options(model)?;
+    if replicas.is_some() {
+        opts.policy.replicas = replicas;
+    }
+    open_cuda_with(n, registry, &opts)
+}
+
+/// [`open_cuda`] with the communicator's options given.
+pub(crate) fn open_cuda_with(
+    n: u32,
+    registry: std::sync::Arc<braid_runtime::registry::Registry>,
+    opts: &braid_cuda::Options,
+) -> Result<(Vec<braid_cuda::CudaComm>, Vec<braid_cuda::Stream>), CliError> {
     // Checked before any other CUDA call: without a driver those panic.
     if !braid_cuda::driver_present() {
         return Err(CliError::Runtime(
@@ -233,12 +246,8 @@ pub(crate) fn open_cuda(
         return Err(CliError::Runtime("error: this machine has no GPU".into()));
     }
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
-    let mut opts = cuda_options(model)?;
-    if replicas.is_some() {
-        opts.policy.replicas = replicas;
-    }
     let devices: Vec<usize> = (0..n as usize).map(|r| r % have).collect();
-    let comms = braid_cuda::CudaComm::init_all(&devices, registry, &opts).map_err(rt)?;
+    let comms = braid_cuda::CudaComm::init_all(&devices, registry, opts).map_err(rt)?;
     let streams = comms
         .iter()
         .map(|c| braid_cuda::Stream::new(c.context()))

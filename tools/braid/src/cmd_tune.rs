@@ -5,8 +5,9 @@
 //! block, with the cores the blocks share), and a 2-rank chain broadcast of a large
 //! message (what one block moves). No plan the model is later scored on is timed.
 //!
-//! The host backend is what it calibrates; on GPUs (`--backend cuda`) it says that
-//! calibration there is not done yet.
+//! This file calibrates the host backend; `--backend cuda` measures the GPUs instead
+//! (`tune_cuda.rs`), for the topology `--topo` names (the profile is keyed by its
+//! fingerprint, which the runtime checks).
 
 use crate::error::CliError;
 use braid_cost::profile::{HopLatency, PerProtocol, Profile, PROFILE_VERSION};
@@ -27,6 +28,10 @@ pub struct TuneArgs {
     pub output: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "host")]
     pub backend: crate::cmd_run::Backend,
+    /// The topology the profile is for (`--backend cuda`; default `nvswitch:N` for the
+    /// machine's N GPUs, at least 2): the runtime refuses it on another.
+    #[arg(long)]
+    pub topo: Option<String>,
     /// Calls per timed run (the median of 5 runs is used).
     #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = crate::sizes::parse_positive)]
     pub iters: u32,
@@ -107,9 +112,18 @@ fn broadcast_time(
 
 pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     if args.backend == crate::cmd_run::Backend::Cuda {
-        return Err(CliError::Usage(
-            "error: braid tune --backend cuda: calibration on GPUs is not done yet; the model uses its documented defaults there".into(),
-        ));
+        let spec = match &args.topo {
+            Some(t) => t.clone(),
+            None if braid_cuda::driver_present() => {
+                format!("nvswitch:{}", braid_cuda::device_count().max(2))
+            }
+            None => "nvswitch:2".into(),
+        };
+        let topo = crate::topo_arg::load(&spec)?;
+        let profile = crate::tune_cuda::tune(&topo, args.iters, &|what| {
+            eprintln!("braid tune: measuring {what}")
+        })?;
+        return emit(args, &profile);
     }
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     // Three small calls separate the fixed costs: a chain of 2 ranks (one message, 2
@@ -191,6 +205,11 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     eprintln!(
         "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores, a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)"
     );
+    emit(args, &profile)
+}
+
+/// Writes the profile to `-o` (atomically), or returns it for stdout.
+fn emit(args: &TuneArgs, profile: &Profile) -> Result<String, CliError> {
     let text = profile.to_json();
     match &args.output {
         Some(p) => {

@@ -22,6 +22,7 @@ mod plans;
 mod sizes;
 mod source;
 mod topo_arg;
+mod tune_cuda;
 
 use clap::{Parser, Subcommand};
 use error::CliError;

@@ -225,9 +225,7 @@ impl Report {
             }
             if model {
                 match (r.predicted_us, r.model_error) {
-                    (Some(t), Some(e)) => {
-                        out.push_str(&format!(" {t:>10.2} {:>5.0}%", e * 100.0))
-                    }
+                    (Some(t), Some(e)) => out.push_str(&format!(" {t:>10.2} {:>5.0}%", e * 100.0)),
                     _ => out.push_str(&format!("{}{}", dash(10), dash(6))),
                 }
             }
@@ -311,7 +309,10 @@ mod tests {
         r.rows[0].set_predicted(25.0);
         let t = r.table();
         // 25 us predicted for 20 measured: 25 % over.
-        assert!(t.contains("model(us)") && t.contains("25.00") && t.contains("25%"), "{t}");
+        assert!(
+            t.contains("model(us)") && t.contains("25.00") && t.contains("25%"),
+            "{t}"
+        );
         let v: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
         assert_eq!(v["rows"][0]["predicted_us"], 25.0);
         assert!((v["rows"][0]["model_error"].as_f64().unwrap() - 0.25).abs() < 1e-9);

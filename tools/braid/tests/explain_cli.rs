@@ -233,8 +233,38 @@ fn tune_writes_a_profile_that_explain_uses() {
         "{}",
         ex.stdout
     );
-    let cuda = braid(&["tune", "--backend", "cuda"], &[]);
-    assert_eq!(cuda.code, 2, "{}", cuda.stderr);
+    // On GPUs: a profile keyed by the topology asked for; without a CUDA driver, a
+    // runtime error (exit 3) that names the cause and writes nothing.
+    let gpu_file = dir.join("gpu.profile");
+    let cuda = braid(
+        &[
+            "tune",
+            "--backend",
+            "cuda",
+            "--topo",
+            "nvswitch:4",
+            "-n",
+            "2",
+            "-o",
+            gpu_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    if cuda.code == 3 {
+        assert!(cuda.stderr.contains("no CUDA driver"), "{}", cuda.stderr);
+        assert!(!gpu_file.exists());
+    } else {
+        assert_eq!(cuda.code, 0, "{}", cuda.stderr);
+        let p =
+            braid_cost::Profile::from_json(&std::fs::read_to_string(&gpu_file).unwrap()).unwrap();
+        assert!(
+            p.source.starts_with("braid tune, cuda backend"),
+            "{}",
+            p.source
+        );
+        let topo = braid_topo::Topology::from_arg("nvswitch:4").unwrap();
+        assert_eq!(p.fingerprint, Some(topo.fingerprint()));
+    }
     let bad = braid(
         &["explain", "allreduce", "--size", "1M", "--proto", "ll128x"],
         &[],

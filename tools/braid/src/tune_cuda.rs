@@ -1,0 +1,289 @@
+//! `braid tune --backend cuda`: the cost model's constants measured on this machine's
+//! GPUs, per protocol, with micro-benchmarks only: chain broadcasts (the shipped
+//! `chain_broadcast`, one replica unless said) timed back to back between CUDA events
+//! as `braid perf` times, each checked right.
+//!
+//! | constant | micro-benchmark | how |
+//! |---|---|---|
+//! | `call_us`, `hop_us` | 1 element on 2 and on 8 ranks | `t2 = call + hop`, `t8 = call + 7 hop` |
+//! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
+//! | `slice_us` | 8 ranks, a mid-size message, 1 replica | the model reproduces the time |
+//! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
+//!
+//! "The model reproduces the time": the constant is the value for which the model's
+//! prediction of that micro-benchmark equals its measured time (bisection; the model is
+//! monotone in each constant), so what the profile says and what the model does with it
+//! agree by construction. No plan the model is later scored on is timed. The hop latency
+//! is measured on the paths this machine's ranks use (NVLink between GPUs, or within one
+//! GPU); the other path kinds keep their defaults. LL's payload share stays 0.5 (its
+//! lines are half flags: a property of the protocol, not of the machine).
+
+use crate::error::CliError;
+use braid_cost::profile::{PerProtocol, Profile};
+use braid_cost::{predict, Call};
+use braid_ir::{Collective, Mode, Protocol};
+use braid_plan::Verified;
+use braid_runtime::registry::{Origin, Registry};
+use braid_topo::Topology;
+use std::sync::Arc;
+
+/// One micro-benchmark: a chain broadcast of `count` f32 on `n` ranks with `replicas`
+/// and `protocol`, and its median time per call (µs).
+struct Bench {
+    count: usize,
+    replicas: u32,
+    protocol: Protocol,
+    plan: Arc<Verified>,
+    us: f64,
+}
+
+fn rt(e: braid_cuda::CudaError) -> CliError {
+    CliError::Runtime(format!("error: braid tune: {e}"))
+}
+
+/// The shipped chain broadcast from rank 0 on `nvswitch:n`.
+fn chain(n: u32) -> Result<Arc<Verified>, CliError> {
+    let topo = Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
+    braid_library::Library::new(topo)
+        .plans(Collective::Broadcast, Some(0))
+        .into_iter()
+        .find(|p| p.name == "chain_broadcast")
+        .ok_or_else(|| CliError::Runtime("error: braid tune: no chain_broadcast".into()))
+}
+
+/// Times one micro-benchmark on this machine's GPUs (rank `r` on GPU `r % GPUs`).
+fn measure(
+    n: u32,
+    count: usize,
+    replicas: u32,
+    protocol: Protocol,
+    iters: u32,
+) -> Result<Bench, CliError> {
+    let plan = chain(n)?;
+    let registry = Registry::new();
+    registry.add_verified(plan.clone(), Origin::User("braid tune".into()));
+    let mut opts = crate::cmd_run::cuda_options(None)?;
+    opts.policy.replicas = Some(replicas);
+    opts.policy.protocol = Some(protocol);
+    let (comms, streams) = crate::cmd_run::open_cuda_with(n, Arc::new(registry), &opts)?;
+    let case = braid_cuda::check::Case {
+        collective: Collective::Broadcast,
+        dtype: braid_runtime::dtype::DType::F32,
+        op: braid_runtime::dtype::RedOp::Sum,
+        count,
+        mode: Mode::OutOfPlace,
+        root: Some(0),
+        seed: 1,
+    };
+    let p = braid_cuda::check::Prepared::new(&comms, &streams, &case).map_err(rt)?;
+    p.run().map_err(rt)?;
+    if p.wrong().map_err(rt)?.iter().any(|w| w.1 > 0) {
+        return Err(CliError::Runtime(
+            "error: braid tune: a calibration call gave a wrong result".into(),
+        ));
+    }
+    for _ in 0..3 {
+        p.enqueue().map_err(rt)?;
+    }
+    p.synchronize().map_err(rt)?;
+    let runs = (0..5)
+        .map(|_| p.run_back_to_back(iters))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(rt)?;
+    let us = braid_runtime::bench::median(&runs).as_secs_f64() * 1e6;
+    let (ran, _) = braid_cuda::check::selection(&comms[0], &case)
+        .map_err(rt)?
+        .expect("a positive count has a plan");
+    Ok(Bench {
+        count,
+        replicas: ran.channels,
+        protocol,
+        plan,
+        us,
+    })
+}
+
+/// The model's time for `b` with `profile` on `topo`.
+fn model(b: &Bench, topo: &Topology, profile: &Profile) -> f64 {
+    let call = Call {
+        bytes: b.count as u64 * 4,
+        elem: 4,
+        protocol: b.protocol,
+        replicas: b.replicas,
+    };
+    predict(&b.plan, topo, profile, &call).map_or(f64::INFINITY, |p| p.total_us)
+}
+
+/// The value in `[lo, hi]` for which `f` (monotone) equals `target`, by bisection
+/// (geometric for rates spanning decades). `f` rising with the value or falling alike.
+fn solve(lo: f64, hi: f64, geometric: bool, target: f64, f: impl Fn(f64) -> f64) -> f64 {
+    let rising = f(hi) > f(lo);
+    let (mut a, mut b) = (lo, hi);
+    for _ in 0..80 {
+        let m = if geometric {
+            (a * b).sqrt()
+        } else {
+            (a + b) / 2.0
+        };
+        if (f(m) < target) == rising {
+            a = m;
+        } else {
+            b = m;
+        }
+    }
+    (a + b) / 2.0
+}
+
+/// The profile of this machine's GPUs for `topo` (its fingerprint is the key the
+/// runtime checks). `progress` is told each micro-benchmark as it starts.
+pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Profile, CliError> {
+    if !braid_cuda::driver_present() {
+        return Err(CliError::Runtime(
+            "error: braid tune --backend cuda: no CUDA driver on this machine".into(),
+        ));
+    }
+    let gpus = braid_cuda::device_count();
+    if gpus == 0 {
+        return Err(CliError::Runtime("error: this machine has no GPU".into()));
+    }
+    let mut p = Profile::default();
+    let mut notes = Vec::new();
+    let shared = topo.n_ranks() as usize > gpus;
+    for proto in [Protocol::Simple, Protocol::Ll] {
+        let pname = crate::perf_report::protocol_name(proto);
+        progress(&format!("{pname}: 1 element on 2 and 8 ranks"));
+        let t2 = measure(2, 1, 1, proto, iters)?;
+        let t8 = measure(8, 1, 1, proto, iters)?;
+        let hop = ((t8.us - t2.us) / 6.0).max(0.0);
+        let call = (t2.us - hop).max(0.0);
+        set(&mut p.call_us, proto, call);
+        set(&mut p.hop_us.nvlink, proto, hop);
+        set(&mut p.slice_bytes, proto, slice_bytes(proto));
+        // A large message through one block; then a chain of 8 with a mid-size message,
+        // where the per-slice cost shows in the pipeline. Each fit once more with the other.
+        let (big, mid) = match proto {
+            Protocol::Ll => (4usize << 20, 1usize << 20),
+            _ => (64 << 20, 8 << 20),
+        };
+        progress(&format!(
+            "{pname}: {} MiB on 2 ranks, {} MiB on 8",
+            big >> 20,
+            mid >> 20
+        ));
+        let tb = measure(2, big / 4, 1, proto, iters.min(10))?;
+        let tm = measure(8, mid / 4, 1, proto, iters.min(10))?;
+        let c2 = Topology::from_arg("nvswitch:2").expect("a preset");
+        let c8 = Topology::from_arg("nvswitch:8").expect("a preset");
+        set(&mut p.slice_us, proto, 0.0);
+        for _ in 0..3 {
+            let g = solve(0.1, 1e5, true, tb.us, |v| {
+                let mut q = p.clone();
+                set(&mut q.block_gbps, proto, v);
+                model(&tb, &c2, &q)
+            });
+            set(&mut p.block_gbps, proto, g);
+            let s = solve(0.0, 100.0, false, tm.us, |v| {
+                let mut q = p.clone();
+                set(&mut q.slice_us, proto, v);
+                model(&tm, &c8, &q)
+            });
+            set(&mut p.slice_us, proto, s);
+        }
+        // Ranks sharing a GPU share its memory: every replica the block budget allows
+        // on 2 ranks, a message large enough to fill them.
+        let mut ts = None;
+        if shared {
+            let r = 32;
+            let bytes = if proto == Protocol::Ll {
+                64usize << 20
+            } else {
+                512 << 20
+            };
+            progress(&format!(
+                "{pname}: {} MiB on 2 ranks, {r} replicas",
+                bytes >> 20
+            ));
+            let b = measure(2, bytes / 4, r, proto, iters.min(5))?;
+            let unlimited = model(&b, &c2, &p);
+            let rate = if unlimited >= b.us {
+                0.0
+            } else {
+                solve(1.0, 1e6, true, b.us, |v| {
+                    let mut q = p.clone();
+                    set(&mut q.shared_gbps, proto, v);
+                    model(&b, &c2, &q)
+                })
+            };
+            set(&mut p.shared_gbps, proto, rate);
+            ts = Some(b);
+        }
+        notes.push(format!(
+            "{pname}: a call {call:.1} us, a message {hop:.2} us, a block {:.1} GB/s, a slice {:.2} us{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us; {} MiB on 8 ranks {:.0} us{})",
+            p.block_gbps.get(proto),
+            p.slice_us.get(proto),
+            if shared {
+                format!(", the GPU's memory {:.0} GB/s for all ranks", p.shared_gbps.get(proto))
+            } else {
+                String::new()
+            },
+            t2.us,
+            t8.us,
+            big >> 20,
+            tb.us,
+            mid >> 20,
+            tm.us,
+            ts.map_or(String::new(), |b| format!(
+                "; {} MiB on 2 ranks x{} {:.0} us",
+                (b.count * 4) >> 20,
+                b.replicas,
+                b.us
+            )),
+        ));
+    }
+    p.source = format!(
+        "braid tune, cuda backend, {gpus} GPU(s), {} ranks{}",
+        topo.n_ranks(),
+        if shared { " sharing them" } else { "" }
+    );
+    p.fingerprint = Some(topo.fingerprint());
+    p.check().map_err(|e| {
+        CliError::Runtime(format!(
+            "error: braid tune measured something impossible ({e}); run it again on a quieter machine"
+        ))
+    })?;
+    for n in notes {
+        eprintln!("note: {n}");
+    }
+    Ok(p)
+}
+
+fn set(v: &mut PerProtocol, p: Protocol, x: f64) {
+    match p {
+        Protocol::Ll => v.ll = x,
+        _ => v.simple = x,
+    }
+}
+
+/// Data bytes of one FIFO slot of the kernels, per protocol: the model's slice.
+fn slice_bytes(p: Protocol) -> f64 {
+    let wire = braid_cuda::kernel::Wire {
+        ll: p == Protocol::Ll,
+        host_fifo: false,
+    };
+    wire.piece_bytes() as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::solve;
+
+    #[test]
+    fn solve_finds_the_value_of_a_monotone_function_either_way() {
+        // Falling (a time against a rate): 100 / v = 4 at v = 25.
+        let v = solve(0.1, 1e5, true, 4.0, |v| 100.0 / v);
+        assert!((v - 25.0).abs() < 1e-6, "{v}");
+        // Rising (a time against a cost): 3 + 2 v = 10 at v = 3.5.
+        let v = solve(0.0, 100.0, false, 10.0, |v| 3.0 + 2.0 * v);
+        assert!((v - 3.5).abs() < 1e-9, "{v}");
+    }
+}
