@@ -153,13 +153,13 @@ __device__ __forceinline__ void recv_done(Ctx& c) {
   c.received++;
   if (threadIdx.x == 0) *c.recv_tail = c.received;
 }
-// The barrier orders every thread's slot writes before thread 0's system-scope fence
-// (fences are cumulative in the PTX memory model), which orders them before `head`.
+// The barrier orders every thread's slot writes before thread 0's system-scope release
+// fence (fences are cumulative in the PTX memory model), which orders them before `head`.
 __device__ __forceinline__ void send_done(Ctx& c) {
   __syncthreads();
   c.sent++;
   if (threadIdx.x == 0) {
-    __threadfence_system();
+    fence_acq_rel_sys();
     *c.send_head = c.sent;
   }
 }

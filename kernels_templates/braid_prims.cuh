@@ -276,6 +276,16 @@ __device__ __forceinline__ bool slow_checks(const Watch& w, u64& deadline, u32 w
   return true;
 }
 
+// Release / acquire at system scope (the other side may be another GPU or process):
+// with a barrier, orders the block's data accesses on one side of a counter's store or
+// load. Weaker, and cheaper, than __threadfence_system (a sequentially consistent
+// fence), which the counter protocol does not need: a release fence before the store
+// that publishes, an acquire fence after the load that observes (PTX's fence-fence
+// synchronisation).
+__device__ __forceinline__ void fence_acq_rel_sys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
 // Thread 0 spins until `ready()` or failure; the verdict is shared with the block.
 template <typename F> __device__ bool wait_until(const Watch& w, F ready, u32 why) {
   __shared__ int ok;
@@ -293,8 +303,8 @@ template <typename F> __device__ bool wait_until(const Watch& w, F ready, u32 wh
         break;
       }
     }
-    // System scope: what we waited for may have been written by another GPU.
-    __threadfence_system();
+    // Acquire at system scope: what we waited for may have been written by another GPU.
+    fence_acq_rel_sys();
   }
   __syncthreads();
   bool r = ok != 0;

@@ -283,6 +283,13 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
                 .into(),
         ));
     }
+    if args.procs && args.predict {
+        return Err(CliError::Usage(
+            "error: --predict prices what each call ran, which --procs leaves to the ranks: \
+             give one of them"
+                .into(),
+        ));
+    }
     let modes = modes(args, collective)?;
     let topo = topo_arg::load(&args.topo)?;
     let model = if args.predict {

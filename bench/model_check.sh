@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The cost model against this machine, in one command (docs/costmodel.md): calibrate with
+# `braid tune` (micro-benchmarks only), then time every shipped plan of each collective
+# over the size sweep with `braid perf --predict` (the model's time for the plan, replicas
+# and protocol that ran, beside the measured one), an imported MSCCL algorithm where one
+# fits the rank count (a plan no micro-benchmark resembles), and the runtime's own
+# selection; then summarise: the model's error, and the selection against the best
+# measured plan at each size and against the best fixed plan.
+#
+# Usage: bench/model_check.sh [OUT_DIR]
+#   BRAID=path/to/braid   the braid binary (default: target/release/braid, built if missing)
+#   BACKEND=cuda|host     cuda (default; ranks placed r % GPUs) or host (threads)
+#   RANKS=N               ranks (default 4)
+#   COLLECTIVES="..."     default: allreduce allgather reduce_scatter
+#   MIN=8 MAX=1G FACTOR=8 the sweep; ITERS=10, WARMUP=2, RUNS=3
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-bench/model-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$out"
+backend="${BACKEND:-cuda}"
+braid="${BRAID:-target/release/braid}"
+if [ ! -x "$braid" ]; then
+    cargo build --release -p braid-cli
+fi
+ranks="${RANKS:-4}"
+topo="nvswitch:$ranks"
+profile="$out/profile.json"
+if [ "$backend" = cuda ]; then
+    "$braid" tune --backend cuda --topo "$topo" -o "$profile" 2>"$out/tune.err"
+else
+    "$braid" tune -o "$profile" 2>"$out/tune.err"
+fi
+cat "$out/tune.err"
+export BRAID_PROFILE="$profile"
+sweep=(--backend "$backend" --topo "$topo" -e "${MAX:-1G}" -f "${FACTOR:-8}"
+    -n "${ITERS:-10}" -w "${WARMUP:-2}" --runs "${RUNS:-3}" --predict)
+for c in ${COLLECTIVES:-allreduce allgather reduce_scatter}; do
+    # The smallest call: MIN bytes (default 8), at least one f32 element per rank where
+    # the buffer is split among the ranks.
+    min="${MIN:-8}"
+    case "$c" in allgather | reduce_scatter | alltoall) [ "$min" -ge $((ranks * 4)) ] || min=$((ranks * 4)) ;; esac
+    # Every shipped plan the model can price for this collective on this topology.
+    plans=$("$braid" explain "$c" --size 1M --topo "$topo" --profile "$profile" |
+        awk 'NR > 1 && / us / { print $1 }' | sort -u)
+    for p in $plans; do
+        "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --algo "$p" --json "$out/$c.plan.$p.json" \
+            >"$out/$c.plan.$p.txt" 2>&1 || echo "$c $p: failed (see $out/$c.plan.$p.txt)"
+    done
+    # The imported MSCCL algorithms for this collective and rank count (in place: how
+    # MSCCL's programs are written).
+    for x in tests/msccl/corpus/msccl-tools-examples/*.xml; do
+        name=$(basename "$x" .xml)
+        case "$name" in "$c"_*_"${ranks}"r_*|"$c"_*_"${ranks}"r) ;; *) continue ;; esac
+        "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode inplace --plan "$x" --json "$out/$c.xml.$name.json" \
+            >"$out/$c.xml.$name.txt" 2>&1 || echo "$c $name: did not run (see $out/$c.xml.$name.txt)"
+    done
+    "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --json "$out/$c.selected.json" >"$out/$c.selected.txt" 2>&1 ||
+        echo "$c selection: failed (see $out/$c.selected.txt)"
+done
+python3 - "$out" <<'EOF' | tee "$out/summary.txt"
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+def rows(path):
+    return json.load(open(path))["rows"]
+def errors(kind):
+    e = []
+    for f in sorted(glob.glob(os.path.join(out, f"*.{kind}.*.json"))):
+        for r in rows(f):
+            if r.get("model_error") is not None:
+                e.append((abs(r["model_error"]), os.path.basename(f), r["size"], r["time_us"], r["predicted_us"]))
+    return e
+for kind, what in (("plan", "shipped plans"), ("xml", "imported MSCCL algorithms")):
+    e = errors(kind)
+    if not e:
+        continue
+    a = [x[0] for x in e]
+    worst = max(e)
+    print(f"model error, {what}: median {statistics.median(a)*100:.0f}%, max {worst[0]*100:.0f}% "
+          f"({worst[1]} at {worst[2]} B: measured {worst[3]:.1f} us, predicted {worst[4]:.1f}), "
+          f"within 15%: {sum(x <= 0.15 for x in a)}/{len(a)}, above 35%: {sum(x > 0.35 for x in a)}")
+for sel in sorted(glob.glob(os.path.join(out, "*.selected.json"))):
+    c = os.path.basename(sel).split(".")[0]
+    per_plan = {}
+    for f in glob.glob(os.path.join(out, f"{c}.plan.*.json")):
+        for r in rows(f):
+            per_plan.setdefault(r["plan"], {})[r["size"]] = r["time_us"]
+    if not per_plan:
+        continue
+    sizes = sorted({s for t in per_plan.values() for s in t})
+    # The best fixed plan: the lowest sum of times relative to each size's best.
+    best_at = {s: min(t[s] for t in per_plan.values() if s in t) for s in sizes}
+    fixed = min(per_plan, key=lambda p: sum(per_plan[p].get(s, float("inf")) / best_at[s] for s in sizes))
+    within, worst_fixed, n = 0, 0.0, 0
+    for r in rows(sel):
+        s = r["size"]
+        if s not in best_at:
+            continue
+        n += 1
+        ratio = r["time_us"] / best_at[s]
+        within += ratio <= 1.05
+        if s in per_plan[fixed]:
+            worst_fixed = max(worst_fixed, r["time_us"] / per_plan[fixed][s])
+        print(f"  {c} {s:>11} B: selected {r['plan']} x{r['replicas']} {r['protocol']} "
+              f"{r['time_us']:.1f} us, best measured {best_at[s]:.1f} us (x{ratio:.2f})")
+    print(f"selection, {c}: within 5% of the best measured plan at {within}/{n} sizes; "
+          f"at most x{worst_fixed:.2f} the best fixed plan ({fixed})")
+EOF
