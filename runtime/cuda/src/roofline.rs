@@ -126,30 +126,70 @@ impl Copier {
             unsafe { launch.launch(cfg) }?;
             Ok(())
         };
-        let time = |op: &dyn Fn(u32) -> Result<()>| -> Result<Duration> {
-            let iters = iters.max(1);
-            for i in 0..2 {
-                op(i)?;
-            }
-            let mut per = Vec::new();
-            for _ in 0..runs.max(1) {
-                let a = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-                for i in 0..iters {
-                    op(i)?;
-                }
-                let b = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-                stream.synchronize()?;
-                let ms = f64::from(a.elapsed_ms(&b)?);
-                per.push(Duration::from_secs_f64(ms / 1e3 / f64::from(iters)));
-            }
-            per.sort();
-            Ok(per[per.len() / 2])
-        };
         let t = CopyTime {
-            engine: time(&engine)?,
-            kernel: time(&kernel)?,
+            engine: time_on(&stream, &engine, iters, runs)?,
+            kernel: time_on(&stream, &kernel, iters, runs)?,
         };
         stream.synchronize()?;
         Ok(t)
     }
+
+    /// The time to copy `bytes` from pinned host memory to GPU `gpu` with the copy engine
+    /// (the GPU's PCIe link), timed as [`Copier::time`] times.
+    pub fn time_from_host(
+        &mut self,
+        gpu: usize,
+        bytes: usize,
+        iters: u32,
+        runs: u32,
+    ) -> Result<Duration> {
+        let ctx = self.ctxs.get(gpu).ok_or_else(|| {
+            CudaError::Invalid(format!(
+                "no GPU {gpu} on this machine ({} GPU(s))",
+                self.ctxs.len()
+            ))
+        })?;
+        let bytes = bytes.max(1);
+        let from = crate::device::HostAlloc::new(ctx, bytes)?;
+        let to = DeviceAlloc::new(ctx, bytes, 0)?;
+        ctx.bind_to_thread()?;
+        let stream = ctx.new_stream()?;
+        let copy = |_: u32| -> Result<()> {
+            // SAFETY: both allocations are live and hold `bytes` bytes; the host one is
+            // pinned and mapped, and unified addressing tells the driver which is which.
+            unsafe { sys::cuMemcpyAsync(to.ptr(), from.ptr(), bytes, stream.cu_stream()) }
+                .result()?;
+            Ok(())
+        };
+        let t = time_on(&stream, &copy, iters, runs)?;
+        stream.synchronize()?;
+        Ok(t)
+    }
+}
+
+/// `op` issued `iters` times back to back between two events on `stream`, after two
+/// warm-up calls: the median of `runs` such runs, per call.
+fn time_on(
+    stream: &cudarc::driver::CudaStream,
+    op: &dyn Fn(u32) -> Result<()>,
+    iters: u32,
+    runs: u32,
+) -> Result<Duration> {
+    let iters = iters.max(1);
+    for i in 0..2 {
+        op(i)?;
+    }
+    let mut per = Vec::new();
+    for _ in 0..runs.max(1) {
+        let a = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        for i in 0..iters {
+            op(i)?;
+        }
+        let b = stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+        stream.synchronize()?;
+        let ms = f64::from(a.elapsed_ms(&b)?);
+        per.push(Duration::from_secs_f64(ms / 1e3 / f64::from(iters)));
+    }
+    per.sort();
+    Ok(per[per.len() / 2])
 }

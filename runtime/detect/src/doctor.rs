@@ -54,7 +54,28 @@ pub struct Survey {
     pub master_resolves: Option<bool>,
     /// Host memory copy rate measured now, GB/s.
     pub host_copy_gbps: Option<f64>,
+    /// Copy rates measured on the GPUs' paths (the caller that can drive GPUs measures
+    /// them: `braid doctor`), each beside what the topology says the path allows.
+    pub rates: Vec<Rate>,
 }
+
+/// One path's measured copy rate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Rate {
+    /// Which path: `GPU 0 -> GPU 1`, `host -> GPU 0`, `GPU 0 (device to device)`.
+    pub what: String,
+    /// Its kind: a path class (`NVL`, `PIX`, `PXB`, `PHB`, `SYS`), `host` (the GPU's
+    /// PCIe link from pinned host memory) or `device` (within one GPU's memory).
+    pub class: String,
+    pub measured_gbps: f64,
+    /// What the topology model says the path moves per direction (`None`: it does not
+    /// say, as for a copy within one GPU).
+    pub expected_gbps: Option<f64>,
+}
+
+/// A path measured below this share of what the topology expects is reported slow.
+pub const SLOW_SHARE: f64 = 0.5;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuSurvey {
@@ -280,7 +301,42 @@ pub fn examine(s: &Survey) -> Diagnosis {
         d.notes
             .push(format!("host memory copies at {r:.1} GB/s (one thread)"));
     }
+    for r in &s.rates {
+        let expected = r.expected_gbps.map_or(String::new(), |e| {
+            format!(" (the topology expects {e:.0} GB/s)")
+        });
+        d.notes.push(format!(
+            "{} copies at {:.1} GB/s{expected}",
+            r.what, r.measured_gbps
+        ));
+        if let Some(e) = r
+            .expected_gbps
+            .filter(|&e| r.measured_gbps < SLOW_SHARE * e)
+        {
+            d.findings.push(finding(
+                "bandwidth",
+                format!(
+                    "{} moves {:.1} GB/s, {:.0} % of the {e:.0} GB/s its {} path should",
+                    r.what,
+                    r.measured_gbps,
+                    100.0 * r.measured_gbps / e,
+                    r.class
+                ),
+                slow_fix(&r.class),
+            ));
+        }
+    }
     d
+}
+
+/// What to do about a slow path, by its kind.
+fn slow_fix(class: &str) -> &'static str {
+    match class {
+        "NVL" => "check the NVLinks (`nvidia-smi nvlink --status`: links down or degraded need a GPU reset or a reboot) and that NCCL_P2P_DISABLE / BRAID_P2P_DISABLE are unset; another job on these GPUs also takes bandwidth",
+        "host" => "the GPU's PCIe link runs below its capability: compare current and maximum link generation and width (`nvidia-smi -q -d PCIE`); reseat the card or move it to a full-width slot, and check the BIOS's PCIe settings",
+        "device" => "the GPU's own memory copies slowly: another process may be using the GPU (`nvidia-smi`), or its clocks are throttled (`nvidia-smi -q -d PERFORMANCE`)",
+        _ => "peer traffic over PCIe is slow: ACS on the PCIe switches sends it through the root complex (disable ACS for the GPUs' switch ports, or set NCCL_P2P_LEVEL to avoid P2P there), and check each link's width (`nvidia-smi -q -d PCIE`)",
+    }
 }
 
 impl Survey {
@@ -330,6 +386,7 @@ impl Survey {
             env,
             master_resolves,
             host_copy_gbps: Some(host_copy_gbps()),
+            rates: Vec::new(),
         }
     }
 }
@@ -505,6 +562,20 @@ mod tests {
             env: BTreeMap::new(),
             master_resolves: None,
             host_copy_gbps: Some(10.0),
+            rates: vec![
+                Rate {
+                    what: "GPU 0 -> GPU 1".into(),
+                    class: "NVL".into(),
+                    measured_gbps: 380.0,
+                    expected_gbps: Some(478.0),
+                },
+                Rate {
+                    what: "GPU 0 (device to device)".into(),
+                    class: "device".into(),
+                    measured_gbps: 2100.0,
+                    expected_gbps: None,
+                },
+            ],
         }
     }
 
@@ -515,6 +586,36 @@ mod tests {
     #[test]
     fn a_healthy_machine_has_no_findings() {
         assert_eq!(checks(&healthy()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_path_below_half_its_expected_rate_is_found_with_the_fix_for_its_kind() {
+        let mut s = healthy();
+        s.rates[0].measured_gbps = 120.0;
+        s.rates.push(Rate {
+            what: "host -> GPU 1".into(),
+            class: "host".into(),
+            measured_gbps: 13.0,
+            expected_gbps: Some(63.0),
+        });
+        let d = examine(&s);
+        let slow: Vec<&Finding> = d
+            .findings
+            .iter()
+            .filter(|f| f.check == "bandwidth")
+            .collect();
+        assert_eq!(slow.len(), 2, "{d:?}");
+        assert!(slow[0].what.contains("GPU 0 -> GPU 1") && slow[0].fix.contains("nvlink"));
+        assert!(slow[1].what.contains("host -> GPU 1") && slow[1].fix.contains("PCIE"));
+        // Measured rates are notes either way; a path without an expectation is never slow.
+        assert!(d
+            .notes
+            .iter()
+            .any(|n| n.contains("GPU 0 (device to device) copies at 2100.0")));
+        s.rates[0].measured_gbps = 250.0;
+        s.rates[1].measured_gbps = 1.0;
+        s.rates.pop();
+        assert_eq!(checks(&s), Vec::<String>::new());
     }
 
     #[test]

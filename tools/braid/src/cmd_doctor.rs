@@ -14,6 +14,10 @@ pub struct DoctorArgs {
     /// or from another machine) instead of this one.
     #[arg(long, value_name = "FILE")]
     pub machine: Option<PathBuf>,
+    /// Skip the GPU bandwidth test (a short copy on each kind of path, against what the
+    /// topology expects).
+    #[arg(long)]
+    pub no_bench: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -37,7 +41,16 @@ pub fn run(args: &DoctorArgs) -> Result<String, CliError> {
                 ))
             })?
         }
-        None => Survey::gather(),
+        None => {
+            let mut s = Survey::gather();
+            if s.gpus.is_some() && !args.no_bench {
+                match crate::doctor_rates::measure() {
+                    Ok(r) => s.rates = r,
+                    Err(e) => eprintln!("note: the GPU bandwidth test did not run: {e}"),
+                }
+            }
+            s
+        }
     };
     let d = examine(&survey);
     let out = if args.json {

@@ -12,6 +12,7 @@ mod cmd_synth;
 mod cmd_topo;
 mod cmd_tune;
 mod cmd_verify;
+mod doctor_rates;
 mod error;
 mod logging;
 mod output;
