@@ -57,7 +57,7 @@ struct DepDesc {      // 12 bytes
   u32 nsteps;         // steps of that block
 };
 
-struct Table {        // one rank's prepared plan: 112 bytes
+struct Table {        // one rank's prepared plan: 120 bytes
   u64 progress;       // u64 per grid block; then one u64: blocks finished this call
   u64 counters;       // u64 per connection-end lane: slices sent / received so far
   u64 fail;           // u32 device word: nonzero once this rank's call failed
@@ -75,6 +75,7 @@ struct Table {        // one rank's prepared plan: 112 bytes
   u32 tiled;          // 1: replay per tile (MSCCL's model)
   u32 out_chunks;     // chunks of `out` (avg divides them)
   u32 pad;
+  u64 trace;          // 0, or u64 pairs per step of replica 0: start and end (ns)
 };
 
 struct CallArgs {     // 48 bytes
@@ -278,9 +279,15 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile)
   const StepDesc* steps = reinterpret_cast<const StepDesc*>(t.steps) + bd.first_step;
   const StepDeps* sdeps = reinterpret_cast<const StepDeps*>(t.step_deps) + bd.first_step;
   const DepDesc* deps = reinterpret_cast<const DepDesc*>(t.deps);
+  // BRAID_TRACE: replica 0's steps record when they start (first tile, before their
+  // waits) and end (last tile), from the GPU's global timer.
+  u64* trace = t.trace != 0 && bd.replica == 0 && threadIdx.x == 0
+                   ? reinterpret_cast<u64*>(t.trace) + 2 * (u64)bd.first_step
+                   : nullptr;
   for (u32 i = 0; i < bd.nsteps; i++) {
     const StepDesc st = steps[i];
     const StepDeps sd = sdeps[i];
+    if (trace != nullptr && tile == 0) trace[2 * i] = now_ns();
     for (u32 j = 0; j < sd.n; j++) {
       const DepDesc dep = deps[sd.first + j];
       volatile u64* p = c.progress + dep.block;
@@ -290,6 +297,7 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile)
     if (!dispatch(c, st)) return false;
     __syncthreads();
     if (threadIdx.x == 0) {
+      if (trace != nullptr) trace[2 * i + 1] = now_ns();
       __threadfence();
       c.progress[bd.block] = tile * bd.nsteps + i + 1;
     }

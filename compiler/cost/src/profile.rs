@@ -87,7 +87,8 @@ pub struct Profile {
     pub copy_gbps: PerProtocol,
     /// What all the call's blocks together move, GB/s, where its ranks share one memory
     /// (several ranks on one GPU): a call takes at least the bytes every step of every
-    /// block moves over this rate. 0: no shared limit (a rank per GPU).
+    /// block moves over this rate, and the topology's links bound no connection (the
+    /// data never crosses them). 0: no shared memory (a rank per GPU).
     #[serde(default)]
     pub shared_gbps: PerProtocol,
 }

@@ -17,7 +17,8 @@
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
 //!   (a start cost per block, its slices) divided by the cores; where its ranks share
 //!   one memory (several on one GPU), at least the bytes all its steps move over the
-//!   profile's shared rate.
+//!   profile's shared rate, and the topology's links then bound no connection (they
+//!   are not what carries the data).
 //!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
 //! plans are simulated as one pass over the whole message.
@@ -86,7 +87,8 @@ struct Conn {
     net: bool,
 }
 
-fn kind_name(k: braid_plan::StepKind) -> &'static str {
+/// A step kind's name in timelines.
+pub fn kind_name(k: braid_plan::StepKind) -> &'static str {
     use braid_plan::StepKind as K;
     match k {
         K::Send => "send",
@@ -147,7 +149,11 @@ pub fn predict(
                     / f64::from(crossing[h].max(1))
             })
             .fold(f64::INFINITY, f64::min);
-        let share = if share.is_finite() {
+        let share = if profile.shared_gbps.get(proto) > 0.0 {
+            // The ranks share one memory: the topology's links carry nothing; what bounds
+            // a connection is its block, and the call, the memory's shared rate (below).
+            f64::INFINITY
+        } else if share.is_finite() {
             share
         } else {
             path.bandwidth_gbps

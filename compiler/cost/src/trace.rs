@@ -1,7 +1,7 @@
 //! A prediction as a Chrome trace (the JSON that Perfetto and chrome://tracing open): one
 //! process per rank, one thread per block, one slice per step.
 
-use crate::sim::Prediction;
+use crate::sim::{Prediction, StepTime};
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -49,14 +49,34 @@ struct Trace<'a> {
 #[derive(Serialize)]
 struct Other<'a> {
     plan: &'a str,
-    predicted_us: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    predicted_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    measured_us: Option<f64>,
 }
 
 /// The trace of `p` for the plan named `plan`.
 pub fn chrome_trace(plan: &str, p: &Prediction) -> String {
+    write(plan, &p.timeline, Some(p.total_us), None)
+}
+
+/// The trace of step times measured on a device (`BRAID_TRACE`), in the same form as a
+/// prediction's, so the two open side by side: `total_us` from the first step's start
+/// to the last one's end.
+pub fn chrome_trace_measured(plan: &str, timeline: &[StepTime]) -> String {
+    let total = timeline.iter().map(|s| s.end_us).fold(0f64, f64::max);
+    write(plan, timeline, None, Some(total))
+}
+
+fn write(
+    plan: &str,
+    timeline: &[StepTime],
+    predicted_us: Option<f64>,
+    measured_us: Option<f64>,
+) -> String {
     let mut events = Vec::new();
     let mut named = std::collections::BTreeSet::new();
-    for s in &p.timeline {
+    for s in timeline {
         if named.insert((s.rank, u32::MAX)) {
             events.push(
                 serde_json::to_value(Meta {
@@ -104,7 +124,8 @@ pub fn chrome_trace(plan: &str, p: &Prediction) -> String {
         unit: "ns",
         other: Other {
             plan,
-            predicted_us: p.total_us,
+            predicted_us,
+            measured_us,
         },
     })
     .expect("a trace serialises")

@@ -166,6 +166,14 @@ fn the_timeline_has_every_step_once_and_receives_after_their_sends() {
         .filter(|e| e["ph"] == "X")
         .count();
     assert_eq!(xs, steps);
+    assert_eq!(v["otherData"]["predicted_us"], pred.total_us);
+    // A measured timeline (BRAID_TRACE) in the same form: the same events, its own total.
+    let measured = braid_cost::trace::chrome_trace_measured(&ring.name, &pred.timeline);
+    let m: serde_json::Value = serde_json::from_str(&measured).unwrap();
+    assert_eq!(m["traceEvents"], v["traceEvents"]);
+    let last = pred.timeline.iter().map(|s| s.end_us).fold(0f64, f64::max);
+    assert_eq!(m["otherData"]["measured_us"], last);
+    assert!(m["otherData"].get("predicted_us").is_none());
 }
 
 #[test]

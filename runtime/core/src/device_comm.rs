@@ -194,6 +194,15 @@ pub trait Engine: Send + Sync + Sized + 'static {
     fn abort(&self, reason: &str);
     /// The first asynchronous failure: a call that gave up waiting, an abort.
     fn failure(&self) -> Option<String>;
+    /// The step times the last call run with `prepared` recorded on the device: per step
+    /// of the plan's first replica, in the plan's order (its blocks in order, each
+    /// block's steps in order), when it started and ended, in nanoseconds of the device's
+    /// clock. `None` where the backend records none (or was not asked to). The call must
+    /// have completed.
+    fn step_times(&self, prepared: &Self::Prepared) -> Result<Option<Vec<(u64, u64)>>> {
+        let _ = prepared;
+        Ok(None)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -290,6 +299,33 @@ impl<E: Engine> DeviceComm<E> {
         spec: &CallSpec,
         mode: Mode,
     ) -> Result<Option<(Arc<Verified>, Protocol)>> {
+        Ok(self
+            .prepared_for(spec, mode)?
+            .map(|p| (p.plan.clone(), p.protocol)))
+    }
+
+    /// The plan that serves `spec` in `mode` and the step times its last call recorded
+    /// ([`Engine::step_times`]); `None` for a zero count or where none are recorded.
+    pub fn step_times(
+        &self,
+        spec: &CallSpec,
+        mode: Mode,
+    ) -> Result<Option<(Arc<Verified>, Vec<(u64, u64)>)>> {
+        let Some(p) = self.prepared_for(spec, mode)? else {
+            return Ok(None);
+        };
+        Ok(self
+            .engine
+            .step_times(&p.inner)?
+            .map(|t| (p.plan.clone(), t)))
+    }
+
+    /// The prepared plan of `spec` in `mode` (preparing it if no call has yet).
+    fn prepared_for(
+        &self,
+        spec: &CallSpec,
+        mode: Mode,
+    ) -> Result<Option<Arc<Prepared<E::Prepared>>>> {
         spec.check(self.n_ranks())?;
         if spec.count == 0 {
             return Ok(None);
@@ -307,7 +343,7 @@ impl<E: Engine> DeviceComm<E> {
             Some(p) => p,
             None => self.prepare(&key)?,
         };
-        Ok(Some((p.plan.clone(), p.protocol)))
+        Ok(Some(p))
     }
 
     fn fail(&self, reason: String) {

@@ -98,6 +98,8 @@ pub struct Clique {
     pub p2p: bool,
     pub timeout: Duration,
     pub scratch_bytes: usize,
+    /// `BRAID_TRACE`: plans prepared from now on record their step times.
+    pub trace: bool,
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: HostAlloc,
     conns: Mutex<Conns>,
@@ -180,6 +182,7 @@ impl Clique {
             p2p,
             timeout,
             scratch_bytes,
+            trace: false,
             words,
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),

@@ -62,6 +62,9 @@ pub struct Options {
     /// Point-to-point connections per ordered pair of ranks, made at initialisation
     /// (`BRAID_P2P_CHANNELS`; 0: no point to point on the GPU).
     pub p2p_channels: u32,
+    /// Record each call's step times on the GPU (`BRAID_TRACE` set): read back with
+    /// [`CudaComm::step_times`].
+    pub trace: bool,
 }
 
 impl Default for Options {
@@ -72,13 +75,14 @@ impl Default for Options {
             scratch_bytes: DEFAULT_SCRATCH_BYTES,
             policy: Policy::default(),
             p2p_channels: crate::p2p::DEFAULT_CHANNELS,
+            trace: false,
         }
     }
 }
 
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
-    /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`.
+    /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -102,6 +106,7 @@ impl Options {
                 std::env::var("BRAID_P2P_CHANNELS").ok().as_deref(),
             )
             .map_err(CudaError::Invalid)?,
+            trace: std::env::var_os("BRAID_TRACE").is_some_and(|v| !v.is_empty()),
         })
     }
 }
@@ -326,7 +331,7 @@ impl CudaComm {
             .enumerate()
             .map(|(r, c)| (r as u32, c))
             .collect();
-        let clique = Arc::new(Clique::new(
+        let mut clique = Clique::new(
             n,
             locals,
             None,
@@ -334,7 +339,9 @@ impl CudaComm {
             opts.timeout,
             opts.scratch_bytes,
             &stats,
-        )?);
+        )?;
+        clique.trace = opts.trace;
+        let clique = Arc::new(clique);
         clique.connect_p2p(opts.p2p_channels, &stats)?;
         // What the clique set up is counted on rank 0.
         let mut first = Some(stats);
@@ -430,7 +437,7 @@ impl CudaComm {
         stats.exchanged();
         stats.exchanged();
         let oob: Arc<dyn Oob> = boot.clone();
-        let clique = Arc::new(Clique::new(
+        let mut clique = Clique::new(
             n,
             vec![(rank, ctx)],
             Some(oob),
@@ -438,7 +445,9 @@ impl CudaComm {
             opts.timeout,
             opts.scratch_bytes,
             &stats,
-        )?);
+        )?;
+        clique.trace = opts.trace;
+        let clique = Arc::new(clique);
         watch_bootstrap(&boot, &clique)?;
         clique.connect_p2p(opts.p2p_channels, &stats)?;
         Ok(CudaComm {

@@ -46,6 +46,8 @@ pub struct CudaPrepared {
     table: DeviceAlloc,
     kernel: Loaded,
     grid: u32,
+    /// Where the table's step times are and how many steps, when they are recorded.
+    trace: Option<(usize, usize)>,
 }
 
 /// The kernel's argument: the calls of the ranks of one launch. Layout of `Launch` in
@@ -288,6 +290,25 @@ impl Engine for CudaEngine {
         true
     }
 
+    fn step_times(
+        &self,
+        prepared: &CudaPrepared,
+    ) -> braid_runtime::Result<Option<Vec<(u64, u64)>>> {
+        let Some((at, n)) = prepared.trace else {
+            return Ok(None);
+        };
+        let bytes = prepared.table.download(at + 16 * n).map_err(rt)?;
+        Ok(Some(
+            bytes[at..]
+                .chunks_exact(16)
+                .map(|c| {
+                    let w = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().unwrap());
+                    (w(0), w(8))
+                })
+                .collect(),
+        ))
+    }
+
     fn prepare_is_collective(&self) -> bool {
         // Ranks of other processes compare choices and exchange FIFOs while preparing.
         self.clique.oob.is_some()
@@ -441,6 +462,7 @@ impl CudaEngine {
             abort: self.clique.abort_addr(),
             scratch,
             timeout_ns: u64::try_from(self.clique.timeout.as_nanos()).unwrap_or(u64::MAX),
+            trace: self.clique.trace,
         };
         let len = program::table_len(plan, rank);
         let table = DeviceAlloc::new(&ctx, len, 0)?;
@@ -450,6 +472,7 @@ impl CudaEngine {
             table,
             kernel,
             grid,
+            trace: res.trace.then(|| program::trace_section(plan, rank)),
         })
     }
 }

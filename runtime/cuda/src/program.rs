@@ -9,7 +9,7 @@
 //! call's buffers, its scratch and its FIFOs.
 //!
 //! Layout of one rank's table (one allocation, sections 16-byte aligned):
-//! `Table` (112 bytes) | `BlockDesc` x grid (144 bytes each) | `StepDesc` x steps (24) |
+//! `Table` (120 bytes) | `BlockDesc` x grid (144 bytes each) | `StepDesc` x steps (24) |
 //! `StepDeps` x steps (8) | `DepDesc` x deps (12). Grid block `g = replica * nblocks +
 //! block`.
 
@@ -38,6 +38,7 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
     ("Table", "replicas", 96),
     ("Table", "tiled", 100),
     ("Table", "out_chunks", 104),
+    ("Table", "trace", 112),
     ("Table", "sizeof", TABLE_BYTES),
     ("BlockDesc", "block", 0),
     ("BlockDesc", "replica", 4),
@@ -70,7 +71,7 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
 
 /// Bytes of one lane of one connection end (`End`).
 pub const END_BYTES: usize = 32;
-pub const TABLE_BYTES: usize = 112;
+pub const TABLE_BYTES: usize = 120;
 pub const BLOCK_BYTES: usize = 144;
 pub const STEP_BYTES: usize = 24;
 pub const STEP_DEPS_BYTES: usize = 8;
@@ -259,6 +260,8 @@ pub struct RankRes {
     pub abort: u64,
     pub scratch: u64,
     pub timeout_ns: u64,
+    /// Record replica 0's step times in the table's trace section (`BRAID_TRACE`).
+    pub trace: bool,
 }
 
 fn align16(x: usize) -> usize {
@@ -270,6 +273,7 @@ struct Sections {
     steps: usize,
     step_deps: usize,
     deps: usize,
+    trace: usize,
     total: usize,
 }
 
@@ -286,14 +290,28 @@ fn sections(plan: &Plan, rank: u32) -> Sections {
     let steps = align16(blocks + grid(plan, rank) as usize * BLOCK_BYTES);
     let step_deps = align16(steps + nsteps * STEP_BYTES);
     let deps = align16(step_deps + nsteps * STEP_DEPS_BYTES);
-    let total = align16(deps + ndeps * DEP_BYTES);
+    let trace = align16(deps + ndeps * DEP_BYTES);
+    let total = align16(trace + nsteps * 16);
     Sections {
         blocks,
         steps,
         step_deps,
         deps,
+        trace,
         total,
     }
+}
+
+/// Where `rank`'s step times are in its table (bytes from its start) and how many steps
+/// there are: a (start, end) pair of u64 nanoseconds per step, in the plan's order (its
+/// blocks in order, each block's steps in order).
+pub fn trace_section(plan: &Plan, rank: u32) -> (usize, usize) {
+    let n = plan.ranks[rank as usize]
+        .blocks
+        .iter()
+        .map(|b| b.steps.len())
+        .sum();
+    (sections(plan, rank).trace, n)
 }
 
 /// Bytes of `rank`'s table.
@@ -361,6 +379,11 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
     w.u32(u32::from(plan.execution == Execution::Tiled));
     w.u32(if has_out { plan.out_chunks } else { 0 });
     w.u32(0);
+    w.u64(if res.trace {
+        base + sec.trace as u64
+    } else {
+        0
+    });
     debug_assert_eq!(w.at, TABLE_BYTES);
     // Step index of each plan block's first step.
     let mut first = Vec::with_capacity(rp.blocks.len());
@@ -472,6 +495,7 @@ mod tests {
             abort: 5,
             scratch: 6,
             timeout_ns: 7,
+            trace: false,
         };
         let g = grid(&p, 1) as usize;
         let ends = vec![BlockEnds::default(); g];
@@ -495,14 +519,26 @@ mod tests {
         ] {
             assert_eq!(u64_at(&t, at(field)), v, "{field}");
         }
-        assert_eq!(u64_at(&t, at("blocks")), 0x1000 + TABLE_BYTES as u64);
+        // Sections start 16-byte aligned.
+        assert_eq!(
+            u64_at(&t, at("blocks")),
+            0x1000 + align16(TABLE_BYTES) as u64
+        );
         assert_eq!(u32_at(&t, at("replicas")), p.channels.max(1));
         assert_eq!(
             u32_at(&t, at("tiled")),
             u32::from(p.execution == Execution::Tiled)
         );
         let blocks = u64_at(&t, 56) - 0x1000;
-        assert_eq!(blocks as usize, 112);
+        assert_eq!(blocks as usize, 128);
+        // No trace unless asked; asked, a (start, end) pair per step at the table's end.
+        assert_eq!(u64_at(&t, at("trace")), 0);
+        let traced = encode(&p, 1, &RankRes { trace: true, ..res }, &ends, 0x1000);
+        let (off, n) = trace_section(&p, 1);
+        assert_eq!(u64_at(&traced, at("trace")), 0x1000 + off as u64);
+        let steps_of_rank: usize = p.ranks[1].blocks.iter().map(|b| b.steps.len()).sum();
+        assert_eq!(n, steps_of_rank);
+        assert!(off >= u64_at(&t, 80) as usize - 0x1000 && off + 16 * n <= traced.len());
         assert_eq!(u32_at(&t, 88), p.ranks[1].blocks.len() as u32);
         assert_eq!(u32_at(&t, 92), g as u32);
         // The first step of block 1 of rank 1 is its step count's successor in order.

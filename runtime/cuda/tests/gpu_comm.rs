@@ -97,6 +97,9 @@ fn main() -> ExitCode {
             synth::section(gpus, quick)
         });
     }
+    if want("trace") {
+        section(&mut t, "step times (BRAID_TRACE)", || trace(gpus));
+    }
     if want("counters") {
         section(&mut t, "nothing set up per call", || counters(gpus));
     }
@@ -744,6 +747,75 @@ fn two_in_flight(gpus: usize) -> Result<Cases, String> {
             }
         }
         cases.push((format!("{name}, 10 calls in flight"), res));
+    }
+    Ok(cases)
+}
+
+/// `BRAID_TRACE`: every step of the plan's first replica records when it started and
+/// ended, on every rank, all within the call's time; without it nothing is recorded.
+fn trace(gpus: usize) -> Result<Cases, String> {
+    let mut cases = Vec::new();
+    let traced = Options {
+        trace: true,
+        ..opts(10)
+    };
+    for (c, n, count) in [
+        (Collective::Allreduce, 4u32, (1usize << 20) + 3),
+        (Collective::Allgather, 2, 1000),
+        (Collective::Broadcast, 4, 7),
+    ] {
+        let res = (|| -> Result<(), String> {
+            let r = open(n, gpus, &traced)?;
+            let spec = CallSpec {
+                collective: c,
+                count,
+                dtype: DType::F32,
+                op: RedOp::Sum,
+                root: c.is_rooted().then_some(0),
+            };
+            let started = Instant::now();
+            run_case(&r, &spec, Mode::OutOfPlace, Kind::Plain, 9)?;
+            let wall_ns = started.elapsed().as_nanos() as u64;
+            let mut all = Vec::new();
+            for (rank, comm) in r.comms.iter().enumerate() {
+                let (plan, times) = comm
+                    .step_times(&spec, Mode::OutOfPlace)
+                    .map_err(|e| e.to_string())?
+                    .ok_or(format!("rank {rank}: no step times"))?;
+                let steps: usize = plan.ranks[rank].blocks.iter().map(|b| b.steps.len()).sum();
+                if times.len() != steps {
+                    return Err(format!(
+                        "rank {rank}: {} times for {steps} steps",
+                        times.len()
+                    ));
+                }
+                for (i, &(a, b)) in times.iter().enumerate() {
+                    if a == 0 || b < a {
+                        return Err(format!("rank {rank} step {i}: start {a}, end {b}"));
+                    }
+                }
+                all.extend(times);
+            }
+            let first = all.iter().map(|t| t.0).min().unwrap_or(0);
+            let last = all.iter().map(|t| t.1).max().unwrap_or(0);
+            if last - first > wall_ns {
+                return Err(format!(
+                    "steps span {} ns, longer than the call's {wall_ns} ns",
+                    last - first
+                ));
+            }
+            let plain = open(n, gpus, &opts(10))?;
+            run_case(&plain, &spec, Mode::OutOfPlace, Kind::Plain, 9)?;
+            if plain.comms[0]
+                .step_times(&spec, Mode::OutOfPlace)
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                return Err("step times recorded without BRAID_TRACE".into());
+            }
+            Ok(())
+        })();
+        cases.push((format!("{c} on {n} ranks"), res));
     }
     Ok(cases)
 }

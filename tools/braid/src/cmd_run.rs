@@ -293,12 +293,73 @@ fn run_cuda(
     };
     let (elapsed, wrong) = braid_cuda::check::run_checked(&cuda.0, &cuda.1, &case)
         .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
+    if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
+        write_measured_trace(&cuda.0, &case, std::path::Path::new(&path))?;
+    }
     let (in_elems, out_elems) = buffer_elems(plan.collective, plan.n_ranks, count);
     Ok(Checked {
         elapsed,
         wrong,
         bytes: in_elems.max(out_elems) * args.dtype.size(),
     })
+}
+
+/// `BRAID_TRACE=FILE`: the step times every rank's GPU recorded for `case` (its last
+/// call), as a Chrome trace like `braid explain --trace` writes for a prediction: one
+/// process per rank, one thread per block, one slice per step, microseconds from the
+/// earliest step's start.
+fn write_measured_trace(
+    comms: &[braid_cuda::CudaComm],
+    case: &braid_cuda::check::Case,
+    path: &std::path::Path,
+) -> Result<(), CliError> {
+    let mut raw = Vec::new();
+    let mut name = String::new();
+    for (r, comm) in comms.iter().enumerate() {
+        let Some((plan, times)) = comm
+            .step_times(&case.spec(), case.mode)
+            .map_err(|e| CliError::Runtime(format!("error: BRAID_TRACE: {e}")))?
+        else {
+            continue;
+        };
+        name = plan.name.clone();
+        let steps = plan.ranks[r].blocks.iter().flat_map(|b| {
+            b.steps
+                .iter()
+                .enumerate()
+                .map(move |(i, s)| (b.id, i as u32, s.kind))
+        });
+        for ((block, step, kind), (start, end)) in steps.zip(times) {
+            if start != 0 && end >= start {
+                raw.push((r as u32, block, step, kind, start, end));
+            }
+        }
+    }
+    let t0 = raw.iter().map(|x| x.4).min().unwrap_or(0);
+    let us = |ns: u64| (ns - t0) as f64 / 1e3;
+    let timeline: Vec<braid_cost::sim::StepTime> = raw
+        .into_iter()
+        .map(
+            |(rank, block, step, kind, start, end)| braid_cost::sim::StepTime {
+                rank,
+                block,
+                step,
+                kind: braid_cost::sim::kind_name(kind),
+                start_us: us(start),
+                end_us: us(end),
+            },
+        )
+        .collect();
+    crate::output::write_atomically(
+        path,
+        &braid_cost::trace::chrome_trace_measured(&name, &timeline),
+    )?;
+    eprintln!(
+        "note: BRAID_TRACE: {} step times of {name} written to {}",
+        timeline.len(),
+        path.display()
+    );
+    Ok(())
 }
 
 fn run_once(
