@@ -126,6 +126,10 @@ pub struct Prepared<P> {
     pub inner: P,
 }
 
+/// When each step of a plan's first replica started and ended (device clock, ns), in
+/// the plan's order ([`Engine::step_times`]).
+pub type StepTimes = Vec<(u64, u64)>;
+
 /// A call ready to launch: its prepared plan and its arguments.
 type Planned<E> = (Arc<Prepared<<E as Engine>::Prepared>>, CallArgs);
 
@@ -199,7 +203,7 @@ pub trait Engine: Send + Sync + Sized + 'static {
     /// block's steps in order), when it started and ended, in nanoseconds of the device's
     /// clock. `None` where the backend records none (or was not asked to). The call must
     /// have completed.
-    fn step_times(&self, prepared: &Self::Prepared) -> Result<Option<Vec<(u64, u64)>>> {
+    fn step_times(&self, prepared: &Self::Prepared) -> Result<Option<StepTimes>> {
         let _ = prepared;
         Ok(None)
     }
@@ -310,7 +314,7 @@ impl<E: Engine> DeviceComm<E> {
         &self,
         spec: &CallSpec,
         mode: Mode,
-    ) -> Result<Option<(Arc<Verified>, Vec<(u64, u64)>)>> {
+    ) -> Result<Option<(Arc<Verified>, StepTimes)>> {
         let Some(p) = self.prepared_for(spec, mode)? else {
             return Ok(None);
         };
