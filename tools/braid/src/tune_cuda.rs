@@ -1,19 +1,23 @@
 //! `braid tune --backend cuda`: the cost model's constants measured on this machine's
 //! GPUs, per protocol, with micro-benchmarks only: chain broadcasts (the shipped
 //! `chain_broadcast`, one replica unless said) timed back to back between CUDA events
-//! as `braid perf` times, each checked right.
+//! as `braid perf` times, each checked right, with the step times the GPU records
+//! (`BRAID_TRACE`'s record) read back.
 //!
 //! | constant | micro-benchmark | how |
 //! |---|---|---|
-//! | `call_us`, `hop_us` | 1 element on 2 and on 8 ranks | `t2 = call + hop`, `t8 = call + 7 hop` |
+//! | `slice_us` | 1 element on 8 ranks | the root's steps after its first, timed on the GPU (median) |
+//! | `hop_us` | 1 element on 8 ranks | a step ending on one rank, then on the next (median) |
+//! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
 //! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
 //!
+//! Step and hop come from the GPU's own clock because calls of many ranks in one process
+//! may be issued slower than the GPU runs them: their back-to-back time measures the host.
 //! "The model reproduces the time": the constant is the value for which the model's
 //! prediction of that micro-benchmark equals its measured time (bisection; the model is
 //! monotone in each constant), so what the profile says and what the model does with it
-//! agree by construction. A slice's fixed cost is part of the block rate (0 on its own:
-//! the kernels' slot size is fixed, so timing cannot tell the two apart). No plan the model is later scored on is timed. The hop latency
+//! agree by construction. No plan the model is later scored on is timed. The hop latency
 //! is measured on the paths this machine's ranks use (NVLink between GPUs, or within one
 //! GPU); the other path kinds keep their defaults. LL's payload share stays 0.5 (its
 //! lines are half flags: a property of the protocol, not of the machine).
@@ -35,6 +39,48 @@ struct Bench {
     protocol: Protocol,
     plan: Arc<Verified>,
     us: f64,
+    /// The last call's step times as the GPU recorded them (`BRAID_TRACE`'s record):
+    /// per rank, per block of the plan, each step's (start, end) in ns.
+    steps: Vec<Vec<Vec<(u64, u64)>>>,
+}
+
+impl Bench {
+    /// The median time a step of the root's sending block takes after its first, µs:
+    /// what interpreting one step costs (the chain's later steps find their slot free).
+    fn step_us(&self) -> Option<f64> {
+        let root = self.steps.first()?.first()?;
+        let d: Vec<f64> = root
+            .iter()
+            .skip(1)
+            .map(|&(a, b)| b.saturating_sub(a) as f64 / 1e3)
+            .collect();
+        median(d)
+    }
+
+    /// The median delay between one rank's step ending and the same step ending on the
+    /// next rank of the chain, µs: what a message costs a hop.
+    fn hop_us(&self) -> Option<f64> {
+        let ends = |r: usize, k: usize| self.steps.get(r)?.first()?.get(k).map(|s| s.1);
+        let mut d = Vec::new();
+        for r in 0..self.steps.len().saturating_sub(1) {
+            for k in 1.. {
+                match (ends(r, k), ends(r + 1, k)) {
+                    (Some(a), Some(b)) if b >= a => d.push((b - a) as f64 / 1e3),
+                    (Some(_), Some(_)) => {}
+                    _ => break,
+                }
+            }
+        }
+        median(d)
+    }
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
 }
 
 fn rt(e: braid_cuda::CudaError) -> CliError {
@@ -65,6 +111,7 @@ fn measure(
     let mut opts = crate::cmd_run::cuda_options(None)?;
     opts.policy.replicas = Some(replicas);
     opts.policy.protocol = Some(protocol);
+    opts.trace = true;
     let (comms, streams) = crate::cmd_run::open_cuda_with(n, Arc::new(registry), &opts)?;
     let case = braid_cuda::check::Case {
         collective: Collective::Broadcast,
@@ -94,12 +141,28 @@ fn measure(
     let (ran, _) = braid_cuda::check::selection(&comms[0], &case)
         .map_err(rt)?
         .expect("a positive count has a plan");
+    let mut steps = Vec::new();
+    for (r, comm) in comms.iter().enumerate() {
+        let times = comm
+            .step_times(&case.spec(), Mode::OutOfPlace)
+            .map_err(|e| CliError::Runtime(format!("error: braid tune: {e}")))?
+            .map_or(Vec::new(), |(_, t)| t);
+        let mut it = times.into_iter();
+        steps.push(
+            ran.ranks[r]
+                .blocks
+                .iter()
+                .map(|b| it.by_ref().take(b.steps.len()).collect())
+                .collect(),
+        );
+    }
     Ok(Bench {
         count,
         replicas: ran.channels,
         protocol,
         plan,
         us,
+        steps,
     })
 }
 
@@ -154,22 +217,30 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         progress(&format!("{pname}: 1 element on 2 and 8 ranks"));
         let t2 = measure(2, 1, 1, proto, iters)?;
         let t8 = measure(8, 1, 1, proto, iters)?;
-        let hop = ((t8.us - t2.us) / 6.0).max(0.0);
-        let call = (t2.us - hop).max(0.0);
-        set(&mut p.call_us, proto, call);
+        // From the steps the GPU timed in the chain of 8 (calls of 8 ranks in one process
+        // may be issued slower than the GPU runs them, so their back-to-back time says
+        // more about the host): what a step costs, and a hop.
+        let step = t8.step_us().unwrap_or(0.0);
+        let hop = t8.hop_us().unwrap_or(0.0);
+        set(&mut p.slice_us, proto, step);
         set(&mut p.hop_us.nvlink, proto, hop);
         set(&mut p.slice_bytes, proto, slice_bytes(proto));
-        // A large message through one block: what a block moves, its per-slice costs
-        // included (the kernels' slot size is fixed, so a slice's fixed cost and its bytes
-        // cannot be told apart by timing; the model's slice cost stays 0 on GPUs).
+        // The call's fixed cost: what the 2-rank chain's time leaves over its steps.
+        let c2 = Topology::from_arg("nvswitch:2").expect("a preset");
+        let call = solve(0.0, t2.us, false, t2.us, |v| {
+            let mut q = p.clone();
+            set(&mut q.call_us, proto, v);
+            model(&t2, &c2, &q)
+        });
+        set(&mut p.call_us, proto, call);
+        // A large message through one block: what a block moves beyond the per-slice
+        // cost above.
         let big = match proto {
             Protocol::Ll => 4usize << 20,
             _ => 64 << 20,
         };
         progress(&format!("{pname}: {} MiB on 2 ranks", big >> 20));
         let tb = measure(2, big / 4, 1, proto, iters.min(10))?;
-        let c2 = Topology::from_arg("nvswitch:2").expect("a preset");
-        set(&mut p.slice_us, proto, 0.0);
         let g = solve(0.1, 1e5, true, tb.us, |v| {
             let mut q = p.clone();
             set(&mut q.block_gbps, proto, v);
@@ -203,7 +274,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             ts = Some(b);
         }
         notes.push(format!(
-            "{pname}: a call {call:.1} us, a message {hop:.2} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
+            "{pname}: a call {call:.1} us, a step {step:.2} us, a message {hop:.2} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
             p.block_gbps.get(proto),
             if shared {
                 format!(", the GPU's memory {:.0} GB/s for all ranks", p.shared_gbps.get(proto))
@@ -257,7 +328,35 @@ fn slice_bytes(p: Protocol) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::solve;
+    use super::{solve, Bench};
+
+    /// A chain of 3 ranks whose steps the GPU timed: the root's later steps take 2 µs, a
+    /// step ends 0.5 µs later on each next rank.
+    #[test]
+    fn step_and_hop_come_from_the_recorded_step_times() {
+        let plan = super::chain(3).unwrap();
+        let rank = |r: u64| -> Vec<Vec<(u64, u64)>> {
+            let first = (0, 9_000 + 500 * r);
+            let later = (1..4).map(|k| {
+                let end = 9_000 + 2_000 * k + 500 * r;
+                (end - 2_000, end)
+            });
+            vec![std::iter::once(first).chain(later).collect()]
+        };
+        let b = Bench {
+            count: 1,
+            replicas: 1,
+            protocol: braid_ir::Protocol::Ll,
+            plan,
+            us: 20.0,
+            steps: (0..3).map(rank).collect(),
+        };
+        assert!((b.step_us().unwrap() - 2.0).abs() < 1e-9);
+        assert!((b.hop_us().unwrap() - 0.5).abs() < 1e-9);
+        let none = Bench { steps: vec![], ..b };
+        assert_eq!(none.step_us(), None);
+        assert_eq!(none.hop_us(), None);
+    }
 
     #[test]
     fn solve_finds_the_value_of_a_monotone_function_either_way() {
