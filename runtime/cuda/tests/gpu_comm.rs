@@ -561,14 +561,7 @@ fn matrix(n: u32, gpus: usize, quick: bool) -> Result<Cases, String> {
                             d.name(),
                             o.name()
                         );
-                        if !selected(&what) {
-                            continue;
-                        }
-                        let res = run_case(&r, &spec, mode, kind, k as u64);
-                        if let Err(e) = &res {
-                            println!("FAIL {what}: {e}");
-                        }
-                        cases.push((what, res));
+                        run_selected(&mut cases, &r, &spec, (mode, kind, k as u64), what);
                         if cases.iter().filter(|(_, x)| x.is_err()).count() >= 3 {
                             return Ok(cases);
                         }
@@ -578,6 +571,25 @@ fn matrix(n: u32, gpus: usize, quick: bool) -> Result<Cases, String> {
         }
     }
     Ok(cases)
+}
+
+/// Runs and records the case `what` (`mode`, memory `kind`, input `seed`) unless
+/// `BRAID_GPU_FILTER` leaves it out; a failure is printed as it happens.
+fn run_selected(
+    cases: &mut Cases,
+    r: &Ranks,
+    spec: &CallSpec,
+    (mode, kind, seed): (Mode, Kind, u64),
+    what: String,
+) {
+    if !selected(&what) {
+        return;
+    }
+    let res = run_case(r, spec, mode, kind, seed);
+    if let Err(e) = &res {
+        println!("FAIL {what}: {e}");
+    }
+    cases.push((what, res));
 }
 
 /// Captures each collective (between the application's kernels, in place restoring its

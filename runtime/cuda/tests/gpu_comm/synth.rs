@@ -6,7 +6,7 @@
 //! odd counts; results against the host reference, bit for bit.
 
 use super::support::KINDS;
-use super::{dtype_ops, modes, open_with, opts, roots, run_case, selected, Cases};
+use super::{dtype_ops, modes, open_with, opts, roots, run_selected, Cases};
 use braid_ir::Collective;
 use braid_runtime::call::CallSpec;
 use braid_runtime::registry::{Origin, Registry};
@@ -69,14 +69,7 @@ pub fn section(gpus: usize, quick: bool) -> Result<Cases, String> {
                                     d.name(),
                                     o.name()
                                 );
-                                if !selected(&what) {
-                                    continue;
-                                }
-                                let res = run_case(&r, &spec, mode, kind, k as u64);
-                                if let Err(e) = &res {
-                                    println!("FAIL {what}: {e}");
-                                }
-                                cases.push((what, res));
+                                run_selected(&mut cases, &r, &spec, (mode, kind, k as u64), what);
                             }
                         }
                     }
