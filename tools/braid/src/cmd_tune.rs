@@ -28,8 +28,9 @@ pub struct TuneArgs {
     pub output: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "host")]
     pub backend: crate::cmd_run::Backend,
-    /// The topology the profile is for (`--backend cuda`; default `nvswitch:N` for the
-    /// machine's N GPUs, at least 2): the runtime refuses it on another.
+    /// The topology the profile is for: the runtime refuses it on another (`--backend
+    /// cuda`: default `nvswitch:N` for the machine's N GPUs, at least 2; host: any
+    /// topology unless named).
     #[arg(long)]
     pub topo: Option<String>,
     /// Calls per timed run (the median of 5 runs is used).
@@ -125,6 +126,10 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         })?;
         return emit(args, &profile);
     }
+    let fingerprint = match &args.topo {
+        Some(t) => Some(crate::topo_arg::load(t)?.fingerprint()),
+        None => None,
+    };
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     // Three small calls separate the fixed costs: a chain of 2 ranks (one message, 2
     // blocks), of 8 (seven messages one after another, 8 blocks), and a direct broadcast
@@ -151,7 +156,9 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             "braid tune, host backend, {} cores",
             std::thread::available_parallelism().map_or(1, |p| p.get())
         ),
-        fingerprint: None,
+        // Keyed to a topology only when one is named (the host's constants are the
+        // machine's, whatever the ranks are taken to be).
+        fingerprint,
         call_us: PerProtocol {
             simple: call,
             ll: call,

@@ -186,6 +186,23 @@ fn tune_writes_a_profile_that_explain_uses() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(v["version"], 1);
+    // No topology named: the profile serves any (the runtime checks the fingerprint).
+    assert!(v["fingerprint"].is_null(), "{v}");
+    // A topology that does not parse is refused before anything is measured or written.
+    let bad_file = dir.join("bad.profile");
+    let bad = braid(
+        &[
+            "tune",
+            "--topo",
+            "nvswitch:0",
+            "-o",
+            bad_file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_ne!(bad.code, 0, "{}", bad.stderr);
+    assert!(bad.stderr.contains("nvswitch:0"), "{}", bad.stderr);
+    assert!(!bad_file.exists());
     assert!(v["source"]
         .as_str()
         .unwrap()
