@@ -126,9 +126,10 @@ pub struct Prepared<P> {
     pub inner: P,
 }
 
-/// When each step of a plan's first replica started and ended (device clock, ns), in
-/// the plan's order ([`Engine::step_times`]).
-pub type StepTimes = Vec<(u64, u64)>;
+/// When each step of a rank's plan (its first replica) started and ended, device clock,
+/// ns: per block of the rank in the plan's order, each block's steps in order
+/// ([`DeviceComm::step_times`]).
+pub type StepTimes = Vec<Vec<(u64, u64)>>;
 
 /// A call ready to launch: its prepared plan and its arguments.
 type Planned<E> = (Arc<Prepared<<E as Engine>::Prepared>>, CallArgs);
@@ -203,7 +204,7 @@ pub trait Engine: Send + Sync + Sized + 'static {
     /// block's steps in order), when it started and ended, in nanoseconds of the device's
     /// clock. `None` where the backend records none (or was not asked to). The call must
     /// have completed.
-    fn step_times(&self, prepared: &Self::Prepared) -> Result<Option<StepTimes>> {
+    fn step_times(&self, prepared: &Self::Prepared) -> Result<Option<Vec<(u64, u64)>>> {
         let _ = prepared;
         Ok(None)
     }
@@ -309,7 +310,8 @@ impl<E: Engine> DeviceComm<E> {
     }
 
     /// The plan that serves `spec` in `mode` and the step times its last call recorded
-    /// ([`Engine::step_times`]); `None` for a zero count or where none are recorded.
+    /// on this rank ([`Engine::step_times`]), per block; `None` for a zero count or where
+    /// none are recorded.
     pub fn step_times(
         &self,
         spec: &CallSpec,
@@ -318,10 +320,24 @@ impl<E: Engine> DeviceComm<E> {
         let Some(p) = self.prepared_for(spec, mode)? else {
             return Ok(None);
         };
-        Ok(self
-            .engine
-            .step_times(&p.inner)?
-            .map(|t| (p.plan.clone(), t)))
+        let Some(flat) = self.engine.step_times(&p.inner)? else {
+            return Ok(None);
+        };
+        let blocks = &p.plan.ranks[self.rank() as usize].blocks;
+        let steps: usize = blocks.iter().map(|b| b.steps.len()).sum();
+        if flat.len() != steps {
+            return Err(RuntimeError::Invalid(format!(
+                "{} step times recorded for the {steps} steps of `{}`",
+                flat.len(),
+                p.plan.name
+            )));
+        }
+        let mut it = flat.into_iter();
+        let per_block = blocks
+            .iter()
+            .map(|b| it.by_ref().take(b.steps.len()).collect())
+            .collect();
+        Ok(Some((p.plan.clone(), per_block)))
     }
 
     /// The prepared plan of `spec` in `mode` (preparing it if no call has yet).

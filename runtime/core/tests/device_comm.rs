@@ -727,3 +727,114 @@ fn one_thread_grouping_ranks_whose_preparation_is_collective_does_not_deadlock()
     }
     assert!(comms.iter().all(|c| c.stats().prepared == 1));
 }
+
+/// An engine that records step times: the host engine, with `recorded` steps timed
+/// (step i from 10 i to 10 i + 5 ns) after each call.
+struct Timed {
+    inner: HostEngine,
+    recorded: std::sync::atomic::AtomicUsize,
+}
+
+impl braid_runtime::device_comm::Engine for Timed {
+    type Stream = HostStream;
+    type Prepared = braid_runtime::host_engine::HostPrepared;
+
+    fn rank(&self) -> u32 {
+        self.inner.rank()
+    }
+    fn n_ranks(&self) -> u32 {
+        self.inner.n_ranks()
+    }
+    fn target(&self) -> braid_runtime::policy::Target {
+        self.inner.target()
+    }
+    fn scratch_bytes(&self) -> usize {
+        self.inner.scratch_bytes()
+    }
+    fn stats(&self) -> &braid_runtime::device_comm::Stats {
+        self.inner.stats()
+    }
+    fn prepare(
+        &self,
+        plan: &Arc<Verified>,
+        dtype: DType,
+        op: RedOp,
+        protocol: braid_ir::Protocol,
+    ) -> braid_runtime::Result<Self::Prepared> {
+        self.inner.prepare(plan, dtype, op, protocol)
+    }
+    unsafe fn launch(
+        calls: &[braid_runtime::device_comm::Launch<'_, Self>],
+    ) -> braid_runtime::Result<()> {
+        let inner: Vec<braid_runtime::device_comm::Launch<'_, HostEngine>> = calls
+            .iter()
+            .map(|c| braid_runtime::device_comm::Launch {
+                engine: &c.engine.inner,
+                prepared: c.prepared,
+                args: c.args,
+                stream: c.stream,
+            })
+            .collect();
+        // SAFETY: the caller's contract, passed on.
+        unsafe { HostEngine::launch(&inner) }
+    }
+    fn abort(&self, reason: &str) {
+        self.inner.abort(reason)
+    }
+    fn failure(&self) -> Option<String> {
+        self.inner.failure()
+    }
+    fn step_times(&self, _: &Self::Prepared) -> braid_runtime::Result<Option<Vec<(u64, u64)>>> {
+        let n = self.recorded.load(std::sync::atomic::Ordering::Relaxed) as u64;
+        Ok(Some((0..n).map(|i| (10 * i, 10 * i + 5)).collect()))
+    }
+}
+
+/// Step times come back per block of the rank's plan, in its order; a record that does
+/// not match the plan's steps is an error, not a timeline of the wrong steps.
+#[test]
+fn step_times_come_per_block_of_the_plan_and_a_mismatch_is_an_error() {
+    let group = InProcGroup::new(2);
+    let comm = DeviceComm::new(
+        Timed {
+            inner: HostEngine::with_scratch(
+                Box::new(group.member(0)),
+                Duration::from_secs(30),
+                1 << 20,
+            ),
+            recorded: std::sync::atomic::AtomicUsize::new(0),
+        },
+        registry(2),
+        Policy::default(),
+    );
+    let spec = CallSpec {
+        collective: Collective::Allreduce,
+        count: 1000,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        root: None,
+    };
+    let (plan, _) = comm.selection(&spec, Mode::OutOfPlace).unwrap().unwrap();
+    let blocks = &plan.ranks[0].blocks;
+    let steps: usize = blocks.iter().map(|b| b.steps.len()).sum();
+    comm.engine()
+        .recorded
+        .store(steps, std::sync::atomic::Ordering::Relaxed);
+    let (timed, per_block) = comm.step_times(&spec, Mode::OutOfPlace).unwrap().unwrap();
+    assert_eq!(timed.name, plan.name);
+    let lens: Vec<usize> = per_block.iter().map(Vec::len).collect();
+    assert_eq!(
+        lens,
+        blocks.iter().map(|b| b.steps.len()).collect::<Vec<_>>()
+    );
+    let flat: Vec<(u64, u64)> = per_block.into_iter().flatten().collect();
+    assert_eq!(flat[1], (10, 15), "the plan's order");
+    comm.engine()
+        .recorded
+        .store(steps + 1, std::sync::atomic::Ordering::Relaxed);
+    let err = comm
+        .step_times(&spec, Mode::OutOfPlace)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("for the {steps} steps")), "{err}");
+}

@@ -794,19 +794,23 @@ fn trace(gpus: usize) -> Result<Cases, String> {
                     .step_times(&spec, Mode::OutOfPlace)
                     .map_err(|e| e.to_string())?
                     .ok_or(format!("rank {rank}: no step times"))?;
-                let steps: usize = plan.ranks[rank].blocks.iter().map(|b| b.steps.len()).sum();
-                if times.len() != steps {
+                let recorded: Vec<usize> = times.iter().map(Vec::len).collect();
+                let steps: Vec<usize> = plan.ranks[rank]
+                    .blocks
+                    .iter()
+                    .map(|b| b.steps.len())
+                    .collect();
+                if recorded != steps {
                     return Err(format!(
-                        "rank {rank}: {} times for {steps} steps",
-                        times.len()
+                        "rank {rank}: {recorded:?} times per block for {steps:?} steps"
                     ));
                 }
-                for (i, &(a, b)) in times.iter().enumerate() {
+                for (i, &(a, b)) in times.iter().flatten().enumerate() {
                     if a == 0 || b < a {
                         return Err(format!("rank {rank} step {i}: start {a}, end {b}"));
                     }
                 }
-                all.extend(times);
+                all.extend(times.into_iter().flatten());
             }
             let first = all.iter().map(|t| t.0).min().unwrap_or(0);
             let last = all.iter().map(|t| t.1).max().unwrap_or(0);

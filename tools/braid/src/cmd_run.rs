@@ -323,15 +323,11 @@ fn write_measured_trace(
             continue;
         };
         name = plan.name.clone();
-        let steps = plan.ranks[r].blocks.iter().flat_map(|b| {
-            b.steps
-                .iter()
-                .enumerate()
-                .map(move |(i, s)| (b.id, i as u32, s.kind))
-        });
-        for ((block, step, kind), (start, end)) in steps.zip(times) {
-            if start != 0 && end >= start {
-                raw.push((r as u32, block, step, kind, start, end));
+        for (b, block_times) in plan.ranks[r].blocks.iter().zip(times) {
+            for ((i, s), (start, end)) in b.steps.iter().enumerate().zip(block_times) {
+                if start != 0 && end >= start {
+                    raw.push((r as u32, b.id, i as u32, s.kind, start, end));
+                }
             }
         }
     }

@@ -142,19 +142,11 @@ fn measure(
         .map_err(rt)?
         .expect("a positive count has a plan");
     let mut steps = Vec::new();
-    for (r, comm) in comms.iter().enumerate() {
+    for comm in &comms {
         let times = comm
             .step_times(&case.spec(), Mode::OutOfPlace)
-            .map_err(|e| CliError::Runtime(format!("error: braid tune: {e}")))?
-            .map_or(Vec::new(), |(_, t)| t);
-        let mut it = times.into_iter();
-        steps.push(
-            ran.ranks[r]
-                .blocks
-                .iter()
-                .map(|b| it.by_ref().take(b.steps.len()).collect())
-                .collect(),
-        );
+            .map_err(|e| CliError::Runtime(format!("error: braid tune: {e}")))?;
+        steps.push(times.map_or(Vec::new(), |(_, t)| t));
     }
     Ok(Bench {
         count,
