@@ -124,11 +124,19 @@ impl DeviceAlloc {
 
     /// Copies the first `n` bytes back to the host.
     pub fn download(&self, n: usize) -> Result<Vec<u8>> {
-        assert!(n <= self.len, "download larger than the allocation");
+        self.download_at(0, n)
+    }
+
+    /// Copies the `n` bytes from byte `at` back to the host.
+    pub fn download_at(&self, at: usize, n: usize) -> Result<Vec<u8>> {
+        assert!(
+            at.checked_add(n).is_some_and(|end| end <= self.len),
+            "download outside the allocation"
+        );
         self.ctx.bind_to_thread()?;
         let mut v = vec![0u8; n];
-        // SAFETY: `n` bytes lie in the allocation (asserted).
-        unsafe { result::memcpy_dtoh_sync(&mut v, self.ptr)? };
+        // SAFETY: bytes [at, at + n) lie in the allocation (asserted).
+        unsafe { result::memcpy_dtoh_sync(&mut v, self.ptr + at as u64)? };
         Ok(v)
     }
 }

@@ -297,9 +297,9 @@ impl Engine for CudaEngine {
         let Some((at, n)) = prepared.trace else {
             return Ok(None);
         };
-        let bytes = prepared.table.download(at + 16 * n).map_err(rt)?;
+        let bytes = prepared.table.download_at(at, 16 * n).map_err(rt)?;
         Ok(Some(
-            bytes[at..]
+            bytes
                 .chunks_exact(16)
                 .map(|c| {
                     let w = |i: usize| u64::from_le_bytes(c[i..i + 8].try_into().unwrap());
