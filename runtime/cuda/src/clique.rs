@@ -98,7 +98,7 @@ pub struct Clique {
     pub p2p: bool,
     pub timeout: Duration,
     pub scratch_bytes: usize,
-    /// `BRAID_TRACE`: plans prepared from now on record their step times.
+    /// `BRAID_TRACE`: prepared plans record their step times.
     pub trace: bool,
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: HostAlloc,
@@ -140,14 +140,14 @@ impl Drop for Event {
 }
 
 impl Clique {
-    /// The clique of `locals` (rank, context) of a communicator of `n` ranks.
+    /// The clique of `locals` (rank, context) of a communicator of `n` ranks, with the
+    /// timeout, scratch size and tracing of `opts`.
     pub fn new(
         n: u32,
         locals: Vec<(u32, Arc<CudaContext>)>,
         oob: Option<Arc<dyn Oob>>,
         p2p: bool,
-        timeout: Duration,
-        scratch_bytes: usize,
+        opts: &crate::comm::Options,
         stats: &Stats,
     ) -> Result<Clique> {
         if p2p {
@@ -180,9 +180,9 @@ impl Clique {
             locals: out,
             oob,
             p2p,
-            timeout,
-            scratch_bytes,
-            trace: false,
+            timeout: opts.timeout,
+            scratch_bytes: opts.scratch_bytes,
+            trace: opts.trace,
             words,
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),

@@ -331,17 +331,7 @@ impl CudaComm {
             .enumerate()
             .map(|(r, c)| (r as u32, c))
             .collect();
-        let mut clique = Clique::new(
-            n,
-            locals,
-            None,
-            p2p,
-            opts.timeout,
-            opts.scratch_bytes,
-            &stats,
-        )?;
-        clique.trace = opts.trace;
-        let clique = Arc::new(clique);
+        let clique = Arc::new(Clique::new(n, locals, None, p2p, opts, &stats)?);
         clique.connect_p2p(opts.p2p_channels, &stats)?;
         // What the clique set up is counted on rank 0.
         let mut first = Some(stats);
@@ -437,17 +427,14 @@ impl CudaComm {
         stats.exchanged();
         stats.exchanged();
         let oob: Arc<dyn Oob> = boot.clone();
-        let mut clique = Clique::new(
+        let clique = Arc::new(Clique::new(
             n,
             vec![(rank, ctx)],
             Some(oob),
             p2p,
-            opts.timeout,
-            opts.scratch_bytes,
+            opts,
             &stats,
-        )?;
-        clique.trace = opts.trace;
-        let clique = Arc::new(clique);
+        )?);
         watch_bootstrap(&boot, &clique)?;
         clique.connect_p2p(opts.p2p_channels, &stats)?;
         Ok(CudaComm {
