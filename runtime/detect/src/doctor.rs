@@ -1,5 +1,5 @@
 //! `braid doctor`: the troubleshooting checklist as code. A [`Survey`] is what the doctor
-//! looks at, as plain data: gathered from this machine ([`Survey::gather`]) or read
+//! looks at, as plain data: gathered from this machine ([`Survey::gather_with`]) or read
 //! from a JSON description (a user's report, the tests). [`examine`] turns it into
 //! findings, each with the concrete fix, and notes that are not problems.
 
@@ -339,9 +339,18 @@ fn slow_fix(class: &str) -> &'static str {
     }
 }
 
+/// This machine's GPUs as detection finds them, or why there are none to look at.
+pub fn detect() -> Result<crate::Detection, String> {
+    if !crate::cuda_driver_present() {
+        return Err("no CUDA driver on this machine".into());
+    }
+    crate::detect_report().map_err(|e| e.to_string())
+}
+
 impl Survey {
-    /// Looks at this machine.
-    pub fn gather() -> Survey {
+    /// Looks at this machine, its GPUs as `detected` ([`detect`]; a caller that needs
+    /// the detection too runs it once).
+    pub fn gather_with(detected: Result<&crate::Detection, String>) -> Survey {
         let env: BTreeMap<String, String> = VARIABLES
             .iter()
             .filter_map(|&k| {
@@ -363,8 +372,8 @@ impl Survey {
                 .to_socket_addrs()
                 .is_ok_and(|mut x| x.next().is_some())
         });
-        let (gpus, no_gpu) = match gpus() {
-            Ok(g) => (Some(g), None),
+        let (gpus, no_gpu) = match detected {
+            Ok(d) => (Some(gpus(d)), None),
             Err(why) => (None, Some(why)),
         };
         Survey {
@@ -391,11 +400,7 @@ impl Survey {
     }
 }
 
-fn gpus() -> Result<GpuSurvey, String> {
-    if !crate::cuda_driver_present() {
-        return Err("no CUDA driver on this machine".into());
-    }
-    let d = crate::detect_report().map_err(|e| e.to_string())?;
+fn gpus(d: &crate::Detection) -> GpuSurvey {
     let t = &d.topology;
     let n = t.n_ranks();
     let nvlinks = (0..n)
@@ -412,7 +417,7 @@ fn gpus() -> Result<GpuSurvey, String> {
                 .sum()
         })
         .collect();
-    Ok(GpuSurvey {
+    GpuSurvey {
         models: (0..n)
             .map(|r| t.gpu(r).model.clone().unwrap_or_else(|| "GPU".into()))
             .collect(),
@@ -421,7 +426,7 @@ fn gpus() -> Result<GpuSurvey, String> {
             .map(|a| (0..n).map(|b| t.class(a, b).as_str().to_string()).collect())
             .collect(),
         nvlinks,
-    })
+    }
 }
 
 /// The size of the tmpfs on `/dev/shm` from `/proc/mounts` (`size=` option, else the

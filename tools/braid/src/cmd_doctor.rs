@@ -42,9 +42,10 @@ pub fn run(args: &DoctorArgs) -> Result<String, CliError> {
             })?
         }
         None => {
-            let mut s = Survey::gather();
-            if s.gpus.is_some() && !args.no_bench {
-                match crate::doctor_rates::measure() {
+            let detected = braid_detect::doctor::detect();
+            let mut s = Survey::gather_with(detected.as_ref().map_err(String::clone));
+            if let (Ok(d), false) = (&detected, args.no_bench) {
+                match crate::doctor_rates::measure(d) {
                     Ok(r) => s.rates = r,
                     Err(e) => eprintln!("note: the GPU bandwidth test did not run: {e}"),
                 }

@@ -11,9 +11,8 @@ use braid_topo::{LinkKind, Topology};
 /// Bytes each test copies: large enough for the link's rate, small enough to be quick.
 const BYTES: usize = 256 << 20;
 
-/// The rates of this machine's GPU paths, or why they could not be measured.
-pub fn measure() -> Result<Vec<Rate>, String> {
-    let d = braid_detect::detect_report().map_err(|e| e.to_string())?;
+/// The rates of the GPU paths `d` detected, or why they could not be measured.
+pub fn measure(d: &braid_detect::Detection) -> Result<Vec<Rate>, String> {
     let topo = &d.topology;
     let n = topo.n_ranks() as usize;
     let mut copier = braid_cuda::roofline::Copier::new(n).map_err(|e| e.to_string())?;
