@@ -232,6 +232,31 @@ impl<'a> Prepared<'a> {
         )
     }
 
+    /// `warmup` calls, then `runs` timed runs of `iters` calls each, back to back or
+    /// replayed from CUDA graphs (`graph`): each run's time per call. Call
+    /// [`Prepared::run`] once first.
+    pub fn time_runs(
+        &self,
+        warmup: u32,
+        iters: u32,
+        runs: u32,
+        graph: bool,
+    ) -> Result<Vec<Duration>> {
+        for _ in 0..warmup {
+            self.enqueue()?;
+        }
+        self.synchronize()?;
+        (0..runs)
+            .map(|_| {
+                if graph {
+                    self.run_graph(iters)
+                } else {
+                    self.run_back_to_back(iters)
+                }
+            })
+            .collect()
+    }
+
     /// Every wrong rank after a run (a zero count has nothing to compare).
     pub fn wrong(&self) -> Result<Vec<Wrong>> {
         let mut wrong = Vec::new();

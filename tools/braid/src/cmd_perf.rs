@@ -800,19 +800,8 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
             let p = braid_cuda::check::Prepared::new(&comms, &streams, &case).map_err(rt)?;
             p.run().map_err(rt)?;
             let wrong = p.wrong().map_err(rt)?.iter().map(|w| w.1).sum();
-            for _ in 0..args.warmup {
-                p.enqueue().map_err(rt)?;
-            }
-            p.synchronize().map_err(rt)?;
-            let runs = (0..args.runs)
-                .map(|_| {
-                    if args.graph {
-                        p.run_graph(args.iters)
-                    } else {
-                        p.run_back_to_back(args.iters)
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()
+            let runs = p
+                .time_runs(args.warmup, args.iters, args.runs, args.graph)
                 .map_err(rt)?;
             let sync = if args.sync {
                 let mut total = Duration::ZERO;

@@ -129,14 +129,7 @@ fn measure(
             "error: braid tune: a calibration call gave a wrong result".into(),
         ));
     }
-    for _ in 0..3 {
-        p.enqueue().map_err(rt)?;
-    }
-    p.synchronize().map_err(rt)?;
-    let runs = (0..5)
-        .map(|_| p.run_back_to_back(iters))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(rt)?;
+    let runs = p.time_runs(3, iters, 5, false).map_err(rt)?;
     let us = braid_runtime::bench::median(&runs).as_secs_f64() * 1e6;
     let (ran, _) = braid_cuda::check::selection(&comms[0], &case)
         .map_err(rt)?
@@ -204,6 +197,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
     let mut p = Profile::default();
     let mut notes = Vec::new();
     let shared = topo.n_ranks() as usize > gpus;
+    let c2 = Topology::from_arg("nvswitch:2").expect("a preset");
     for proto in [Protocol::Simple, Protocol::Ll] {
         let pname = crate::perf_report::protocol_name(proto);
         progress(&format!("{pname}: 1 element on 2 and 8 ranks"));
@@ -218,7 +212,6 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         set(&mut p.hop_us.nvlink, proto, hop);
         set(&mut p.slice_bytes, proto, slice_bytes(proto));
         // The call's fixed cost: what the 2-rank chain's time leaves over its steps.
-        let c2 = Topology::from_arg("nvswitch:2").expect("a preset");
         let call = solve(0.0, t2.us, false, t2.us, |v| {
             let mut q = p.clone();
             set(&mut q.call_us, proto, v);
