@@ -23,22 +23,33 @@ struct End {          // one lane of one connection end: 32 bytes
   u64 head;           // address of the head counter (Simple lane)
   u64 tail;           // address of the tail counter
   u32 counter;        // index of this end's counter in the rank's counter array
-  u32 nslots;
+  u32 nslots;         // slots; bit 31 (GPU_SCOPE): both ends on this GPU in one process
 };
 
-struct BlockDesc {    // one grid block: 144 bytes
+// `End.nslots`'s flag: the peer's blocks run on this GPU in this process and the FIFO
+// lies in this GPU's memory, so GPU-scope fences order the protocol.
+constexpr u32 GPU_SCOPE = 1u << 31;
+
+struct BlockDesc {    // one grid block: 152 bytes
   u32 block;          // plan block id
   u32 replica;
   u32 first_step;     // into the step array
   u32 nsteps;
   End send[2];        // [lane]: 0 Simple, 1 LL
   End recv[2];
+  u32 first_dep;      // the block's dependencies: [first_dep, first_dep + ndeps)
+  u32 ndeps;
 };
 
 enum Kind { NOP = 0, S = 1, R = 2, RCS = 3, RRS = 4, RRC = 5, RRCS = 6, CPY = 7, RE = 8 };
+// `StepDesc.kind`'s flag: another block waits for this step (or it is the block's last),
+// so its end is published in the block's progress counter. Other steps skip the fence
+// and the store; a later published step covers them (counters only grow).
+constexpr u32 PUBLISH = 1u << 8;
+constexpr u32 KIND_MASK = 0xff;
 
 struct StepDesc {     // 24 bytes
-  u32 kind;           // Kind
+  u32 kind;           // Kind | PUBLISH
   int sbuf;           // 0 in, 1 out, 2 scratch, -1 none
   int dbuf;
   u32 soff;           // first chunk
@@ -95,9 +106,20 @@ struct Launch {
   CallArgs call[BRAID_MAX_LOCAL];
 };
 
+// A block's step program, copied to shared memory when it is this small (one parallel
+// load at the block's start instead of dependent global loads at every step).
+constexpr u32 PROG_MAX = 64;
+// Plan blocks per replica whose progress a block remembers (`Ctx::known`).
+constexpr u32 KNOWN_MAX = 64;
+
 // A block's view of its call.
 struct Ctx {
   Watch w;
+  const StepDesc* steps;  // the block's steps (shared or global memory)
+  const StepDeps* sdeps;
+  const DepDesc* deps;    // index with StepDeps.first - dep0
+  u32 dep0;
+  u64* known;             // shared: progress of this replica's blocks seen so far (or null)
   char* buf[3];
   u64 count, chunk_elems, round_elems;
   u32 per_segment;
@@ -108,13 +130,34 @@ struct Ctx {
   volatile u64* send_head;
   volatile u64* send_tail;
   u64 sent;
+  u64 send_seen;          // the receiver's tail as last read (a lower bound of it)
   u32 send_nslots;
+  bool send_sys;          // system-scope fences on this end (see GPU_SCOPE)
   char* recv_slots;
   volatile u64* recv_head;
   volatile u64* recv_tail;
   u64 received;
+  u64 recv_seen;          // the sender's head as last read (a lower bound of it)
   u32 recv_nslots;
+  bool recv_sys;
 };
+
+__device__ __forceinline__ void set_send(Ctx& c, const End& e) {
+  c.send_slots = reinterpret_cast<char*>(e.slots);
+  c.send_head = reinterpret_cast<volatile u64*>(e.head);
+  c.send_tail = reinterpret_cast<volatile u64*>(e.tail);
+  c.send_nslots = e.nslots & ~GPU_SCOPE;
+  c.send_sys = (e.nslots & GPU_SCOPE) == 0;
+  c.send_seen = 0;
+}
+__device__ __forceinline__ void set_recv(Ctx& c, const End& e) {
+  c.recv_slots = reinterpret_cast<char*>(e.slots);
+  c.recv_head = reinterpret_cast<volatile u64*>(e.head);
+  c.recv_tail = reinterpret_cast<volatile u64*>(e.tail);
+  c.recv_nslots = e.nslots & ~GPU_SCOPE;
+  c.recv_sys = (e.nslots & GPU_SCOPE) == 0;
+  c.recv_seen = 0;
+}
 
 // Where chunk `chunk` of buffer `b` is for the current range: its element `lo`, and how
 // many of [lo, hi) exist (a caller's buffer has padding after a short chunk; scratch is
@@ -142,12 +185,20 @@ __device__ __forceinline__ Span span(const Ctx& c, int b, u32 chunk) {
   return s;
 }
 
+// Counters only grow, so a value read earlier is a lower bound: a wait that an earlier
+// read already satisfies needs no new read (nor fence: the acquire after that read
+// covers everything it observed), as NCCL's primitives cache the peer's step.
 __device__ __forceinline__ bool wait_recv(Ctx& c) {
-  return wait_until(c.w, [&] { return *c.recv_head > c.received; }, WAIT_RECV);
+  if (c.recv_seen > c.received) return true;
+  const u64 want = c.received;
+  return wait_counter(c.w, c.recv_head, [=](u64 h) { return h > want; }, WAIT_RECV,
+                      c.recv_sys, c.recv_seen, nullptr);
 }
 __device__ __forceinline__ bool wait_send(Ctx& c) {
-  return wait_until(c.w, [&] { return c.sent - *c.send_tail < (u64)c.send_nslots; },
-                    WAIT_SEND);
+  if (c.sent - c.send_seen < (u64)c.send_nslots) return true;
+  const u64 sent = c.sent, n = c.send_nslots;
+  return wait_counter(c.w, c.send_tail, [=](u64 t) { return sent - t < n; }, WAIT_SEND,
+                      c.send_sys, c.send_seen, nullptr);
 }
 __device__ __forceinline__ void recv_done(Ctx& c) {
   __syncthreads();
@@ -160,7 +211,7 @@ __device__ __forceinline__ void send_done(Ctx& c) {
   __syncthreads();
   c.sent++;
   if (threadIdx.x == 0) {
-    fence_acq_rel_sys();
+    fence_acq_rel(c.send_sys);
     *c.send_head = c.sent;
   }
 }
@@ -261,7 +312,7 @@ __device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count) {
 }
 
 __device__ bool dispatch(Ctx& c, const StepDesc& st) {
-  switch (st.kind) {
+  switch (st.kind & KIND_MASK) {
     case S: return step<S>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
     case R: return step<R>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
     case RCS: return step<RCS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
@@ -275,10 +326,22 @@ __device__ bool dispatch(Ctx& c, const StepDesc& st) {
 }
 
 // Runs the block's steps once over [c.lo, c.hi) as tile number `tile` of this call.
+// Waits until plan block `b` of this replica has published `target` steps; what it
+// reads is remembered in `c.known` (when the replica has few enough blocks) so later
+// waits that it already satisfies read nothing.
+__device__ __forceinline__ bool wait_dep(Ctx& c, u32 b, u64 target) {
+  u64* keep = c.known != nullptr ? c.known + b : nullptr;
+  if (keep != nullptr && *keep >= target) return true;
+  u64 seen;
+  // Blocks of one rank run on one GPU: GPU scope orders their data.
+  return wait_counter(c.w, c.progress + b, [=](u64 v) { return v >= target; }, WAIT_DEP,
+                      false, seen, keep);
+}
+
 __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile) {
-  const StepDesc* steps = reinterpret_cast<const StepDesc*>(t.steps) + bd.first_step;
-  const StepDeps* sdeps = reinterpret_cast<const StepDeps*>(t.step_deps) + bd.first_step;
-  const DepDesc* deps = reinterpret_cast<const DepDesc*>(t.deps);
+  const StepDesc* steps = c.steps;
+  const StepDeps* sdeps = c.sdeps;
+  const DepDesc* deps = c.deps;
   // BRAID_TRACE: replica 0's steps record when they start (first tile, before their
   // waits) and end (last tile), from the GPU's global timer.
   u64* trace = t.trace != 0 && bd.replica == 0 && threadIdx.x == 0
@@ -289,17 +352,19 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile)
     const StepDeps sd = sdeps[i];
     if (trace != nullptr && tile == 0) trace[2 * i] = now_ns();
     for (u32 j = 0; j < sd.n; j++) {
-      const DepDesc dep = deps[sd.first + j];
-      volatile u64* p = c.progress + dep.block;
-      const u64 target = tile * dep.nsteps + dep.step;
-      if (!wait_until(c.w, [&] { return *p >= target; }, WAIT_DEP)) return false;
+      const DepDesc dep = deps[sd.first - c.dep0 + j];
+      if (!wait_dep(c, dep.block, tile * dep.nsteps + dep.step)) return false;
     }
     if (!dispatch(c, st)) return false;
     __syncthreads();
     if (threadIdx.x == 0) {
       if (trace != nullptr) trace[2 * i + 1] = now_ns();
-      __threadfence();
-      c.progress[bd.block] = tile * bd.nsteps + i + 1;
+      if (st.kind & PUBLISH) {
+        // Release at GPU scope: the block's writes before its progress (cumulative
+        // after the barrier).
+        fence_acq_rel_gpu();
+        c.progress[bd.block] = tile * bd.nsteps + i + 1;
+      }
     }
   }
   return true;
@@ -309,9 +374,7 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile)
 __device__ bool replica_barrier(Ctx& c, const Table& t, const BlockDesc& bd, u64 tiles) {
   const BlockDesc* all = reinterpret_cast<const BlockDesc*>(t.blocks) + bd.replica * t.nblocks;
   for (u32 b = 0; b < t.nblocks; b++) {
-    volatile u64* p = c.progress + b;
-    const u64 target = tiles * all[b].nsteps;
-    if (!wait_until(c.w, [&] { return *p >= target; }, WAIT_DEP)) return false;
+    if (!wait_dep(c, b, tiles * all[b].nsteps)) return false;
   }
   return true;
 }
@@ -339,7 +402,10 @@ __device__ __forceinline__ void share(u64 lo, u64 hi, u64 k, u64 parts, u64& a, 
 }
 
 __device__ void run(const Table& t, const CallArgs& a, u32 g) {
-  const BlockDesc bd = reinterpret_cast<const BlockDesc*>(t.blocks)[g];
+  // The block descriptors follow the table at a fixed offset: loading ours does not wait
+  // for the table's fields.
+  const BlockDesc bd = reinterpret_cast<const BlockDesc*>(
+      reinterpret_cast<const char*>(&t) + BRAID_BLOCKS_AT)[g];
   Ctx c;
   c.w.fail = reinterpret_cast<volatile u32*>(t.fail);
   c.w.report = reinterpret_cast<volatile u32*>(t.report);
@@ -357,19 +423,39 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
   u64* counters = reinterpret_cast<u64*>(t.counters);
   const End& se = bd.send[BRAID_LL];
   const End& re = bd.recv[BRAID_LL];
-  c.send_slots = reinterpret_cast<char*>(se.slots);
-  c.send_head = reinterpret_cast<volatile u64*>(se.head);
-  c.send_tail = reinterpret_cast<volatile u64*>(se.tail);
-  c.send_nslots = se.nslots;
+  set_send(c, se);
   c.sent = se.slots != 0 ? counters[se.counter] : 0;
-  c.recv_slots = reinterpret_cast<char*>(re.slots);
-  c.recv_head = reinterpret_cast<volatile u64*>(re.head);
-  c.recv_tail = reinterpret_cast<volatile u64*>(re.tail);
-  c.recv_nslots = re.nslots;
+  set_recv(c, re);
   c.received = re.slots != 0 ? counters[re.counter] : 0;
+  // The step program: into shared memory with one load per thread when it is small,
+  // else read where it lies, step by step.
+  __shared__ StepDesc prog_steps[PROG_MAX];
+  __shared__ StepDeps prog_sdeps[PROG_MAX];
+  __shared__ DepDesc prog_deps[PROG_MAX];
+  __shared__ u64 known[KNOWN_MAX];
+  __shared__ int failed;
+  const StepDesc* gsteps = reinterpret_cast<const StepDesc*>(t.steps) + bd.first_step;
+  const StepDeps* gsdeps = reinterpret_cast<const StepDeps*>(t.step_deps) + bd.first_step;
+  const DepDesc* gdeps = reinterpret_cast<const DepDesc*>(t.deps);
+  const bool small = bd.nsteps <= PROG_MAX && bd.ndeps <= PROG_MAX;
+  if (small) {
+    for (u32 i = threadIdx.x; i < bd.nsteps; i += blockDim.x) {
+      prog_steps[i] = gsteps[i];
+      prog_sdeps[i] = gsdeps[i];
+    }
+    for (u32 i = threadIdx.x; i < bd.ndeps; i += blockDim.x) prog_deps[i] = gdeps[bd.first_dep + i];
+  }
+  for (u32 i = threadIdx.x; i < KNOWN_MAX; i += blockDim.x) known[i] = 0;
   // A rank that failed stays failed (the host refuses its later calls); the abort word
   // lives in host memory, so it is read in waits only, not on every block's start.
-  if (*c.w.fail != 0) return;
+  if (threadIdx.x == 0) failed = *c.w.fail != 0;
+  __syncthreads();
+  if (failed) return;
+  c.steps = small ? prog_steps : gsteps;
+  c.sdeps = small ? prog_sdeps : gsdeps;
+  c.deps = small ? prog_deps : gdeps;
+  c.dep0 = small ? bd.first_dep : 0;
+  c.known = t.nblocks <= KNOWN_MAX ? known : nullptr;
   const u64 piece = BRAID_PIECE_BYTES / sizeof(T);
   u64 tiles = 0;
   for (u64 w0 = 0; w0 < a.chunk_elems; w0 += a.round_elems) {
@@ -483,10 +569,14 @@ __device__ void p2p_run(const P2pLaunch& L, u32 b) {
   u64* counter = reinterpret_cast<u64*>(ln.counter);
   const u64 slot = ln.ll ? BRAID_LL_SLOT_BYTES : BRAID_SIMPLE_SLOT_BYTES;
   const u64 piece = (ln.ll ? slot / 2 : slot) / sizeof(T);
-  c.send_slots = c.recv_slots = reinterpret_cast<char*>(ln.slots);
-  c.send_head = c.recv_head = reinterpret_cast<volatile u64*>(ln.head);
-  c.send_tail = c.recv_tail = reinterpret_cast<volatile u64*>(ln.tail);
-  c.send_nslots = c.recv_nslots = ln.nslots;
+  End e;
+  e.slots = ln.slots;
+  e.head = ln.head;
+  e.tail = ln.tail;
+  e.counter = 0;
+  e.nslots = ln.nslots;
+  set_send(c, e);
+  set_recv(c, e);
   c.sent = c.received = *counter;
   for (u32 i = 0; i < L.ntasks; i++) {
     const P2pTask tk = L.task[i];

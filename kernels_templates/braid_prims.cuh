@@ -6,7 +6,7 @@
 // so NVRTC needs no include path and no CUDA headers: built-in types, intrinsics and PTX
 // only. The generated prologue defines BRAID_T (element type), BRAID_OP (reduction),
 // BRAID_LL, BRAID_HOST_FIFO, BRAID_SLOT_BYTES, BRAID_PIECE_BYTES, BRAID_UNROLL,
-// BRAID_THREADS, BRAID_MAX_LOCAL.
+// BRAID_THREADS, BRAID_MAX_LOCAL, BRAID_BLOCKS_AT.
 //
 // Protocol of one connection lane (sender S -> receiver R): the FIFO lives in R's
 // memory (or in host memory when staged): `nslots` slots of BRAID_SLOT_BYTES, a `head`
@@ -285,15 +285,35 @@ __device__ __forceinline__ bool slow_checks(const Watch& w, u64& deadline, u32 w
 __device__ __forceinline__ void fence_acq_rel_sys() {
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
+// The same at GPU scope: enough where every party runs on this GPU (blocks of one rank,
+// and ranks of one process sharing the GPU with their FIFOs in its memory), and cheaper.
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+__device__ __forceinline__ void fence_acq_rel(bool sys) {
+  if (sys) {
+    fence_acq_rel_sys();
+  } else {
+    fence_acq_rel_gpu();
+  }
+}
 
-// Thread 0 spins until `ready()` or failure; the verdict is shared with the block.
-template <typename F> __device__ bool wait_until(const Watch& w, F ready, u32 why) {
+// Thread 0 reads the counter `p` until `ready(value)` or failure, then acquires at
+// system scope (`sys`) or GPU scope. Every thread gets the verdict and the value last
+// read (`seen`), and, when `keep` is not null, thread 0 stores that value there between
+// the two barriers: every thread decided whether to wait before the first, and reads
+// `keep` again only after the second, so all threads of the block decide alike.
+template <typename F>
+__device__ bool wait_counter(const Watch& w, volatile u64* p, F ready, u32 why, bool sys,
+                             u64& seen, u64* keep) {
   __shared__ int ok;
+  __shared__ u64 val;
   if (threadIdx.x == 0) {
     ok = 1;
     u64 deadline = 0;
     u32 spins = 0;
-    while (!ready()) {
+    u64 v;
+    while (!ready(v = *p)) {
       if (*w.fail != 0) {
         ok = 0;
         break;
@@ -303,11 +323,14 @@ template <typename F> __device__ bool wait_until(const Watch& w, F ready, u32 wh
         break;
       }
     }
-    // Acquire at system scope: what we waited for may have been written by another GPU.
-    fence_acq_rel_sys();
+    val = v;
+    // Acquire: what we waited for may have been written by another GPU or process.
+    fence_acq_rel(sys);
   }
   __syncthreads();
-  bool r = ok != 0;
+  const bool r = ok != 0;
+  seen = val;
+  if (keep != nullptr && threadIdx.x == 0) *keep = val;
   __syncthreads();
   return r;
 }
@@ -331,7 +354,7 @@ __device__ __forceinline__ bool ll_try_load(const char* slot, u64 line, u32 flag
 }
 
 // Every thread polls its own line; failure, abort and the deadline are checked now and
-// then, as in `wait_until`.
+// then, as in `wait_counter`.
 __device__ bool ll_load(const Watch& w, const char* slot, u64 line, u32 flag, u64& word) {
   u32 spins = 0;
   u64 deadline = 0;

@@ -382,6 +382,15 @@ impl Clique {
         // Ends here: counters, and the sender's view of the FIFO.
         for (i, conn) in missing.iter().enumerate() {
             let base_recv = created.get(&i).copied();
+            // Both ranks in this process on one GPU, the FIFO in its memory: GPU-scope
+            // fences suffice (program::GPU_SCOPE).
+            let scope = self.p2p
+                && match (local(conn.sender), local(conn.receiver)) {
+                    (Some(a), Some(b)) => {
+                        self.locals[a].ctx.ordinal() == self.locals[b].ctx.ordinal()
+                    }
+                    _ => false,
+                };
             if let Some(si) = local(conn.sender) {
                 let base = match base_recv {
                     Some(p) => p,
@@ -401,11 +410,11 @@ impl Clique {
                         p
                     }
                 };
-                let ends = self.lanes(&mut c, conn.sender, base, slots)?;
+                let ends = self.lanes(&mut c, conn.sender, base, slots, scope)?;
                 c.ends.insert((*conn, true), ends);
             }
             if let Some(base) = base_recv {
-                let ends = self.lanes(&mut c, conn.receiver, base, slots)?;
+                let ends = self.lanes(&mut c, conn.receiver, base, slots, scope)?;
                 c.ends.insert((*conn, false), ends);
             }
         }
@@ -426,7 +435,14 @@ impl Clique {
 
     /// Both lanes of a connection end of local rank `rank` at FIFO base `base`, with a
     /// fresh counter each.
-    fn lanes(&self, c: &mut Conns, rank: u32, base: u64, slots: u32) -> Result<Ends> {
+    fn lanes(
+        &self,
+        c: &mut Conns,
+        rank: u32,
+        base: u64,
+        slots: u32,
+        gpu_scope: bool,
+    ) -> Result<Ends> {
         let next = c.next_counter.entry(rank).or_insert(0);
         if *next as usize + 2 > MAX_COUNTERS {
             return Err(CudaError::Invalid(format!(
@@ -443,6 +459,7 @@ impl Clique {
                 tail: at + TAIL_AT,
                 counter: *next,
                 nslots: slots,
+                gpu_scope,
             };
             *next += 1;
             at += lane_len(ll, slots) as u64;

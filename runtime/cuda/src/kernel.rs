@@ -156,6 +156,7 @@ pub fn source(v: Variant) -> String {
         ("BRAID_UNROLL", unroll().to_string()),
         ("BRAID_THREADS", THREADS.to_string()),
         ("BRAID_MAX_LOCAL", MAX_LOCAL.to_string()),
+        ("BRAID_BLOCKS_AT", crate::program::BLOCKS_AT.to_string()),
         ("BRAID_SIMPLE_SLOT_BYTES", format!("{SIMPLE_SLOT_BYTES}ull")),
         ("BRAID_LL_SLOT_BYTES", format!("{LL_SLOT_BYTES}ull")),
         (

@@ -353,7 +353,7 @@ fn build<'a>(g: &[&'a P2pOp<'a>]) -> Result<Built<'a>> {
             head: end.head,
             tail: end.tail,
             counter: clique.locals[e.local_index()].counters.ptr() + 8 * u64::from(end.counter),
-            nslots: end.nslots,
+            nslots: end.nslots_word(),
             ll: u32::from(ll),
             rank: slot as u32,
             send: u32::from(send),

@@ -9,9 +9,9 @@
 //! call's buffers, its scratch and its FIFOs.
 //!
 //! Layout of one rank's table (one allocation, sections 16-byte aligned):
-//! `Table` (120 bytes) | `BlockDesc` x grid (144 bytes each) | `StepDesc` x steps (24) |
-//! `StepDeps` x steps (8) | `DepDesc` x deps (12). Grid block `g = replica * nblocks +
-//! block`.
+//! `Table` (120 bytes) | `BlockDesc` x grid (152 bytes each, from [`BLOCKS_AT`]) |
+//! `StepDesc` x steps (24) | `StepDeps` x steps (8) | `DepDesc` x deps (12). Grid block
+//! `g = replica * nblocks + block`.
 
 use crate::error::{CudaError, Result};
 use braid_ir::{Buf, Collective};
@@ -46,6 +46,8 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
     ("BlockDesc", "nsteps", 12),
     ("BlockDesc", "send", 16),
     ("BlockDesc", "recv", 16 + 2 * END_BYTES),
+    ("BlockDesc", "first_dep", 16 + 4 * END_BYTES),
+    ("BlockDesc", "ndeps", 20 + 4 * END_BYTES),
     ("BlockDesc", "sizeof", BLOCK_BYTES),
     ("End", "slots", 0),
     ("End", "head", 8),
@@ -72,7 +74,16 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
 /// Bytes of one lane of one connection end (`End`).
 pub const END_BYTES: usize = 32;
 pub const TABLE_BYTES: usize = 120;
-pub const BLOCK_BYTES: usize = 144;
+pub const BLOCK_BYTES: usize = 152;
+/// Where the block descriptors start in a table: the kernel finds its block's
+/// descriptor from the table's address alone (`BRAID_BLOCKS_AT`).
+pub const BLOCKS_AT: usize = TABLE_BYTES.div_ceil(16) * 16;
+/// `StepDesc.kind`'s flag for a step whose end the block publishes in its progress
+/// counter: a dependency of another step of the rank, or the block's last step.
+pub const PUBLISH: u32 = 1 << 8;
+/// `End.nslots`'s flag: both ends of the connection run on this GPU in one process and
+/// the FIFO is in its memory, so GPU-scope fences order the protocol.
+pub const GPU_SCOPE: u32 = 1 << 31;
 pub const STEP_BYTES: usize = 24;
 pub const STEP_DEPS_BYTES: usize = 8;
 pub const DEP_BYTES: usize = 12;
@@ -241,6 +252,16 @@ pub struct EndDesc {
     /// Index of this end's counter in the rank's counter array.
     pub counter: u32,
     pub nslots: u32,
+    /// Both ends on this GPU in this process, the FIFO in its memory (see [`GPU_SCOPE`]).
+    pub gpu_scope: bool,
+}
+
+impl EndDesc {
+    /// `End.nslots` as the kernel reads it: the slot count and the scope flag.
+    pub fn nslots_word(&self) -> u32 {
+        debug_assert!(self.nslots < GPU_SCOPE);
+        self.nslots | if self.gpu_scope { GPU_SCOPE } else { 0 }
+    }
 }
 
 /// A grid block's connection ends, per lane (0 Simple, 1 LL).
@@ -286,7 +307,7 @@ fn sections(plan: &Plan, rank: u32) -> Sections {
         .flat_map(|b| &b.steps)
         .map(|s| s.deps.len())
         .sum();
-    let blocks = align16(TABLE_BYTES);
+    let blocks = BLOCKS_AT;
     let steps = align16(blocks + grid(plan, rank) as usize * BLOCK_BYTES);
     let step_deps = align16(steps + nsteps * STEP_BYTES);
     let deps = align16(step_deps + nsteps * STEP_DEPS_BYTES);
@@ -347,6 +368,22 @@ fn buf_code(s: Option<braid_plan::Slice>) -> (i32, u32) {
     }
 }
 
+/// The steps of `rank` whose end its blocks publish (`(block, step)`): every step another
+/// step depends on, and each block's last (what a barrier over the replica waits for).
+pub fn published(plan: &Plan, rank: u32) -> std::collections::BTreeSet<(u32, u32)> {
+    let rp = &plan.ranks[rank as usize];
+    let mut set = std::collections::BTreeSet::new();
+    for (bi, b) in rp.blocks.iter().enumerate() {
+        if let Some(last) = b.steps.len().checked_sub(1) {
+            set.insert((bi as u32, last as u32));
+        }
+        for d in b.steps.iter().flat_map(|s| &s.deps) {
+            set.insert((d.block, d.step));
+        }
+    }
+    set
+}
+
 /// `rank`'s table for a copy at device address `base`; `ends[g]` are grid block `g`'s
 /// connection ends. Call [`check`] first.
 pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u64) -> Vec<u8> {
@@ -385,12 +422,16 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
         0
     });
     debug_assert_eq!(w.at, TABLE_BYTES);
-    // Step index of each plan block's first step.
+    // Each plan block's first step and its dependencies' (first, count).
     let mut first = Vec::with_capacity(rp.blocks.len());
-    let mut acc = 0u32;
+    let mut deps_of = Vec::with_capacity(rp.blocks.len());
+    let (mut acc, mut dacc) = (0u32, 0u32);
     for b in &rp.blocks {
+        let nd: u32 = b.steps.iter().map(|s| s.deps.len() as u32).sum();
         first.push(acc);
+        deps_of.push((dacc, nd));
         acc += b.steps.len() as u32;
+        dacc += nd;
     }
     w.at = sec.blocks;
     for (g, e) in ends.iter().enumerate() {
@@ -404,19 +445,29 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
             w.u64(end.head);
             w.u64(end.tail);
             w.u32(end.counter);
-            w.u32(end.nslots);
+            w.u32(end.nslots_word());
         }
+        w.u32(deps_of[b as usize].0);
+        w.u32(deps_of[b as usize].1);
     }
     w.at = sec.steps;
-    for s in rp.blocks.iter().flat_map(|b| &b.steps) {
-        let (sb, so) = buf_code(s.src);
-        let (db, doff) = buf_code(s.dst);
-        w.u32(kind_code(s.kind));
-        w.u32(sb as u32);
-        w.u32(db as u32);
-        w.u32(so);
-        w.u32(doff);
-        w.u32(s.count());
+    let published = published(plan, rank);
+    for (bi, b) in rp.blocks.iter().enumerate() {
+        for (si, s) in b.steps.iter().enumerate() {
+            let (sb, so) = buf_code(s.src);
+            let (db, doff) = buf_code(s.dst);
+            let flag = if published.contains(&(bi as u32, si as u32)) {
+                PUBLISH
+            } else {
+                0
+            };
+            w.u32(kind_code(s.kind) | flag);
+            w.u32(sb as u32);
+            w.u32(db as u32);
+            w.u32(so);
+            w.u32(doff);
+            w.u32(s.count());
+        }
     }
     w.at = sec.step_deps;
     let mut dep_at = 0u32;
@@ -544,8 +595,75 @@ mod tests {
         // The first step of block 1 of rank 1 is its step count's successor in order.
         let steps = (u64_at(&t, 64) - 0x1000) as usize;
         let s = &p.ranks[1].blocks[0].steps[0];
-        assert_eq!(u32_at(&t, steps), kind_code(s.kind));
+        assert_eq!(u32_at(&t, steps) & 0xff, kind_code(s.kind));
         assert_eq!(u32_at(&t, steps + 20), s.count());
+    }
+
+    #[test]
+    fn blocks_publish_their_dependencies_and_last_steps_and_know_their_deps() {
+        let mut p = fixture();
+        p.channels = 2;
+        // Block 1's first step waits for block 0's first step.
+        p.ranks[1].blocks[1].steps[0]
+            .deps
+            .push(braid_plan::Dep { block: 0, step: 0 });
+        check(&p, 1).unwrap();
+        let rank = 1u32;
+        let rp = &p.ranks[rank as usize];
+        let mut ends = vec![BlockEnds::default(); grid(&p, rank) as usize];
+        ends[0].send[1] = EndDesc {
+            slots: 64,
+            head: 8,
+            tail: 16,
+            counter: 3,
+            nslots: 5,
+            gpu_scope: true,
+        };
+        ends[0].recv[0] = EndDesc {
+            nslots: 7,
+            ..ends[0].send[1]
+        };
+        let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+        let published = published(&p, rank);
+        let field = |s: &str, f: &str| {
+            LAYOUT
+                .iter()
+                .find(|(a, b, _)| *a == s && *b == f)
+                .unwrap()
+                .2
+        };
+        let steps_at = u64_at(&t, field("Table", "steps")) as usize;
+        let sdeps_at = u64_at(&t, field("Table", "step_deps")) as usize;
+        let mut flat = 0;
+        for (bi, b) in rp.blocks.iter().enumerate() {
+            for si in 0..b.steps.len() {
+                let kind = u32_at(&t, steps_at + STEP_BYTES * flat);
+                let want = si + 1 == b.steps.len() || (bi, si) == (0, 0);
+                assert_eq!(kind & PUBLISH != 0, want, "block {bi} step {si}");
+                assert_eq!(published.contains(&(bi as u32, si as u32)), want);
+                flat += 1;
+            }
+        }
+        // Every grid block (both replicas) knows where its plan block's deps lie.
+        let nb = rp.blocks.len();
+        for g in 0..grid(&p, rank) as usize {
+            let bd = BLOCKS_AT + g * BLOCK_BYTES;
+            assert_eq!(u64_at(&t, field("Table", "blocks")) as usize, BLOCKS_AT);
+            let b = g % nb;
+            let first_step: usize = rp.blocks[..b].iter().map(|x| x.steps.len()).sum();
+            let first = u32_at(&t, bd + field("BlockDesc", "first_dep"));
+            let n = u32_at(&t, bd + field("BlockDesc", "ndeps"));
+            assert_eq!(first, u32_at(&t, sdeps_at + STEP_DEPS_BYTES * first_step));
+            let want: usize = rp.blocks[b].steps.iter().map(|s| s.deps.len()).sum();
+            assert_eq!(n as usize, want);
+        }
+        let lane = |at: usize| u32_at(&t, BLOCKS_AT + at + field("End", "nslots"));
+        let send1 = field("BlockDesc", "send") + END_BYTES;
+        assert_eq!(lane(send1), 5 | GPU_SCOPE);
+        assert_eq!(lane(field("BlockDesc", "recv")), 7 | GPU_SCOPE);
+        ends[0].send[1].gpu_scope = false;
+        let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+        assert_eq!(u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")), 5);
     }
 
     #[test]
