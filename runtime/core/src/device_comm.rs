@@ -514,7 +514,7 @@ impl<E: Engine> DeviceComm<E> {
             bytes: key.bytes,
             elem: key.dtype.size(),
         };
-        let target = self.engine.target();
+        let target = self.policy.target(self.engine.target());
         let choice = self.policy.choose(&self.registry, &req, &target)?;
         let pkey = PrepKey {
             digest: choice.plan.digest(),

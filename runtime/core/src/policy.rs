@@ -157,10 +157,28 @@ pub struct Policy {
     pub model: Option<crate::selection::ModelRef>,
     /// `BRAID_SELECT=rules`: never attach a model.
     pub rules_only: bool,
+    /// Thread blocks one rank's call may use (`BRAID_MAX_CTAS` / `NCCL_MAX_CTAS`), in
+    /// place of the backend's budget: lower to leave multiprocessors to the
+    /// application's kernels, higher where the GPU has nothing else to run.
+    pub max_blocks: Option<u32>,
+}
+
+/// The most thread blocks `BRAID_MAX_CTAS` may grant one rank's call.
+pub const MAX_CTAS: u32 = 1024;
+
+/// A value of `BRAID_MAX_CTAS` / `NCCL_MAX_CTAS` (read as variable `var`).
+pub fn parse_max_ctas(var: &str, v: &str) -> Result<u32> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_CTAS).contains(&n) => Ok(n),
+        _ => Err(RuntimeError::Invalid(format!(
+            "{var}={v}: expected a thread-block count from 1 to {MAX_CTAS}"
+        ))),
+    }
 }
 
 impl Policy {
-    /// `BRAID_PROTO` and `BRAID_CHANNELS`.
+    /// `BRAID_PROTO`, `BRAID_CHANNELS`, `BRAID_ALGO` / `NCCL_ALGO`, `BRAID_SELECT` and
+    /// `BRAID_MAX_CTAS` / `NCCL_MAX_CTAS`.
     pub fn from_env() -> Result<Policy> {
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
         let protocol = var("BRAID_PROTO").map(|v| parse_protocol(&v)).transpose()?;
@@ -187,13 +205,31 @@ impl Policy {
                 )))
             }
         };
+        let max_blocks = match (var("BRAID_MAX_CTAS"), var("NCCL_MAX_CTAS")) {
+            (Some(v), _) => Some(parse_max_ctas("BRAID_MAX_CTAS", &v)?),
+            (None, Some(v)) => Some(parse_max_ctas("NCCL_MAX_CTAS", &v)?),
+            (None, None) => None,
+        };
         Ok(Policy {
             protocol,
             replicas,
             algo,
             model: None,
             rules_only,
+            max_blocks,
         })
+    }
+
+    /// What the backend offers (`target`) with this policy's block limit applied: a call
+    /// still gets one replica of its plan however many blocks that takes.
+    pub fn target(&self, target: Target) -> Target {
+        match self.max_blocks {
+            Some(m) if target.size_replicas => Target {
+                block_budget: m,
+                ..target
+            },
+            _ => target,
+        }
     }
 
     /// This policy choosing by the cost model on `topo` with `profile` (unless
@@ -439,6 +475,42 @@ mod tests {
         let not = AlgoFilter::parse("BRAID_ALGO", "^ring").unwrap();
         assert!(!not.allows("ring_allreduce") && not.allows("tree_allreduce"));
         assert!(AlgoFilter::parse("BRAID_ALGO", " ^ , ").is_err());
+    }
+
+    #[test]
+    fn the_block_limit_replaces_the_backends_budget() {
+        let p = plan(2, Protocol::Auto);
+        let limited = Policy {
+            max_blocks: Some(8),
+            ..Policy::default()
+        };
+        let t = limited.target(GPU);
+        assert_eq!(t.block_budget, 8);
+        assert_eq!(limited.replicas_for(&p, 1 << 30, &t), 4);
+        let wide = Policy {
+            max_blocks: Some(200),
+            ..Policy::default()
+        };
+        assert_eq!(
+            wide.replicas_for(&p, 1 << 30, &wide.target(GPU)),
+            MAX_REPLICAS
+        );
+        assert_eq!(Policy::default().replicas_for(&p, 1 << 30, &GPU), 32);
+        // Fewer blocks than one replica takes: one replica still runs.
+        let one = Policy {
+            max_blocks: Some(1),
+            ..Policy::default()
+        };
+        assert_eq!(one.replicas_for(&p, 1 << 30, &one.target(GPU)), 1);
+        // The host runs plans as written: nothing to limit.
+        assert_eq!(limited.target(Target::HOST), Target::HOST);
+        assert_eq!(parse_max_ctas("NCCL_MAX_CTAS", " 16 ").unwrap(), 16);
+        for bad in ["0", "-1", "lots", "1025"] {
+            let e = parse_max_ctas("BRAID_MAX_CTAS", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("BRAID_MAX_CTAS={bad}")), "{e}");
+        }
     }
 
     #[test]

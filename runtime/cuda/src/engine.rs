@@ -687,12 +687,15 @@ pub(crate) unsafe fn launch_joined<P>(
         )?;
     }
     if let Some(ev) = join {
+        // One record after the launch serves every other stream's wait (a wait takes the
+        // event's latest record at the time it is issued).
+        // SAFETY: live event and streams.
+        unsafe { result::event::record(ev, stream)? };
         for &s in others {
             // SAFETY: live event and streams.
             unsafe {
-                result::event::record(ev, stream)?;
-                result::stream::wait_event(s, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?;
-            }
+                result::stream::wait_event(s, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?
+            };
         }
     }
     let mut bumped = [(std::ptr::null_mut(), 0u64); MAX_LAUNCH_STREAMS + 1];
