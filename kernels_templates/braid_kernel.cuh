@@ -448,9 +448,21 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
   for (u32 i = threadIdx.x; i < KNOWN_MAX; i += blockDim.x) known[i] = 0;
   // A rank that failed stays failed (the host refuses its later calls); the abort word
   // lives in host memory, so it is read in waits only, not on every block's start.
-  if (threadIdx.x == 0) failed = *c.w.fail != 0;
+  // The peers' counters are read here too, while the program loads: the first wait of
+  // the call then usually finds its answer in hand (both ends of the previous call are
+  // done, so the FIFO is drained) instead of starting its own round trip.
+  __shared__ u64 seen0[2];
+  if (threadIdx.x == 0) {
+    failed = *c.w.fail != 0;
+    const bool st = se.slots != 0, rh = re.slots != 0 && !BRAID_LL;
+    seen0[0] = st ? *c.send_tail : 0;
+    seen0[1] = rh ? *c.recv_head : 0;
+    if (st || rh) fence_acq_rel((st && c.send_sys) || (rh && c.recv_sys));
+  }
   __syncthreads();
   if (failed) return;
+  c.send_seen = seen0[0];
+  c.recv_seen = seen0[1];
   c.steps = small ? prog_steps : gsteps;
   c.sdeps = small ? prog_sdeps : gsdeps;
   c.deps = small ? prog_deps : gdeps;
@@ -497,19 +509,16 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
   if (threadIdx.x == 0) {
     if (se.slots != 0) counters[se.counter] = c.sent;
     if (re.slots != 0) counters[re.counter] = c.received;
-    __threadfence();
-    const u64 before = atomicAdd(reinterpret_cast<u64*>(t.progress) + t.grid, 1ull);
+    // Release (after the barrier: every thread's waits on the counters are done) and,
+    // for the last block, acquire: the others are past their last read of them.
+    const u64 before = atomic_add_acq_rel_gpu(reinterpret_cast<u64*>(t.progress) + t.grid, 1ull);
     last = before + 1 == t.grid;
   }
   __syncthreads();
   if (last) {
+    // The kernel's end makes these visible to the next call on the stream.
     volatile u64* progress = reinterpret_cast<volatile u64*>(t.progress);
-    for (u32 i = threadIdx.x; i < t.grid; i += blockDim.x) progress[i] = 0;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      progress[t.grid] = 0;
-      __threadfence();
-    }
+    for (u32 i = threadIdx.x; i <= t.grid; i += blockDim.x) progress[i] = 0;
   }
 }
 

@@ -290,6 +290,13 @@ __device__ __forceinline__ void fence_acq_rel_sys() {
 __device__ __forceinline__ void fence_acq_rel_gpu() {
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
+// One atomic add that releases what the thread (and, after a barrier, its block) did
+// before it and acquires what the adders before it released.
+__device__ __forceinline__ u64 atomic_add_acq_rel_gpu(u64* p, u64 v) {
+  u64 old;
+  asm volatile("atom.add.acq_rel.gpu.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+}
 __device__ __forceinline__ void fence_acq_rel(bool sys) {
   if (sys) {
     fence_acq_rel_sys();
