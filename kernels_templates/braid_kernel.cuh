@@ -112,6 +112,17 @@ constexpr u32 PROG_MAX = 64;
 // Plan blocks per replica whose progress a block remembers (`Ctx::known`).
 constexpr u32 KNOWN_MAX = 64;
 
+// One connection end as a block uses it.
+struct Port {
+  char* slots;
+  volatile u64* head;
+  volatile u64* tail;
+  u64 seen;               // the peer's counter as last read (a lower bound of it): the
+                          // receiver's tail at a send end, the sender's head at a receive end
+  u32 nslots;
+  bool sys;               // system-scope fences on this end (see GPU_SCOPE)
+};
+
 // A block's view of its call.
 struct Ctx {
   Watch w;
@@ -126,37 +137,19 @@ struct Ctx {
   u64 w0;                 // start of the current round's window
   u64 lo, hi;             // element range of every chunk for this replica and tile
   volatile u64* progress; // this replica's counters
-  char* send_slots;
-  volatile u64* send_head;
-  volatile u64* send_tail;
+  Port snd;               // the send end
   u64 sent;
-  u64 send_seen;          // the receiver's tail as last read (a lower bound of it)
-  u32 send_nslots;
-  bool send_sys;          // system-scope fences on this end (see GPU_SCOPE)
-  char* recv_slots;
-  volatile u64* recv_head;
-  volatile u64* recv_tail;
+  Port rcv;               // the receive end
   u64 received;
-  u64 recv_seen;          // the sender's head as last read (a lower bound of it)
-  u32 recv_nslots;
-  bool recv_sys;
 };
 
-__device__ __forceinline__ void set_send(Ctx& c, const End& e) {
-  c.send_slots = reinterpret_cast<char*>(e.slots);
-  c.send_head = reinterpret_cast<volatile u64*>(e.head);
-  c.send_tail = reinterpret_cast<volatile u64*>(e.tail);
-  c.send_nslots = e.nslots & ~GPU_SCOPE;
-  c.send_sys = (e.nslots & GPU_SCOPE) == 0;
-  c.send_seen = 0;
-}
-__device__ __forceinline__ void set_recv(Ctx& c, const End& e) {
-  c.recv_slots = reinterpret_cast<char*>(e.slots);
-  c.recv_head = reinterpret_cast<volatile u64*>(e.head);
-  c.recv_tail = reinterpret_cast<volatile u64*>(e.tail);
-  c.recv_nslots = e.nslots & ~GPU_SCOPE;
-  c.recv_sys = (e.nslots & GPU_SCOPE) == 0;
-  c.recv_seen = 0;
+__device__ __forceinline__ void set_port(Port& p, const End& e) {
+  p.slots = reinterpret_cast<char*>(e.slots);
+  p.head = reinterpret_cast<volatile u64*>(e.head);
+  p.tail = reinterpret_cast<volatile u64*>(e.tail);
+  p.nslots = e.nslots & ~GPU_SCOPE;
+  p.sys = (e.nslots & GPU_SCOPE) == 0;
+  p.seen = 0;
 }
 
 // Where chunk `chunk` of buffer `b` is for the current range: its element `lo`, and how
@@ -189,21 +182,21 @@ __device__ __forceinline__ Span span(const Ctx& c, int b, u32 chunk) {
 // read already satisfies needs no new read (nor fence: the acquire after that read
 // covers everything it observed), as NCCL's primitives cache the peer's step.
 __device__ __forceinline__ bool wait_recv(Ctx& c) {
-  if (c.recv_seen > c.received) return true;
+  if (c.rcv.seen > c.received) return true;
   const u64 want = c.received;
-  return wait_counter(c.w, c.recv_head, [=](u64 h) { return h > want; }, WAIT_RECV,
-                      c.recv_sys, c.recv_seen, nullptr);
+  return wait_counter(c.w, c.rcv.head, [=](u64 h) { return h > want; }, WAIT_RECV,
+                      c.rcv.sys, c.rcv.seen, nullptr);
 }
 __device__ __forceinline__ bool wait_send(Ctx& c) {
-  if (c.sent - c.send_seen < (u64)c.send_nslots) return true;
-  const u64 sent = c.sent, n = c.send_nslots;
-  return wait_counter(c.w, c.send_tail, [=](u64 t) { return sent - t < n; }, WAIT_SEND,
-                      c.send_sys, c.send_seen, nullptr);
+  if (c.sent - c.snd.seen < (u64)c.snd.nslots) return true;
+  const u64 sent = c.sent, n = c.snd.nslots;
+  return wait_counter(c.w, c.snd.tail, [=](u64 t) { return sent - t < n; }, WAIT_SEND,
+                      c.snd.sys, c.snd.seen, nullptr);
 }
 __device__ __forceinline__ void recv_done(Ctx& c) {
   __syncthreads();
   c.received++;
-  if (threadIdx.x == 0) *c.recv_tail = c.received;
+  if (threadIdx.x == 0) *c.rcv.tail = c.received;
 }
 // The barrier orders every thread's slot writes before thread 0's system-scope release
 // fence (fences are cumulative in the PTX memory model), which orders them before `head`.
@@ -211,8 +204,8 @@ __device__ __forceinline__ void send_done(Ctx& c) {
   __syncthreads();
   c.sent++;
   if (threadIdx.x == 0) {
-    fence_acq_rel(c.send_sys);
-    *c.send_head = c.sent;
+    fence_acq_rel(c.snd.sys);
+    *c.snd.head = c.sent;
   }
 }
 
@@ -275,11 +268,11 @@ __device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count) {
       char* out = nullptr;
       if (recv) {
         if (!BRAID_LL && !wait_recv(c)) return false;
-        in = c.recv_slots + (c.received % c.recv_nslots) * BRAID_SLOT_BYTES;
+        in = c.rcv.slots + (c.received % c.rcv.nslots) * BRAID_SLOT_BYTES;
       }
       if (send) {
         if (!wait_send(c)) return false;
-        out = c.send_slots + (c.sent % c.send_nslots) * BRAID_SLOT_BYTES;
+        out = c.snd.slots + (c.sent % c.snd.nslots) * BRAID_SLOT_BYTES;
       }
       if (BRAID_LL && (recv || send)) {
         if (!ll_move<KIND>(c, dp, dv, sp, sv, n, in, (u32)(c.received + 1), out,
@@ -287,7 +280,7 @@ __device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count) {
           return false;
         if (recv) {
           c.received++;
-          if (threadIdx.x == 0) *c.recv_tail = c.received;
+          if (threadIdx.x == 0) *c.rcv.tail = c.received;
         }
         if (send) c.sent++;
         continue;
@@ -423,9 +416,9 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
   u64* counters = reinterpret_cast<u64*>(t.counters);
   const End& se = bd.send[BRAID_LL];
   const End& re = bd.recv[BRAID_LL];
-  set_send(c, se);
+  set_port(c.snd, se);
   c.sent = se.slots != 0 ? counters[se.counter] : 0;
-  set_recv(c, re);
+  set_port(c.rcv, re);
   c.received = re.slots != 0 ? counters[re.counter] : 0;
   // The step program: into shared memory with one load per thread when it is small,
   // else read where it lies, step by step.
@@ -455,14 +448,14 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
   if (threadIdx.x == 0) {
     failed = *c.w.fail != 0;
     const bool st = se.slots != 0, rh = re.slots != 0 && !BRAID_LL;
-    seen0[0] = st ? *c.send_tail : 0;
-    seen0[1] = rh ? *c.recv_head : 0;
-    if (st || rh) fence_acq_rel((st && c.send_sys) || (rh && c.recv_sys));
+    seen0[0] = st ? *c.snd.tail : 0;
+    seen0[1] = rh ? *c.rcv.head : 0;
+    if (st || rh) fence_acq_rel((st && c.snd.sys) || (rh && c.rcv.sys));
   }
   __syncthreads();
   if (failed) return;
-  c.send_seen = seen0[0];
-  c.recv_seen = seen0[1];
+  c.snd.seen = seen0[0];
+  c.rcv.seen = seen0[1];
   c.steps = small ? prog_steps : gsteps;
   c.sdeps = small ? prog_sdeps : gsdeps;
   c.deps = small ? prog_deps : gdeps;
@@ -584,8 +577,8 @@ __device__ void p2p_run(const P2pLaunch& L, u32 b) {
   e.tail = ln.tail;
   e.counter = 0;
   e.nslots = ln.nslots;
-  set_send(c, e);
-  set_recv(c, e);
+  set_port(c.snd, e);
+  set_port(c.rcv, e);
   c.sent = c.received = *counter;
   for (u32 i = 0; i < L.ntasks; i++) {
     const P2pTask tk = L.task[i];
@@ -596,7 +589,7 @@ __device__ void p2p_run(const P2pLaunch& L, u32 b) {
       const u64 n = min64(total - off, piece);
       if (ln.send) {
         if (!wait_send(c)) return;
-        char* out = c.send_slots + (c.sent % c.send_nslots) * slot;
+        char* out = c.snd.slots + (c.sent % c.snd.nslots) * slot;
         if (ln.ll) {
           if (!ll_move<S>(c, nullptr, 0, p + off, n, n, nullptr, 0, out, (u32)(c.sent + 1)))
             return;
@@ -606,13 +599,13 @@ __device__ void p2p_run(const P2pLaunch& L, u32 b) {
           send_done(c);
         }
       } else {
-        const char* in = c.recv_slots + (c.received % c.recv_nslots) * slot;
+        const char* in = c.rcv.slots + (c.received % c.rcv.nslots) * slot;
         if (ln.ll) {
           if (!ll_move<R>(c, p + off, n, nullptr, 0, n, in, (u32)(c.received + 1), nullptr,
                           0))
             return;
           c.received++;
-          if (threadIdx.x == 0) *c.recv_tail = c.received;
+          if (threadIdx.x == 0) *c.rcv.tail = c.received;
         } else {
           if (!wait_recv(c)) return;
           move(p + off, n, nullptr, 0, reinterpret_cast<const T*>(in), n, nullptr, 0, n);
