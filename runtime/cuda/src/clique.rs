@@ -382,15 +382,8 @@ impl Clique {
         // Ends here: counters, and the sender's view of the FIFO.
         for (i, conn) in missing.iter().enumerate() {
             let base_recv = created.get(&i).copied();
-            // Both ranks in this process on one GPU, the FIFO in its memory: GPU-scope
-            // fences suffice (program::GPU_SCOPE).
-            let scope = self.p2p
-                && match (local(conn.sender), local(conn.receiver)) {
-                    (Some(a), Some(b)) => {
-                        self.locals[a].ctx.ordinal() == self.locals[b].ctx.ordinal()
-                    }
-                    _ => false,
-                };
+            let gpu = |r: u32| local(r).map(|i| self.locals[i].ctx.ordinal());
+            let scope = gpu_scope(self.p2p, gpu(conn.sender), gpu(conn.receiver));
             if let Some(si) = local(conn.sender) {
                 let base = match base_recv {
                     Some(p) => p,
@@ -563,6 +556,14 @@ fn decode_offers(mut b: &[u8]) -> std::result::Result<Vec<(usize, Vec<u8>)>, Str
     Ok(v)
 }
 
+/// Whether GPU-scope fences order a connection's protocol (`program::GPU_SCOPE`): both
+/// ends in this process (`Some` GPU ordinal) on the same GPU, with the FIFO in that GPU's
+/// memory (`p2p`; without it the FIFO is in host memory). Anything else, a peer in another
+/// process included (even on the same GPU), needs system scope.
+pub fn gpu_scope(p2p: bool, sender_gpu: Option<usize>, receiver_gpu: Option<usize>) -> bool {
+    p2p && sender_gpu.is_some() && sender_gpu == receiver_gpu
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,5 +581,15 @@ mod tests {
     fn lanes_hold_their_slots_after_a_header() {
         assert_eq!(lane_len(false, 8), 256 + 8 * SIMPLE_SLOT_BYTES);
         assert_eq!(lane_len(true, 2), 256 + 2 * LL_SLOT_BYTES);
+    }
+
+    #[test]
+    fn gpu_scope_only_for_both_ends_on_one_gpu_of_this_process_over_device_memory() {
+        assert!(gpu_scope(true, Some(0), Some(0)));
+        assert!(!gpu_scope(true, Some(0), Some(1)));
+        assert!(!gpu_scope(false, Some(0), Some(0)));
+        assert!(!gpu_scope(true, Some(0), None));
+        assert!(!gpu_scope(true, None, Some(0)));
+        assert!(!gpu_scope(true, None, None));
     }
 }
