@@ -114,8 +114,37 @@ pub(crate) fn read_full(stream: &TcpStream, buf: &mut [u8], w: &Wait) -> Result<
     Ok(())
 }
 
+/// `stream.write_vectored(bufs)`, except that a peer that has closed the connection is
+/// an error (`EPIPE`) and never a `SIGPIPE`: `writev` raises the signal, which kills a
+/// process that has not ignored it (a C or Python program using the NCCL library;
+/// Rust's runtime ignores it, so Rust programs never see the difference). Linux's
+/// `sendmsg` takes `MSG_NOSIGNAL`, as std's own `TcpStream::write` does with `send`.
+#[cfg(target_os = "linux")]
+fn send_vectored(stream: &TcpStream, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std's guarantee); the
+    // header points at `bufs`, which outlives the call, with at most IOV_MAX entries;
+    // `sendmsg` only reads them.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len().min(1024) as _;
+        let n = libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+        if n < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn send_vectored(mut stream: &TcpStream, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
+    stream.write_vectored(bufs)
+}
+
 /// Writes all of `bufs`, in order, as one byte stream.
-pub(crate) fn write_full(mut stream: &TcpStream, bufs: &[&[u8]], w: &Wait) -> Result<()> {
+pub(crate) fn write_full(stream: &TcpStream, bufs: &[&[u8]], w: &Wait) -> Result<()> {
     let mut slices: Vec<IoSlice> = bufs
         .iter()
         .filter(|b| !b.is_empty())
@@ -124,7 +153,7 @@ pub(crate) fn write_full(mut stream: &TcpStream, bufs: &[&[u8]], w: &Wait) -> Re
     let mut rest = &mut slices[..];
     while !rest.is_empty() {
         w.check()?;
-        match stream.write_vectored(rest) {
+        match send_vectored(stream, rest) {
             Ok(0) => return Err(w.closed("connection closed")),
             Ok(n) => IoSlice::advance_slices(&mut rest, n),
             Err(e) => {
@@ -135,4 +164,55 @@ pub(crate) fn write_full(mut stream: &TcpStream, bufs: &[&[u8]], w: &Wait) -> Re
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    const CHILD: &str = "BRAID_TEST_SIGPIPE_CHILD";
+
+    /// Writing to a peer that closed must be an error, not a signal that kills the
+    /// process. The test's process ignores SIGPIPE (Rust's runtime does), so it runs
+    /// itself again with the signal's default action, as a C program has it.
+    #[test]
+    fn a_write_to_a_closed_peer_is_an_error_not_a_sigpipe() {
+        if std::env::var_os(CHILD).is_some() {
+            // SAFETY: restores the default action of one signal in this test process.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            drop(l.accept().unwrap());
+            let abort = AtomicBool::new(false);
+            let w = Wait::new(Instant::now() + Duration::from_secs(20), &abort, 1, "test");
+            let big = vec![7u8; 1 << 16];
+            let failed = (0..10_000).any(|_| write_full(&s, &[&big, &big], &w).is_err());
+            assert!(failed, "writes to a closed peer kept succeeding");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "bootstrap::io::tests::a_write_to_a_closed_peer_is_an_error_not_a_sigpipe",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the writer died ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The child ran the test (not zero tests by a wrong name).
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }
