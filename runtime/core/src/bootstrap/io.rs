@@ -6,7 +6,7 @@
 //! silent peer: a call ends at most one [`POLL`] after its deadline or the abort.
 
 use crate::error::{Result, RuntimeError};
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -140,7 +140,7 @@ fn send_vectored(stream: &TcpStream, bufs: &[IoSlice<'_>]) -> std::io::Result<us
 
 #[cfg(not(target_os = "linux"))]
 fn send_vectored(mut stream: &TcpStream, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
-    stream.write_vectored(bufs)
+    std::io::Write::write_vectored(&mut stream, bufs)
 }
 
 /// Writes all of `bufs`, in order, as one byte stream.
