@@ -15,7 +15,7 @@ pub const MIN_SHM_BYTES: u64 = 1 << 30;
 pub const MIN_MEMLOCK_BYTES: u64 = 64 << 20;
 
 /// The environment variables the doctor reads.
-pub const VARIABLES: [&str; 14] = [
+pub const VARIABLES: [&str; 17] = [
     "NCCL_P2P_DISABLE",
     "BRAID_P2P_DISABLE",
     "NCCL_P2P_LEVEL",
@@ -24,6 +24,9 @@ pub const VARIABLES: [&str; 14] = [
     "NCCL_SOCKET_IFNAME",
     "BRAID_SOCKET_IFNAME",
     "NCCL_IB_DISABLE",
+    "BRAID_IB_DISABLE",
+    "NCCL_IB_HCA",
+    "BRAID_IB_HCA",
     "MASTER_ADDR",
     "MASTER_PORT",
     "WORLD_SIZE",
@@ -288,7 +291,43 @@ pub fn examine(s: &Survey) -> Diagnosis {
             ));
         }
     }
-    if !s.rdma_devices.is_empty() && !on("NCCL_IB_DISABLE") {
+    let ib_off = on("NCCL_IB_DISABLE") || on("BRAID_IB_DISABLE");
+    // The HCA list (BRAID_IB_HCA wins, as the runtime reads it): well formed, and naming
+    // a device this machine has (any of its ports).
+    if let Some((var, v)) = ["BRAID_IB_HCA", "NCCL_IB_HCA"]
+        .iter()
+        .find_map(|&k| env(k).map(|v| (k, v)))
+        .filter(|_| !ib_off)
+    {
+        match braid_ib::HcaSpec::parse(var, v) {
+            Err(e) => d.findings.push(finding(
+                "ib-hca",
+                e,
+                "list devices by name prefix with an optional port (`mlx5_0:1,mlx5_1`), exclude with `^`, exact names with `=`",
+            )),
+            Ok(spec) => {
+                let named = s
+                    .rdma_devices
+                    .iter()
+                    .any(|dev| (1..=u8::MAX).any(|p| spec.selects(dev, p)));
+                if !named {
+                    d.findings.push(finding(
+                        "ib-hca",
+                        format!(
+                            "{var}={v} names no RDMA device of this machine (it has: {})",
+                            if s.rdma_devices.is_empty() {
+                                "none".to_string()
+                            } else {
+                                s.rdma_devices.join(", ")
+                            }
+                        ),
+                        "name a device of `ls /sys/class/infiniband`, or unset it (or NCCL_IB_DISABLE=1 for sockets)",
+                    ));
+                }
+            }
+        }
+    }
+    if !s.rdma_devices.is_empty() && !ib_off {
         if let Some(b) = s.memlock_bytes.filter(|&b| b < MIN_MEMLOCK_BYTES) {
             d.findings.push(finding(
                 "memlock",
@@ -672,6 +711,30 @@ mod tests {
             .insert("NCCL_SOCKET_IFNAME".into(), "^docker,lo".into());
         s.env.insert("BRAID_SECRET".into(), "(set)".into());
         assert_eq!(checks(&s), ["master-addr", "memlock"]);
+    }
+
+    #[test]
+    fn the_hca_list_must_parse_and_name_a_device_here() {
+        let mut s = healthy();
+        s.rdma_devices = vec!["mlx5_0".into(), "mlx5_1".into()];
+        s.env.insert("NCCL_IB_HCA".into(), "mlx5_1:1".into());
+        assert!(checks(&s).is_empty(), "{:?}", examine(&s).findings);
+        s.env.insert("NCCL_IB_HCA".into(), "=mlx5_2".into());
+        let d = examine(&s);
+        assert_eq!(checks(&s), ["ib-hca"]);
+        assert!(
+            d.findings[0].what.contains("it has: mlx5_0, mlx5_1"),
+            "{:?}",
+            d.findings
+        );
+        s.env.insert("NCCL_IB_HCA".into(), "mlx5_0:zero".into());
+        assert_eq!(checks(&s), ["ib-hca"]);
+        // BRAID_IB_HCA wins; NCCL_IB_DISABLE turns the check off.
+        s.env.insert("BRAID_IB_HCA".into(), "^mlx5_0".into());
+        assert!(checks(&s).is_empty());
+        s.env.insert("BRAID_IB_HCA".into(), "mlx5_9".into());
+        s.env.insert("NCCL_IB_DISABLE".into(), "1".into());
+        assert!(checks(&s).is_empty());
     }
 
     #[test]
