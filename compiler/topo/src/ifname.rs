@@ -13,24 +13,52 @@ pub struct IfSpec {
     pub names: Vec<String>,
 }
 
+/// NCCL's list syntax, shared by its interface and HCA variables: a leading `^`
+/// (exclude what the list names), then a leading `=` (names are exact, not prefixes),
+/// then comma-separated items, trimmed, empty ones dropped.
+pub fn split_list(text: &str) -> (bool, bool, Vec<&str>) {
+    let t = text.trim();
+    let (exclude, rest) = match t.strip_prefix('^') {
+        Some(r) => (true, r),
+        None => (false, t),
+    };
+    let (exact, rest) = match rest.strip_prefix('=') {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let items = rest
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    (exclude, exact, items)
+}
+
+/// Whether `pattern` names `name`: the same name when `exact`, else a prefix of it.
+pub fn names(exact: bool, pattern: &str, name: &str) -> bool {
+    if exact {
+        name == pattern
+    } else {
+        name.starts_with(pattern)
+    }
+}
+
+/// The list's leading `^` and `=`, as [`split_list`] reads them.
+pub fn write_flags(f: &mut fmt::Formatter<'_>, exclude: bool, exact: bool) -> fmt::Result {
+    if exclude {
+        f.write_str("^")?;
+    }
+    if exact {
+        f.write_str("=")?;
+    }
+    Ok(())
+}
+
 impl IfSpec {
     /// Parses `text`; an empty list is an error (it would select nothing, or everything).
     pub fn parse(text: &str) -> Result<IfSpec, String> {
-        let t = text.trim();
-        let (exclude, rest) = match t.strip_prefix('^') {
-            Some(r) => (true, r),
-            None => (false, t),
-        };
-        let (exact, rest) = match rest.strip_prefix('=') {
-            Some(r) => (true, r),
-            None => (false, rest),
-        };
-        let names: Vec<String> = rest
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(String::from)
-            .collect();
+        let (exclude, exact, items) = split_list(text);
+        let names: Vec<String> = items.into_iter().map(String::from).collect();
         if names.is_empty() {
             return Err(format!(
                 "{text:?} names no interface (a list of name prefixes, `^` to exclude, `=` for exact names)"
@@ -54,25 +82,14 @@ impl IfSpec {
 
     /// Whether the interface called `name` is selected.
     pub fn selects(&self, name: &str) -> bool {
-        let named = self.names.iter().any(|p| {
-            if self.exact {
-                name == p
-            } else {
-                name.starts_with(p.as_str())
-            }
-        });
+        let named = self.names.iter().any(|p| names(self.exact, p, name));
         named != self.exclude
     }
 }
 
 impl fmt::Display for IfSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.exclude {
-            f.write_str("^")?;
-        }
-        if self.exact {
-            f.write_str("=")?;
-        }
+        write_flags(f, self.exclude, self.exact)?;
         f.write_str(&self.names.join(","))
     }
 }

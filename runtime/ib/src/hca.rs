@@ -2,8 +2,10 @@
 //! `BRAID_IB_HCA`, which wins): a comma-separated list of device names, each with an
 //! optional `:port` (`mlx5_0:1,mlx5_1`); names are prefixes (`mlx5` takes every `mlx5_*`)
 //! unless the list starts with `=` (exact names); a list starting with `^` excludes what
-//! it names instead (`^mlx5_3`, `^=mlx5_3:2`).
+//! it names instead (`^mlx5_3`, `^=mlx5_3:2`): the list syntax of `NCCL_SOCKET_IFNAME`
+//! (`braid_topo::ifname`), with ports.
 
+use braid_topo::ifname::{names, split_list, write_flags};
 use std::fmt;
 
 /// One entry of the list: a device name (prefix or exact) and, optionally, a port.
@@ -24,17 +26,9 @@ pub struct HcaSpec {
 impl HcaSpec {
     /// Parses `text` (the variable `var`'s value, named in errors).
     pub fn parse(var: &str, text: &str) -> Result<HcaSpec, String> {
-        let t = text.trim();
-        let (exclude, rest) = match t.strip_prefix('^') {
-            Some(r) => (true, r),
-            None => (false, t),
-        };
-        let (exact, rest) = match rest.strip_prefix('=') {
-            Some(r) => (true, r),
-            None => (false, rest),
-        };
+        let (exclude, exact, items) = split_list(text);
         let mut entries = Vec::new();
-        for item in rest.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        for item in items {
             let (name, port) = match item.split_once(':') {
                 None => (item, None),
                 Some((n, p)) => match p.trim().parse::<u8>() {
@@ -80,26 +74,17 @@ impl HcaSpec {
 
     /// Whether port `port` of device `device` may be used.
     pub fn selects(&self, device: &str, port: u8) -> bool {
-        let named = self.entries.iter().any(|e| {
-            let name_ok = if self.exact {
-                device == e.name
-            } else {
-                device.starts_with(&e.name)
-            };
-            name_ok && e.port.is_none_or(|p| p == port)
-        });
+        let named = self
+            .entries
+            .iter()
+            .any(|e| names(self.exact, &e.name, device) && e.port.is_none_or(|p| p == port));
         named != self.exclude
     }
 }
 
 impl fmt::Display for HcaSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.exclude {
-            f.write_str("^")?;
-        }
-        if self.exact {
-            f.write_str("=")?;
-        }
+        write_flags(f, self.exclude, self.exact)?;
         for (i, e) in self.entries.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
