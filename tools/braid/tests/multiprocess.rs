@@ -499,6 +499,70 @@ fn socket_ifname_picks_the_interface_between_two_namespaces() {
     );
 }
 
+/// The hierarchical programs on `cluster:2x2`, two ranks on each of two "hosts" (network
+/// namespaces) whose link is limited to 50 Mbit/s each way: every rank's result is right,
+/// and each all-reduce call takes at least the time its data needs on that link (each
+/// host must receive the other's 4 MiB sum at least once: 0.67 s), so the shaped link is
+/// the one used (unshaped, the same call took about 0.24 s here, connections included).
+#[test]
+fn hierarchical_programs_across_two_hosts_over_a_shaped_link() {
+    let Some((veth, net)) = two_hosts() else {
+        return;
+    };
+    if let Err(why) = veth.shape("50mbit") {
+        eprintln!("skipped: cannot shape the link between the namespaces here: {why}");
+        return;
+    }
+    let env = [("BRAID_SHM_DISABLE", "1"), ("BRAID_TIMEOUT", "60")];
+    for (k, (collective, algorithm, size)) in [
+        ("allreduce", "hierarchical_allreduce", "4M"),
+        ("alltoall", "hierarchical_alltoall", "1M"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let args = [
+            collective,
+            "--topo",
+            "cluster:2x2",
+            "--algorithm",
+            algorithm,
+            "--size",
+            size,
+        ];
+        let port = free_port();
+        let s = secret(20 + k as u8);
+        let start = Instant::now();
+        let ranks: Vec<Done> = (0..4)
+            .map(|r| spawn_rank_on(&net, r, 4, port, &s, &args, &env))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(wait)
+            .collect();
+        assert!(start.elapsed() < Duration::from_secs(60));
+        for (r, d) in ranks.iter().enumerate() {
+            assert_eq!(d.code, 0, "{algorithm} rank {r}: {}{}", d.stdout, d.stderr);
+            assert!(
+                d.stdout.contains("correct"),
+                "{algorithm} rank {r}: {}",
+                d.stdout
+            );
+        }
+        if collective == "allreduce" {
+            // Each call's time as the rank reports it (`...: correct; 812.345 ms`).
+            let calls: Vec<f64> = ranks[0]
+                .stdout
+                .lines()
+                .filter_map(|l| l.split("correct; ").nth(1))
+                .filter_map(|t| t.trim_end_matches(" ms").parse().ok())
+                .collect();
+            assert!(!calls.is_empty(), "{}", ranks[0].stdout);
+            let fastest = calls.iter().copied().fold(f64::INFINITY, f64::min);
+            assert!(fastest >= 600.0, "{algorithm}: calls of {calls:?} ms");
+        }
+    }
+}
+
 /// Four ranks on two "hosts": ranks 0 and 1 in one network namespace (rank 0's address
 /// the master), 2 and 3 in the other; `None` (saying why) where namespaces cannot be
 /// made. Keep the `Veth` alive while the ranks run.
@@ -529,6 +593,9 @@ struct Veth {
     ns_a: String,
     ns_b: String,
     addr_a: String,
+    /// The connected pair's ends (`bv*a` in `ns_a`, `bv*b` in `ns_b`).
+    dev_a: String,
+    dev_b: String,
 }
 
 impl Veth {
@@ -537,12 +604,14 @@ impl Veth {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = format!("{}x{k}", std::process::id());
+        let (ea, eb) = (format!("bv{id}a"), format!("bv{id}b"));
         let v = Veth {
             ns_a: format!("braid{id}a"),
             ns_b: format!("braid{id}b"),
             addr_a: "10.213.7.1".into(),
+            dev_a: ea.clone(),
+            dev_b: eb.clone(),
         };
-        let (ea, eb) = (format!("bv{id}a"), format!("bv{id}b"));
         let (da, db) = (format!("bd{id}a"), format!("bd{id}b"));
         let steps: Vec<Vec<&str>> = vec![
             vec!["netns", "add", &v.ns_a],
@@ -583,6 +652,31 @@ impl Veth {
             }
         }
         Ok(v)
+    }
+}
+
+impl Veth {
+    /// Limits both directions of the connected pair to `rate` (`tc`'s token bucket, e.g.
+    /// `50mbit`), as a slower network between the hosts would.
+    fn shape(&self, rate: &str) -> Result<(), String> {
+        for (ns, dev) in [(&self.ns_a, &self.dev_a), (&self.ns_b, &self.dev_b)] {
+            let args = [
+                "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
+                "burst", "32kb", "latency", "400ms",
+            ];
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("ip: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
