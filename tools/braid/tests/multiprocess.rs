@@ -639,19 +639,26 @@ impl Veth {
             vec!["-n", &v.ns_b, "link", "set", &db, "up"],
         ];
         for step in steps {
-            let out = Command::new("ip")
-                .args(&step)
-                .output()
-                .map_err(|e| format!("ip: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "ip {}: {}",
-                    step.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
+            ip(&step)?;
         }
         Ok(v)
+    }
+}
+
+/// Runs `ip ARGS`; its complaint, with the command, when it fails.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
@@ -660,21 +667,10 @@ impl Veth {
     /// `50mbit`), as a slower network between the hosts would.
     fn shape(&self, rate: &str) -> Result<(), String> {
         for (ns, dev) in [(&self.ns_a, &self.dev_a), (&self.ns_b, &self.dev_b)] {
-            let args = [
+            ip(&[
                 "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
                 "burst", "32kb", "latency", "400ms",
-            ];
-            let out = Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| format!("ip: {e}"))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "ip {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
+            ])?;
         }
         Ok(())
     }
