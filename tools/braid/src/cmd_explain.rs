@@ -41,7 +41,8 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub proto: Option<String>,
     /// Thread blocks one rank may use at once, as the runtime grants them (half the GPU's
-    /// multiprocessors, shared by the ranks on it; 66 is one rank on a 132-SM H100/H200).
+    /// multiprocessors, shared by the ranks on it, unless BRAID_MAX_CTAS says otherwise;
+    /// 66 is one rank on a 132-SM H100/H200).
     #[arg(long, default_value_t = 66, value_parser = sizes::parse_positive)]
     pub blocks: u32,
 }
