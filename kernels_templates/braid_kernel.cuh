@@ -318,7 +318,6 @@ __device__ bool dispatch(Ctx& c, const StepDesc& st) {
   }
 }
 
-// Runs the block's steps once over [c.lo, c.hi) as tile number `tile` of this call.
 // Waits until plan block `b` of this replica has published `target` steps; what it
 // reads is remembered in `c.known` (when the replica has few enough blocks) so later
 // waits that it already satisfies read nothing.
@@ -331,6 +330,7 @@ __device__ __forceinline__ bool wait_dep(Ctx& c, u32 b, u64 target) {
                       false, seen, keep);
 }
 
+// Runs the block's steps once over [c.lo, c.hi) as tile number `tile` of this call.
 __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile) {
   const StepDesc* steps = c.steps;
   const StepDeps* sdeps = c.sdeps;

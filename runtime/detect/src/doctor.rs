@@ -291,41 +291,31 @@ pub fn examine(s: &Survey) -> Diagnosis {
             ));
         }
     }
-    let ib_off = on("NCCL_IB_DISABLE") || on("BRAID_IB_DISABLE");
-    // The HCA list (BRAID_IB_HCA wins, as the runtime reads it): well formed, and naming
-    // a device this machine has (any of its ports).
-    if let Some((var, v)) = ["BRAID_IB_HCA", "NCCL_IB_HCA"]
-        .iter()
-        .find_map(|&k| env(k).map(|v| (k, v)))
-        .filter(|_| !ib_off)
-    {
-        match braid_ib::HcaSpec::parse(var, v) {
-            Err(e) => d.findings.push(finding(
+    // The variables as the runtime reads them (braid-ib): the HCA list well formed, and
+    // naming a device this machine has (any of its ports).
+    let var = |k: &str| env(k).map(String::from);
+    let ib_off = braid_ib::hca::ib_disabled_in(var);
+    match braid_ib::HcaSpec::from_vars(var).map(|s| s.filter(|_| !ib_off)) {
+        Err(e) => d.findings.push(finding(
+            "ib-hca",
+            e,
+            "list devices by name prefix with an optional port (`mlx5_0:1,mlx5_1`), exclude with `^`, exact names with `=`",
+        )),
+        Ok(Some(spec)) if !s.rdma_devices.iter().any(|dev| spec.selects_device(dev)) => {
+            d.findings.push(finding(
                 "ib-hca",
-                e,
-                "list devices by name prefix with an optional port (`mlx5_0:1,mlx5_1`), exclude with `^`, exact names with `=`",
-            )),
-            Ok(spec) => {
-                let named = s
-                    .rdma_devices
-                    .iter()
-                    .any(|dev| (1..=u8::MAX).any(|p| spec.selects(dev, p)));
-                if !named {
-                    d.findings.push(finding(
-                        "ib-hca",
-                        format!(
-                            "{var}={v} names no RDMA device of this machine (it has: {})",
-                            if s.rdma_devices.is_empty() {
-                                "none".to_string()
-                            } else {
-                                s.rdma_devices.join(", ")
-                            }
-                        ),
-                        "name a device of `ls /sys/class/infiniband`, or unset it (or NCCL_IB_DISABLE=1 for sockets)",
-                    ));
-                }
-            }
+                format!(
+                    "the HCA list {spec} (BRAID_IB_HCA / NCCL_IB_HCA) names no RDMA device of this machine (it has: {})",
+                    if s.rdma_devices.is_empty() {
+                        "none".to_string()
+                    } else {
+                        s.rdma_devices.join(", ")
+                    }
+                ),
+                "name a device of `ls /sys/class/infiniband`, or unset it (or NCCL_IB_DISABLE=1 for sockets)",
+            ))
         }
+        Ok(_) => {}
     }
     if !s.rdma_devices.is_empty() && !ib_off {
         if let Some(b) = s.memlock_bytes.filter(|&b| b < MIN_MEMLOCK_BYTES) {

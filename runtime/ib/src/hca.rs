@@ -62,14 +62,21 @@ impl HcaSpec {
 
     /// `BRAID_IB_HCA`, else `NCCL_IB_HCA`, else `None` (every device).
     pub fn from_env() -> Result<Option<HcaSpec>, String> {
-        for var in ["BRAID_IB_HCA", "NCCL_IB_HCA"] {
-            if let Ok(v) = std::env::var(var) {
-                if !v.trim().is_empty() {
-                    return HcaSpec::parse(var, &v).map(Some);
-                }
-            }
+        HcaSpec::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`HcaSpec::from_env`] over any source of variables (`get`: a variable's value),
+    /// such as a machine description.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Option<HcaSpec>, String> {
+        match set_var(&get, ["BRAID_IB_HCA", "NCCL_IB_HCA"]) {
+            Some((var, v)) => HcaSpec::parse(var, &v).map(Some),
+            None => Ok(None),
         }
-        Ok(None)
+    }
+
+    /// Whether some port of `device` may be used.
+    pub fn selects_device(&self, device: &str) -> bool {
+        (1..=u8::MAX).any(|p| self.selects(device, p))
     }
 
     /// Whether port `port` of device `device` may be used.
@@ -98,19 +105,24 @@ impl fmt::Display for HcaSpec {
     }
 }
 
+/// The first of `vars` that `get` has with a value that is not blank, with its value.
+fn set_var<'a>(
+    get: &impl Fn(&str) -> Option<String>,
+    vars: [&'a str; 2],
+) -> Option<(&'a str, String)> {
+    vars.into_iter()
+        .find_map(|k| get(k).filter(|v| !v.trim().is_empty()).map(|v| (k, v)))
+}
+
 /// Whether `BRAID_IB_DISABLE` (else `NCCL_IB_DISABLE`) turns InfiniBand off: set to
 /// anything but empty or `0`.
 pub fn ib_disabled() -> bool {
-    let v = std::env::var("BRAID_IB_DISABLE")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .or_else(|| std::env::var("NCCL_IB_DISABLE").ok());
-    disabled_by(v.as_deref())
+    ib_disabled_in(|k| std::env::var(k).ok())
 }
 
-/// [`ib_disabled`] for one value of the variable.
-pub fn disabled_by(value: Option<&str>) -> bool {
-    value.is_some_and(|v| !matches!(v.trim(), "" | "0"))
+/// [`ib_disabled`] over any source of variables.
+pub fn ib_disabled_in(get: impl Fn(&str) -> Option<String>) -> bool {
+    set_var(&get, ["BRAID_IB_DISABLE", "NCCL_IB_DISABLE"]).is_some_and(|(_, v)| v.trim() != "0")
 }
 
 #[cfg(test)]
@@ -145,7 +157,32 @@ mod tests {
 
     #[test]
     fn the_disable_switch_takes_any_value_but_empty_and_zero() {
-        assert!(!disabled_by(None) && !disabled_by(Some("0")) && !disabled_by(Some(" ")));
-        assert!(disabled_by(Some("1")) && disabled_by(Some("yes")));
+        let with = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(!ib_disabled_in(with(&[])));
+        assert!(!ib_disabled_in(with(&[("NCCL_IB_DISABLE", "0")])));
+        assert!(!ib_disabled_in(with(&[("NCCL_IB_DISABLE", " ")])));
+        assert!(ib_disabled_in(with(&[("NCCL_IB_DISABLE", "1")])));
+        assert!(ib_disabled_in(with(&[("NCCL_IB_DISABLE", "yes")])));
+        // BRAID_IB_DISABLE wins; a blank one defers to NCCL's.
+        assert!(!ib_disabled_in(with(&[
+            ("BRAID_IB_DISABLE", "0"),
+            ("NCCL_IB_DISABLE", "1")
+        ])));
+        assert!(ib_disabled_in(with(&[
+            ("BRAID_IB_DISABLE", ""),
+            ("NCCL_IB_DISABLE", "1")
+        ])));
+        let spec = HcaSpec::from_vars(with(&[("BRAID_IB_HCA", "^mlx5_0:2"), ("NCCL_IB_HCA", "x")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(spec.to_string(), "^mlx5_0:2");
+        assert!(spec.selects_device("mlx5_0") && !spec.selects("mlx5_0", 2));
+        assert_eq!(HcaSpec::from_vars(with(&[])), Ok(None));
     }
 }
