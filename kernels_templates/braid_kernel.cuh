@@ -23,12 +23,18 @@ struct End {          // one lane of one connection end: 32 bytes
   u64 head;           // address of the head counter (Simple lane)
   u64 tail;           // address of the tail counter
   u32 counter;        // index of this end's counter in the rank's counter array
-  u32 nslots;         // slots; bit 31 (GPU_SCOPE): both ends on this GPU in one process
+  u32 nslots;         // slots; bit 31 (GPU_SCOPE): both ends on this GPU in one process;
+                      // bit 30 (NET): a proxy carries the lane over the network
 };
 
 // `End.nslots`'s flag: the peer's blocks run on this GPU in this process and the FIFO
 // lies in this GPU's memory, so GPU-scope fences order the protocol.
 constexpr u32 GPU_SCOPE = 1u << 31;
+// `End.nslots`'s flag: the lane is carried by a proxy thread (the network transport,
+// runtime/cuda/src/net/). Its sender also writes each slice's byte count at
+// `head[1 + slot]` before publishing `head`, and publishes `head` on the LL lane too,
+// so the proxy knows what to forward and when; the receiver's side is unchanged.
+constexpr u32 NET = 1u << 30;
 
 struct BlockDesc {    // one grid block: 152 bytes
   u32 block;          // plan block id
@@ -121,6 +127,7 @@ struct Port {
                           // receiver's tail at a send end, the sender's head at a receive end
   u32 nslots;
   bool sys;               // system-scope fences on this end (see GPU_SCOPE)
+  bool net;               // a proxy forwards this end's slices (see NET)
 };
 
 // A block's view of its call.
@@ -147,8 +154,9 @@ __device__ __forceinline__ void set_port(Port& p, const End& e) {
   p.slots = reinterpret_cast<char*>(e.slots);
   p.head = reinterpret_cast<volatile u64*>(e.head);
   p.tail = reinterpret_cast<volatile u64*>(e.tail);
-  p.nslots = e.nslots & ~GPU_SCOPE;
+  p.nslots = e.nslots & ~(GPU_SCOPE | NET);
   p.sys = (e.nslots & GPU_SCOPE) == 0;
+  p.net = (e.nslots & NET) != 0;
   p.seen = 0;
 }
 
@@ -200,11 +208,24 @@ __device__ __forceinline__ void recv_done(Ctx& c) {
 }
 // The barrier orders every thread's slot writes before thread 0's system-scope release
 // fence (fences are cumulative in the PTX memory model), which orders them before `head`.
-__device__ __forceinline__ void send_done(Ctx& c) {
+// A proxied end (NET) also states the slice's `bytes` for its proxy.
+__device__ __forceinline__ void send_done(Ctx& c, u64 bytes) {
   __syncthreads();
   c.sent++;
   if (threadIdx.x == 0) {
+    if (c.snd.net) c.snd.head[1 + (c.sent - 1) % c.snd.nslots] = bytes;
     fence_acq_rel(c.snd.sys);
+    *c.snd.head = c.sent;
+  }
+}
+// An LL slice of `lines` lines was just sent (after the barrier that ends `ll_move`): a
+// proxied end publishes it as Simple does, since the proxy cannot tell a slice's end
+// from its flags alone.
+__device__ __forceinline__ void ll_sent(Ctx& c, u64 lines) {
+  c.sent++;
+  if (c.snd.net && threadIdx.x == 0) {
+    c.snd.head[1 + (c.sent - 1) % c.snd.nslots] = 16 * lines;
+    fence_acq_rel_sys();
     *c.snd.head = c.sent;
   }
 }
@@ -282,7 +303,7 @@ __device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count) {
           c.received++;
           if (threadIdx.x == 0) *c.rcv.tail = c.received;
         }
-        if (send) c.sent++;
+        if (send) ll_sent(c, (n + LINE - 1) / LINE);
         continue;
       }
       T* tin = reinterpret_cast<T*>(in);
@@ -298,7 +319,7 @@ __device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count) {
         case RE: move(dp, dv, nullptr, 0, dp, dv, sp, sv, n); break;
       }
       if (recv) recv_done(c);
-      if (send) send_done(c);
+      if (send) send_done(c, n * sizeof(T));
     }
   }
   return true;
@@ -593,10 +614,10 @@ __device__ void p2p_run(const P2pLaunch& L, u32 b) {
         if (ln.ll) {
           if (!ll_move<S>(c, nullptr, 0, p + off, n, n, nullptr, 0, out, (u32)(c.sent + 1)))
             return;
-          c.sent++;
+          ll_sent(c, (n + LINE - 1) / LINE);
         } else {
           move(reinterpret_cast<T*>(out), n, nullptr, 0, p + off, n, nullptr, 0, n);
-          send_done(c);
+          send_done(c, n * sizeof(T));
         }
       } else {
         const char* in = c.rcv.slots + (c.received % c.rcv.nslots) * slot;

@@ -13,12 +13,14 @@
 use crate::device::{enable_peer, DeviceAlloc, HostAlloc};
 use crate::error::{CudaError, Result};
 use crate::kernel::{LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
+use crate::net::{self, fifo::Fifo, proxy::Proxy, NetMap};
 use crate::program::{self, BlockEnds, Conn, EndDesc};
 use crate::transport::{self, Region};
 use braid_plan::Plan;
 use braid_runtime::device_comm::Stats;
 use cudarc::driver::{result, sys, CudaContext};
 use std::collections::{HashMap, HashSet};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -28,7 +30,7 @@ pub const MAX_GRID: usize = 1024;
 pub const MAX_COUNTERS: usize = 16384;
 /// Bytes before a lane's first slot (head at 0, tail at 128).
 pub const LANE_HEADER: usize = 256;
-const TAIL_AT: u64 = 128;
+pub const TAIL_AT: u64 = 128;
 /// The first connection channel of point-to-point traffic, apart from every plan's.
 pub const P2P_CHANNEL: u32 = braid_runtime::p2p::P2P_CHANNEL;
 /// Slots per lane of a point-to-point connection.
@@ -39,6 +41,10 @@ pub trait Oob: Send + Sync {
     /// Every rank's `mine`, indexed by rank.
     fn allgather(&self, mine: &[u8]) -> braid_runtime::Result<Vec<Vec<u8>>>;
     fn barrier(&self) -> braid_runtime::Result<()>;
+    /// A stream to `peer`, which takes it with `accept_link(self's rank, tag)`.
+    fn connect_link(&self, peer: u32, tag: u64) -> braid_runtime::Result<TcpStream>;
+    /// The stream `peer` opened with `connect_link(this rank, tag)`.
+    fn accept_link(&self, peer: u32, tag: u64) -> braid_runtime::Result<TcpStream>;
 }
 
 impl Oob for braid_runtime::bootstrap::Bootstrap {
@@ -47,6 +53,12 @@ impl Oob for braid_runtime::bootstrap::Bootstrap {
     }
     fn barrier(&self) -> braid_runtime::Result<()> {
         braid_runtime::bootstrap::Bootstrap::barrier(self)
+    }
+    fn connect_link(&self, peer: u32, tag: u64) -> braid_runtime::Result<TcpStream> {
+        braid_runtime::bootstrap::Bootstrap::connect_link(self, peer, tag)
+    }
+    fn accept_link(&self, peer: u32, tag: u64) -> braid_runtime::Result<TcpStream> {
+        braid_runtime::bootstrap::Bootstrap::accept_link(self, peer, tag)
     }
 }
 
@@ -87,6 +99,8 @@ struct Conns {
     own: Vec<Box<dyn Region>>,
     /// Peers' FIFOs opened here (senders here, receivers in other processes).
     opened: Vec<Box<dyn Region>>,
+    /// The proxies of this process's network connection ends.
+    proxies: Vec<Proxy>,
 }
 
 pub struct Clique {
@@ -96,12 +110,14 @@ pub struct Clique {
     pub oob: Option<Arc<dyn Oob>>,
     /// Whether connections go peer to peer (else through host memory).
     pub p2p: bool,
+    /// Which connections go over the network.
+    pub net: NetMap,
     pub timeout: Duration,
     pub scratch_bytes: usize,
     /// `BRAID_TRACE`: prepared plans record their step times.
     pub trace: bool,
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
-    words: HostAlloc,
+    words: Arc<HostAlloc>,
     conns: Mutex<Conns>,
     /// Point-to-point channels per ordered pair, once [`Clique::connect_p2p`] made them
     /// (read on every send and receive: no lock).
@@ -114,7 +130,7 @@ pub struct Clique {
     join: Mutex<HashMap<usize, Event>>,
     /// Why the clique was aborted, when the reason came from outside (a peer's failure
     /// the bootstrap noticed).
-    abort_reason: Mutex<Option<String>>,
+    abort_reason: Arc<Mutex<Option<String>>>,
 }
 
 /// What [`Clique::launches`] keeps.
@@ -147,6 +163,7 @@ impl Clique {
         locals: Vec<(u32, Arc<CudaContext>)>,
         oob: Option<Arc<dyn Oob>>,
         p2p: bool,
+        net: NetMap,
         opts: &crate::comm::Options,
         stats: &Stats,
     ) -> Result<Clique> {
@@ -160,7 +177,7 @@ impl Clique {
                 }
             }
         }
-        let words = HostAlloc::new(&locals[0].1, 4 * (1 + locals.len()))?;
+        let words = Arc::new(HostAlloc::new(&locals[0].1, 4 * (1 + locals.len()))?);
         stats.allocated(1);
         let mut out = Vec::with_capacity(locals.len());
         for (rank, ctx) in locals {
@@ -180,6 +197,7 @@ impl Clique {
             locals: out,
             oob,
             p2p,
+            net,
             timeout: opts.timeout,
             scratch_bytes: opts.scratch_bytes,
             trace: opts.trace,
@@ -188,7 +206,7 @@ impl Clique {
             p2p_channels: OnceLock::new(),
             launches: Mutex::new(Launches::default()),
             join: Mutex::new(HashMap::new()),
-            abort_reason: Mutex::new(None),
+            abort_reason: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -232,11 +250,23 @@ impl Clique {
 
     /// [`Clique::abort`], remembering why (the first reason wins).
     pub fn abort_because(&self, why: &str) {
-        self.abort_reason
-            .lock()
-            .unwrap()
-            .get_or_insert_with(|| why.to_string());
-        self.abort();
+        self.on_fail()(why.to_string());
+    }
+
+    /// What aborts the clique with a reason, for threads that outlive a borrow of it
+    /// (the network proxies).
+    fn on_fail(&self) -> net::proxy::OnFail {
+        let (words, reason) = (self.words.clone(), self.abort_reason.clone());
+        Arc::new(move |why: String| {
+            reason.lock().unwrap().get_or_insert(why);
+            words.write_u32(0, 1);
+        })
+    }
+
+    /// Whether the kernels see FIFOs in host memory (host-staged or network
+    /// connections): they then read them uncached.
+    pub fn host_fifo(&self) -> bool {
+        !self.p2p || self.net.any()
     }
 
     /// Why the clique was aborted, if a reason was given.
@@ -344,11 +374,28 @@ impl Clique {
         // Receivers here create their FIFOs.
         let mut offers: Vec<(usize, Vec<u8>)> = Vec::new();
         let mut created: HashMap<usize, u64> = HashMap::new();
+        let is_net = |conn: &Conn| self.net.between(conn.sender, conn.receiver);
+        if missing.iter().any(is_net) && slots > program::NET_MAX_SLOTS {
+            return Err(CudaError::Invalid(format!(
+                "{what} asks for {slots} slots per connection; network connections hold at \
+                 most {}",
+                program::NET_MAX_SLOTS
+            )));
+        }
+        // Network connections: each end's FIFO in its own host memory, kept for its proxy.
+        let mut net_fifos: HashMap<(usize, bool), Fifo> = HashMap::new();
         for (i, conn) in missing.iter().enumerate() {
             let Some(ri) = local(conn.receiver) else {
                 continue;
             };
             let same = local(conn.sender).is_some();
+            if is_net(conn) {
+                let (fifo, ptr) = self.net_fifo(ri, slots)?;
+                stats.allocated(1);
+                created.insert(i, ptr);
+                net_fifos.insert((i, false), fifo);
+                continue;
+            }
             let t = transport::choose(same, self.p2p);
             let (region, desc) = t.create(&self.locals[ri].ctx, len)?;
             stats.allocated(1);
@@ -383,9 +430,16 @@ impl Clique {
         for (i, conn) in missing.iter().enumerate() {
             let base_recv = created.get(&i).copied();
             let gpu = |r: u32| local(r).map(|i| self.locals[i].ctx.ordinal());
-            let scope = gpu_scope(self.p2p, gpu(conn.sender), gpu(conn.receiver));
+            let net = is_net(conn);
+            let scope = !net && gpu_scope(self.p2p, gpu(conn.sender), gpu(conn.receiver));
             if let Some(si) = local(conn.sender) {
                 let base = match base_recv {
+                    _ if net => {
+                        let (fifo, ptr) = self.net_fifo(si, slots)?;
+                        stats.allocated(1);
+                        net_fifos.insert((i, true), fifo);
+                        ptr
+                    }
                     Some(p) => p,
                     None => {
                         let desc = remote.get(&i).ok_or_else(|| {
@@ -403,14 +457,15 @@ impl Clique {
                         p
                     }
                 };
-                let ends = self.lanes(&mut c, conn.sender, base, slots, scope)?;
+                let ends = self.lanes(&mut c, conn.sender, base, slots, scope, net)?;
                 c.ends.insert((*conn, true), ends);
             }
             if let Some(base) = base_recv {
-                let ends = self.lanes(&mut c, conn.receiver, base, slots, scope)?;
+                let ends = self.lanes(&mut c, conn.receiver, base, slots, scope, false)?;
                 c.ends.insert((*conn, false), ends);
             }
         }
+        self.start_proxies(&mut c, &missing, net_fifos)?;
         if let Some(oob) = &self.oob {
             // Every sender has opened its FIFOs: shared files need no name any more.
             oob.barrier()?;
@@ -435,6 +490,7 @@ impl Clique {
         base: u64,
         slots: u32,
         gpu_scope: bool,
+        net: bool,
     ) -> Result<Ends> {
         let next = c.next_counter.entry(rank).or_insert(0);
         if *next as usize + 2 > MAX_COUNTERS {
@@ -453,11 +509,88 @@ impl Clique {
                 counter: *next,
                 nslots: slots,
                 gpu_scope,
+                net,
             };
             *next += 1;
             at += lane_len(ll, slots) as u64;
         }
         Ok(out)
+    }
+
+    /// A network connection end's FIFO in local rank `i`'s pinned host memory: the
+    /// proxy's view of it, and the address kernels use.
+    fn net_fifo(&self, i: usize, slots: u32) -> Result<(Fifo, u64)> {
+        let mem = Arc::new(HostAlloc::new(
+            &self.locals[i].ctx,
+            net::fifo::fifo_len(slots),
+        )?);
+        let ptr = mem.ptr();
+        Ok((Fifo::new(mem, slots).map_err(CudaError::Invalid)?, ptr))
+    }
+
+    /// Connects the streams of the network connections among `missing` and starts a
+    /// proxy on each end here. Senders connect first, then receivers accept: connecting
+    /// waits for the peer's acceptor thread only, so no process waits on another's order.
+    fn start_proxies(
+        &self,
+        c: &mut Conns,
+        missing: &[Conn],
+        mut fifos: HashMap<(usize, bool), Fifo>,
+    ) -> Result<()> {
+        if fifos.is_empty() {
+            return Ok(());
+        }
+        let local = |r: u32| self.local_index(r).is_some();
+        let mut streams: Vec<(usize, bool, TcpStream)> = Vec::new();
+        let tag = |conn: &Conn| net::TAG | u64::from(conn.channel);
+        let link_err = |conn: &Conn, e: braid_runtime::RuntimeError| {
+            CudaError::Invalid(format!(
+                "network connection {}->{} channel {}: {e}",
+                conn.sender, conn.receiver, conn.channel
+            ))
+        };
+        for (i, conn) in missing.iter().enumerate() {
+            if !fifos.contains_key(&(i, true)) {
+                continue;
+            }
+            if local(conn.receiver) {
+                let (a, b) = net::loopback_pair().map_err(|e| {
+                    CudaError::Invalid(format!("a loopback stream for a network connection: {e}"))
+                })?;
+                streams.push((i, true, a));
+                streams.push((i, false, b));
+            } else {
+                let oob = self.oob.as_ref().expect("a remote rank has a bootstrap");
+                let s = oob
+                    .connect_link(conn.receiver, tag(conn))
+                    .map_err(|e| link_err(conn, e))?;
+                streams.push((i, true, s));
+            }
+        }
+        for (i, conn) in missing.iter().enumerate() {
+            if fifos.contains_key(&(i, false)) && !local(conn.sender) {
+                let oob = self.oob.as_ref().expect("a remote rank has a bootstrap");
+                let s = oob
+                    .accept_link(conn.sender, tag(conn))
+                    .map_err(|e| link_err(conn, e))?;
+                streams.push((i, false, s));
+            }
+        }
+        for (i, send, stream) in streams {
+            let conn = missing[i];
+            let fifo = fifos.remove(&(i, send)).expect("a FIFO per end");
+            let what = format!(
+                "{}->{} channel {} ({} end)",
+                conn.sender,
+                conn.receiver,
+                conn.channel,
+                if send { "sending" } else { "receiving" }
+            );
+            let p = Proxy::start(fifo, stream, send, what, self.timeout, self.on_fail())
+                .map_err(|e| CudaError::Invalid(format!("starting a network proxy: {e}")))?;
+            c.proxies.push(p);
+        }
+        Ok(())
     }
 
     /// The connection ends of every grid block of local rank `rank` for `plan` (after
@@ -507,6 +640,8 @@ impl Drop for Clique {
         // may destroy several ranks' communicators one after the other, as nccl-tests
         // does), so it must not block on the other ranks.
         c.opened.clear();
+        // Network ends: what the kernels published goes out before the streams close.
+        c.proxies.clear();
         let own = std::mem::take(&mut c.own);
         match &self.oob {
             Some(oob) if !aborted => {

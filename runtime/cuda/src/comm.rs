@@ -7,6 +7,7 @@ use crate::clique::{Clique, Oob};
 use crate::device::DeviceAlloc;
 use crate::engine::CudaEngine;
 use crate::error::{CudaError, Result};
+use crate::net::{self, NetMap};
 use crate::stream::Stream;
 use braid_ir::Collective;
 use braid_runtime::bootstrap::{Bootstrap, UniqueId};
@@ -65,6 +66,9 @@ pub struct Options {
     /// Record each call's step times on the GPU (`BRAID_TRACE` set): read back with
     /// [`CudaComm::step_times`].
     pub trace: bool,
+    /// Every connection over the network transport, even between ranks of one machine
+    /// (`BRAID_NET_FORCE`), as NCCL users force its socket transport to test it.
+    pub net_force: bool,
 }
 
 impl Default for Options {
@@ -76,13 +80,14 @@ impl Default for Options {
             policy: Policy::default(),
             p2p_channels: crate::p2p::DEFAULT_CHANNELS,
             trace: false,
+            net_force: false,
         }
     }
 }
 
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
-    /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`.
+    /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`, `BRAID_NET_FORCE`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -99,7 +104,8 @@ impl Options {
         };
         Ok(Options {
             timeout: braid_runtime::comm::timeout_from_env(),
-            p2p_disable: p2p_disabled(std::env::var("BRAID_P2P_DISABLE").ok().as_deref()),
+            p2p_disable: flag_on(std::env::var("BRAID_P2P_DISABLE").ok().as_deref()),
+            net_force: flag_on(std::env::var("BRAID_NET_FORCE").ok().as_deref()),
             scratch_bytes,
             policy: Policy::from_env()?,
             p2p_channels: crate::p2p::channels_from(
@@ -111,8 +117,9 @@ impl Options {
     }
 }
 
-/// Whether a value of `BRAID_P2P_DISABLE` disables peer to peer: set, not empty, not `0`.
-pub fn p2p_disabled(value: Option<&str>) -> bool {
+/// Whether a flag variable's value (`BRAID_P2P_DISABLE`, `BRAID_NET_FORCE`) turns it on:
+/// set, not empty, not `0`.
+pub fn flag_on(value: Option<&str>) -> bool {
     value.is_some_and(|v| !matches!(v.trim(), "" | "0"))
 }
 
@@ -331,7 +338,11 @@ impl CudaComm {
             .enumerate()
             .map(|(r, c)| (r as u32, c))
             .collect();
-        let clique = Arc::new(Clique::new(n, locals, None, p2p, opts, &stats)?);
+        let net = NetMap {
+            force: opts.net_force,
+            hosts: Vec::new(),
+        };
+        let clique = Arc::new(Clique::new(n, locals, None, p2p, net, opts, &stats)?);
         clique.connect_p2p(opts.p2p_channels, &stats)?;
         // What the clique set up is counted on rank 0.
         let mut first = Some(stats);
@@ -389,17 +400,31 @@ impl CudaComm {
         let (rank, n) = (boot.rank(), boot.n_ranks());
         let arch = crate::modules::arch(&ctx)?;
         let bus = pci_bus_id(&ctx)?;
-        let all = boot.allgather(format!("{arch} {bus}").as_bytes())?;
+        let me = net::host_identity();
+        let all = boot.allgather(format!("{arch} {bus} {me}").as_bytes())?;
         let mut ok = !opts.p2p_disable;
         let mut sharing = Vec::new();
+        let mut hosts = Vec::with_capacity(all.len());
+        for info in &all {
+            let info = String::from_utf8_lossy(info);
+            hosts.push(info.splitn(3, ' ').nth(2).unwrap_or_default().to_string());
+        }
+        let net = NetMap::from_identities(opts.net_force, &hosts);
         for (r, info) in all.iter().enumerate() {
             let info = String::from_utf8_lossy(info);
-            let (their_arch, their_bus) = info.split_once(' ').unwrap_or((&info, ""));
+            let mut parts = info.splitn(3, ' ');
+            let their_arch = parts.next().unwrap_or_default();
+            let their_bus = parts.next().unwrap_or_default();
             if their_arch != arch {
                 return Err(CudaError::Invalid(format!(
                     "rank {r} has a {their_arch} GPU, rank {rank} {arch}: GPUs of different \
                      architectures are not supported yet"
                 )));
+            }
+            if hosts[r] != me {
+                // Another machine: the network transport connects it; its bus ids name
+                // that machine's GPUs.
+                continue;
             }
             if r as u32 != rank && their_bus == bus {
                 sharing.push(r);
@@ -432,6 +457,7 @@ impl CudaComm {
             vec![(rank, ctx)],
             Some(oob),
             p2p,
+            net,
             opts,
             &stats,
         )?);
@@ -458,6 +484,12 @@ impl CudaComm {
     /// Whether connections go peer to peer (`false`: host-staged).
     pub fn p2p(&self) -> bool {
         self.engine().p2p()
+    }
+
+    /// Whether some connection goes over the network transport (ranks on other hosts,
+    /// or `BRAID_NET_FORCE`).
+    pub fn network(&self) -> bool {
+        self.engine().clique().net.any()
     }
 
     /// Whether sends and receives between ranks are served ([`crate::p2p`]; off with
@@ -744,12 +776,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn p2p_disable_takes_any_value_but_empty_and_zero() {
-        assert!(!p2p_disabled(None));
-        assert!(!p2p_disabled(Some("")));
-        assert!(!p2p_disabled(Some(" 0 ")));
-        assert!(p2p_disabled(Some("1")));
-        assert!(p2p_disabled(Some("yes")));
+    fn flags_take_any_value_but_empty_and_zero() {
+        assert!(!flag_on(None));
+        assert!(!flag_on(Some("")));
+        assert!(!flag_on(Some(" 0 ")));
+        assert!(flag_on(Some("1")));
+        assert!(flag_on(Some("yes")));
     }
 
     #[test]

@@ -241,6 +241,11 @@ impl HostAlloc {
         self.len
     }
 
+    /// The host address of the first byte (for the network proxy's raw accesses).
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host as *mut u8
+    }
+
     /// Reads the `u32` word `i` (the GPU may write it at any time: a volatile read).
     pub fn read_u32(&self, i: usize) -> u32 {
         assert!(4 * (i + 1) <= self.len, "word outside the allocation");

@@ -400,7 +400,7 @@ impl CudaEngine {
         }
         let wire = Wire {
             ll: protocol == Protocol::Ll,
-            host_fifo: !self.clique.p2p,
+            host_fifo: self.clique.host_fifo(),
         };
         let ctx = self.context().clone();
         let kernel = modules::get(&ctx, Variant { dtype, op, wire }, &self.stats)?;

@@ -25,6 +25,7 @@ pub mod graph;
 pub mod kernel;
 pub mod modules;
 pub mod nccl;
+pub mod net;
 pub mod p2p;
 pub mod premul;
 pub mod program;

@@ -308,7 +308,7 @@ fn build<'a>(g: &[&'a P2pOp<'a>]) -> Result<Built<'a>> {
     }
     let (lanes, tasks) = assign(&msgs, clique.p2p_channels())?;
     let ctx = first.context().clone();
-    let loaded = modules::get(&ctx, kernel::p2p_variant(!clique.p2p), first.stats())?;
+    let loaded = modules::get(&ctx, kernel::p2p_variant(clique.host_fifo()), first.stats())?;
     let (func, per_sm) = loaded.p2p.clone().ok_or_else(|| {
         CudaError::Invalid("the byte kernel's module has no point-to-point entry".into())
     })?;

@@ -189,7 +189,7 @@ unsafe fn scale(
     let ctx = e.context().clone();
     let loaded = modules::get(
         &ctx,
-        kernel::scale_variant(c.spec.dtype, !e.p2p()),
+        kernel::scale_variant(c.spec.dtype, e.clique().host_fifo()),
         e.stats(),
     )?;
     let func = loaded.scale.ok_or_else(|| {

@@ -84,6 +84,12 @@ pub const PUBLISH: u32 = 1 << 8;
 /// `End.nslots`'s flag: both ends of the connection run on this GPU in one process and
 /// the FIFO is in its memory, so GPU-scope fences order the protocol.
 pub const GPU_SCOPE: u32 = 1 << 31;
+/// `End.nslots`'s flag: a proxy thread carries the lane (the network transport): the
+/// sender also writes each slice's byte count after `head` and publishes `head` on the
+/// LL lane too.
+pub const NET: u32 = 1 << 30;
+/// The most slots a proxied lane has: its slice sizes share the head's 128-byte line.
+pub const NET_MAX_SLOTS: u32 = 15;
 pub const STEP_BYTES: usize = 24;
 pub const STEP_DEPS_BYTES: usize = 8;
 pub const DEP_BYTES: usize = 12;
@@ -254,13 +260,16 @@ pub struct EndDesc {
     pub nslots: u32,
     /// Both ends on this GPU in this process, the FIFO in its memory (see [`GPU_SCOPE`]).
     pub gpu_scope: bool,
+    /// A proxy forwards what this end sends (see [`NET`]).
+    pub net: bool,
 }
 
 impl EndDesc {
-    /// `End.nslots` as the kernel reads it: the slot count and the scope flag.
+    /// `End.nslots` as the kernel reads it: the slot count and the flags.
     pub fn nslots_word(&self) -> u32 {
-        debug_assert!(self.nslots < GPU_SCOPE);
-        self.nslots | if self.gpu_scope { GPU_SCOPE } else { 0 }
+        debug_assert!(self.nslots < NET);
+        debug_assert!(!self.net || self.nslots <= NET_MAX_SLOTS);
+        self.nslots | if self.gpu_scope { GPU_SCOPE } else { 0 } | if self.net { NET } else { 0 }
     }
 }
 
@@ -618,6 +627,7 @@ mod tests {
             counter: 3,
             nslots: 5,
             gpu_scope: true,
+            net: false,
         };
         ends[0].recv[0] = EndDesc {
             nslots: 7,
@@ -664,6 +674,12 @@ mod tests {
         ends[0].send[1].gpu_scope = false;
         let t = encode(&p, rank, &RankRes::default(), &ends, 0);
         assert_eq!(u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")), 5);
+        ends[0].send[1].net = true;
+        let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+        assert_eq!(
+            u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")),
+            5 | NET
+        );
     }
 
     #[test]

@@ -106,6 +106,43 @@ fn main() -> ExitCode {
     if want("abort") {
         section(&mut t, "abort", abort);
     }
+    if want("net") {
+        // The network transport (BRAID_NET_FORCE): every connection through the proxies
+        // over loopback TCP, in one process and across two.
+        let net = Options {
+            net_force: true,
+            ..opts(20)
+        };
+        for n in [2u32, 4] {
+            section(&mut t, &format!("network transport, matrix n={n}"), || {
+                matrix_with(n, gpus, true, &net)
+            });
+        }
+        section(&mut t, "network transport, point to point", || {
+            p2p::section_with(gpus, true, &net)
+        });
+        section(&mut t, "network transport, 2 processes", || {
+            let env = [
+                ("BRAID_TIMEOUT", "20"),
+                ("BRAID_NET_FORCE", "1"),
+                ("BRAID_CUDA_QUICK", "1"),
+            ];
+            let ranks = spawn_pair("matrix", gpus, &env, Duration::from_secs(240))?;
+            Ok(rank_cases(ranks, "rank done"))
+        });
+        section(
+            &mut t,
+            "network transport, 2 processes, point to point",
+            || {
+                let env = [("BRAID_TIMEOUT", "20"), ("BRAID_NET_FORCE", "1")];
+                let ranks = spawn_pair("p2p", gpus, &env, Duration::from_secs(120))?;
+                Ok(rank_cases(ranks, "p2p done"))
+            },
+        );
+        section(&mut t, "network transport, 2 processes, dead peer", || {
+            dead_peer_with(&[("BRAID_NET_FORCE", "1")])
+        });
+    }
     if want("procs") {
         section(&mut t, "2 processes", || procs(gpus, quick, false));
         section(&mut t, "2 processes, host-staged", || {
@@ -536,7 +573,11 @@ fn selected(what: &str) -> bool {
 }
 
 fn matrix(n: u32, gpus: usize, quick: bool) -> Result<Cases, String> {
-    let r = open(n, gpus, &opts(10))?;
+    matrix_with(n, gpus, quick, &opts(10))
+}
+
+fn matrix_with(n: u32, gpus: usize, quick: bool, opts: &Options) -> Result<Cases, String> {
+    let r = open(n, gpus, opts)?;
     let mut cases = Vec::new();
     let mut k = 0usize;
     for c in Collective::ALL {
@@ -1085,13 +1126,14 @@ fn rank_cases(ranks: Vec<(i32, String)>, done: &str) -> Cases {
 /// Rank 1 exits right after joining; rank 0's call must fail (kernel timeout) instead of
 /// hanging.
 fn dead_peer() -> Result<Cases, String> {
+    dead_peer_with(&[])
+}
+
+fn dead_peer_with(extra: &[(&str, &str)]) -> Result<Cases, String> {
     let t = Instant::now();
-    let ranks = spawn_pair(
-        "dead",
-        1,
-        &[("BRAID_TIMEOUT", "3")],
-        Duration::from_secs(60),
-    )?;
+    let mut env = vec![("BRAID_TIMEOUT", "3")];
+    env.extend_from_slice(extra);
+    let ranks = spawn_pair("dead", 1, &env, Duration::from_secs(60))?;
     let (code, text) = &ranks[0];
     print!("{text}");
     let ok = *code == 0 && text.contains("peer failure reported");

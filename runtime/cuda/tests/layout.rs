@@ -72,6 +72,23 @@ fn c_source(tamper: bool) -> String {
         };
         c += &format!("_Static_assert({what} == {offset}, \"{strukt}.{field} is not at byte {offset} as the host writes it\");\n");
     }
+    // The flags the host sets in these structures have the kernel's values.
+    for (name, value) in [
+        ("GPU_SCOPE", braid_cuda::program::GPU_SCOPE),
+        ("NET", braid_cuda::program::NET),
+        ("PUBLISH", braid_cuda::program::PUBLISH),
+    ] {
+        let head = format!("constexpr u32 {name} = ");
+        let at = src
+            .find(&head)
+            .unwrap_or_else(|| panic!("no `{head}` in braid_kernel.cuh"))
+            + head.len();
+        let expr = &src[at..at + src[at..].find(';').expect("constant's end")];
+        let value = value + u32::from(tamper && name == "NET");
+        c += &format!(
+            "_Static_assert(({expr}) == {value}u, \"{name} is not {value} as the host writes it\");\n"
+        );
+    }
     c
 }
 
@@ -98,5 +115,7 @@ fn the_kernel_structures_have_the_host_layout() {
     );
     let bad = compile(&c_source(true), "layout-tampered");
     assert!(!bad.status.success(), "a shifted offset passed");
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("is not at byte"));
+    let why = String::from_utf8_lossy(&bad.stderr);
+    assert!(why.contains("is not at byte"), "{why}");
+    assert!(why.contains("NET is not"), "{why}");
 }

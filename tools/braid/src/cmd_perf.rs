@@ -758,12 +758,22 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
     let mut copier = braid_cuda::roofline::Copier::new(gpus).map_err(rt)?;
     let mut copies: std::collections::HashMap<(usize, usize, usize), Duration> =
         std::collections::HashMap::new();
+    let network = comms.first().is_some_and(|c| c.network());
+    let mut streamed: std::collections::HashMap<usize, Duration> = std::collections::HashMap::new();
     report.roofline = Some(
         "the bytes of the plan's busiest path (GPU to GPU; within one GPU, all its ranks' \
          bytes) at this machine's rate for it: the faster of a copy-engine copy and an SM \
          copy kernel of those bytes, timed back to back in this run"
             .into(),
     );
+    if network {
+        report.roofline = report.roofline.take().map(|r| {
+            format!(
+                "{r}; over the network transport, also the bytes of the busiest pair of \
+                 ranks through one TCP stream on the loopback interface, timed in this run"
+            )
+        });
+    }
     let nccl = if args.vs_nccl {
         if !braid_cuda::nccl::present() {
             return Err(CliError::Runtime(
@@ -852,6 +862,21 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                             .map_err(rt)?
                             .best();
                         copies.insert(key, t);
+                        t
+                    }
+                };
+                roof = roof.max(t);
+            }
+            if network && n > 1 {
+                let pairs = path_bytes(&plan, args.dtype, count, |r| r as usize);
+                let busiest = pairs.values().fold(0.0f64, |a, &b| a.max(b)) as usize;
+                let t = match streamed.get(&busiest) {
+                    Some(&t) => t,
+                    None => {
+                        let t = braid_cuda::net::stream_time(busiest, args.runs).map_err(|e| {
+                            CliError::Runtime(format!("error: timing a loopback stream: {e}"))
+                        })?;
+                        streamed.insert(busiest, t);
                         t
                     }
                 };

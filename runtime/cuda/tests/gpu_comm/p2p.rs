@@ -7,7 +7,7 @@
 
 use super::support::{Kind, Mem, KINDS};
 use super::{download, open, opts, upload, Ranks};
-use braid_cuda::{CudaComm, P2pOp, Stream};
+use braid_cuda::{CudaComm, Options, P2pOp, Stream};
 use std::time::Instant;
 
 type Cases = Vec<(String, Result<(), String>)>;
@@ -216,9 +216,14 @@ fn exchange(r: &Ranks, msgs: &[Msg], kind: Kind, shared: bool) -> Result<(), Str
 
 /// The in-process section: 2 and 4 ranks (rank r on GPU r % GPUs).
 pub fn section(gpus: usize, quick: bool) -> Result<Cases, String> {
+    section_with(gpus, quick, &opts(20))
+}
+
+/// [`section`] with communicators made with `o`.
+pub fn section_with(gpus: usize, quick: bool, o: &Options) -> Result<Cases, String> {
     let mut cases = Cases::new();
     for n in [2u32, 4] {
-        let r = open(n, gpus, &opts(20))?;
+        let r = open(n, gpus, o)?;
         let sizes: Vec<usize> = if quick {
             vec![0, 7, (64 << 10) + 1, (3 << 20) + 5]
         } else {

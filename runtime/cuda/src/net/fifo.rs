@@ -1,0 +1,111 @@
+//! A proxied connection end's FIFO memory as the proxy sees it: the layout the kernel
+//! uses (`clique::lanes`), two lanes (Simple, then LL), each a header (`head` at byte 0,
+//! the slice sizes at 8.., `tail` at 128) and its slots. Every access the proxy makes
+//! goes through here: counters and sizes as atomics (the GPU writes them concurrently),
+//! slots as raw addresses that only the byte-moving calls of `proxy.rs` touch.
+
+use crate::clique::{lane_len, LANE_HEADER, TAIL_AT};
+use crate::kernel::{LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
+use crate::program::NET_MAX_SLOTS;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Host memory a FIFO lives in.
+///
+/// # Safety
+/// `host()` must address `len()` bytes, 128-byte aligned, that stay allocated and mapped
+/// for as long as the value lives, and that Rust code never holds references to (only
+/// the kernels, the proxy's atomics and raw copies touch them).
+pub unsafe trait FifoMemory: Send + Sync {
+    fn host(&self) -> *mut u8;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Bytes of a connection's FIFO (both lanes) with `slots` slots per lane.
+pub fn fifo_len(slots: u32) -> usize {
+    lane_len(false, slots) + lane_len(true, slots)
+}
+
+/// Bytes of one slot of `lane` (0 Simple, 1 LL).
+pub fn slot_bytes(lane: usize) -> usize {
+    if lane == 0 {
+        SIMPLE_SLOT_BYTES
+    } else {
+        LL_SLOT_BYTES
+    }
+}
+
+#[derive(Clone)]
+pub struct Fifo {
+    mem: Arc<dyn FifoMemory>,
+    slots: u32,
+}
+
+impl Fifo {
+    /// The FIFO of `slots` slots per lane in `mem`, after checking that it fits.
+    pub fn new(mem: Arc<dyn FifoMemory>, slots: u32) -> Result<Fifo, String> {
+        if slots == 0 || slots > NET_MAX_SLOTS {
+            return Err(format!(
+                "a network connection has 1 to {NET_MAX_SLOTS} slots per lane, not {slots}"
+            ));
+        }
+        if mem.len() < fifo_len(slots) || (mem.host() as usize) % 128 != 0 {
+            return Err(format!(
+                "{} bytes at {:p} cannot hold a FIFO of {slots} slots ({} bytes, 128-byte aligned)",
+                mem.len(),
+                mem.host(),
+                fifo_len(slots)
+            ));
+        }
+        Ok(Fifo { mem, slots })
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    fn lane_at(&self, lane: usize) -> usize {
+        if lane == 0 {
+            0
+        } else {
+            lane_len(false, self.slots)
+        }
+    }
+
+    fn word(&self, at: usize) -> &AtomicU64 {
+        assert!(at % 8 == 0 && at + 8 <= self.mem.len());
+        // SAFETY: in bounds and aligned (checked; the base is 128-aligned), valid while
+        // `self.mem` lives (FifoMemory's contract); only ever accessed atomically here.
+        unsafe { &*(self.mem.host().add(at) as *const AtomicU64) }
+    }
+
+    /// Slices the sending kernel published (bumped by the kernel at a send end, by the
+    /// proxy at a receive end).
+    pub fn head(&self, lane: usize) -> &AtomicU64 {
+        self.word(self.lane_at(lane))
+    }
+
+    /// Slices the receiving kernel consumed (bumped by the kernel at a receive end, by
+    /// the proxy at a send end).
+    pub fn tail(&self, lane: usize) -> &AtomicU64 {
+        self.word(self.lane_at(lane) + TAIL_AT as usize)
+    }
+
+    /// The byte count the sending kernel wrote for slot `slot`.
+    pub fn size(&self, lane: usize, slot: u32) -> &AtomicU64 {
+        assert!(slot < self.slots);
+        self.word(self.lane_at(lane) + 8 * (1 + slot as usize))
+    }
+
+    /// The address of slot `slot` of `lane`, with its length: for raw copies only.
+    pub fn slot(&self, lane: usize, slot: u32) -> (*mut u8, usize) {
+        assert!(slot < self.slots && lane < 2);
+        let at = self.lane_at(lane) + LANE_HEADER + slot as usize * slot_bytes(lane);
+        debug_assert!(at + slot_bytes(lane) <= self.mem.len());
+        // SAFETY: `at` is inside the allocation (checked against fifo_len in `new`).
+        (unsafe { self.mem.host().add(at) }, slot_bytes(lane))
+    }
+}

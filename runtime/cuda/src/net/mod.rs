@@ -1,0 +1,170 @@
+//! The network transport: connections whose two ends are on different hosts (or every
+//! connection, with `BRAID_NET_FORCE=1`, so that two processes, or two ranks of one
+//! process, on one machine exercise it). Each end has its FIFO in pinned host memory of
+//! its own process; the sending kernel writes into its side's FIFO exactly as into a
+//! peer's, and a proxy on each side (`proxy.rs`) carries the slices over a TCP stream
+//! into the receiving side's FIFO and the credits back. The kernels run the same code and
+//! protocols as on every other transport; a sending end only also states each slice's
+//! size (`program::NET`).
+//!
+//! Streams come from the bootstrap's authenticated links (`connect_link` /
+//! `accept_link`, on the interface `NCCL_SOCKET_IFNAME` / `BRAID_SOCKET_IFNAME` chose), or
+//! from a loopback pair when both ends are in this process.
+
+pub mod fifo;
+pub mod proxy;
+pub mod wire;
+
+use crate::device::HostAlloc;
+use fifo::FifoMemory;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+
+// SAFETY: `host` addresses `len` bytes of pinned, page-aligned memory owned by the value
+// until it drops; Rust code only reaches it through raw pointers and atomics.
+unsafe impl FifoMemory for HostAlloc {
+    fn host(&self) -> *mut u8 {
+        self.host_ptr()
+    }
+    fn len(&self) -> usize {
+        self.len_bytes()
+    }
+}
+
+/// Bootstrap link tags of network connections: this bit and the connection's channel
+/// (the host backend's links use the bare channel).
+pub const TAG: u64 = 1 << 62;
+
+/// Which connections go over the network.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetMap {
+    /// `BRAID_NET_FORCE=1`: every connection.
+    pub force: bool,
+    /// Each rank's host (an index into the distinct hosts), when known.
+    pub hosts: Vec<u32>,
+}
+
+impl NetMap {
+    /// Whether the connection from `a` to `b` goes over the network.
+    pub fn between(&self, a: u32, b: u32) -> bool {
+        if self.force {
+            return true;
+        }
+        match (self.hosts.get(a as usize), self.hosts.get(b as usize)) {
+            (Some(x), Some(y)) => x != y,
+            _ => false,
+        }
+    }
+
+    /// Whether any connection goes over the network (FIFOs in host memory then).
+    pub fn any(&self) -> bool {
+        self.force || self.hosts.iter().any(|h| Some(h) != self.hosts.first())
+    }
+
+    /// Hosts from each rank's host identity (as [`host_identity`] gives it).
+    pub fn from_identities(force: bool, ids: &[String]) -> NetMap {
+        let mut seen: Vec<&str> = Vec::new();
+        let hosts = ids
+            .iter()
+            .map(|id| match seen.iter().position(|s| *s == id) {
+                Some(i) => i as u32,
+                None => {
+                    seen.push(id);
+                    seen.len() as u32 - 1
+                }
+            })
+            .collect();
+        NetMap { force, hosts }
+    }
+}
+
+/// What tells this machine from others: its host name and boot id (two containers of one
+/// machine share the boot id and, usually, GPUs and shared memory).
+pub fn host_identity() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string());
+    let name = read("/proc/sys/kernel/hostname").unwrap_or_default();
+    let boot = read("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{name}/{boot}")
+}
+
+/// Two connected streams on the loopback interface, for a connection with both ends in
+/// this process.
+pub fn loopback_pair() -> std::io::Result<(TcpStream, TcpStream)> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let a = TcpStream::connect(l.local_addr()?)?;
+    let (b, _) = l.accept()?;
+    Ok((a, b))
+}
+
+/// How long one TCP stream on the loopback interface takes to carry `bytes` (the median
+/// of `runs`): the network transport's roofline on a machine whose ranks all talk over
+/// loopback (`BRAID_NET_FORCE`).
+pub fn stream_time(bytes: usize, runs: u32) -> std::io::Result<std::time::Duration> {
+    use std::io::{Read, Write};
+    let (mut a, mut b) = loopback_pair()?;
+    a.set_nodelay(true)?;
+    let reader = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = bytes * runs.max(1) as usize;
+        while left > 0 {
+            let n = b.read(&mut buf[..left.min(1 << 20)])?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            left -= n;
+            if left % bytes.max(1) == 0 {
+                b.write_all(&[1])?;
+            }
+        }
+        Ok(())
+    });
+    let chunk = vec![0x5au8; bytes.clamp(1, 1 << 20)];
+    let mut times = Vec::new();
+    for _ in 0..runs.max(1) {
+        let t = std::time::Instant::now();
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            a.write_all(&chunk[..n])?;
+            left -= n;
+        }
+        if bytes > 0 {
+            let mut ack = [0u8; 1];
+            a.read_exact(&mut ack)?;
+        }
+        times.push(t.elapsed());
+    }
+    reader.join().expect("the reader thread")?;
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn connections_between_hosts_or_all_when_forced() {
+        let ids: Vec<String> = ["a", "a", "b", "b"].map(String::from).to_vec();
+        let m = NetMap::from_identities(false, &ids);
+        assert_eq!(m.hosts, vec![0, 0, 1, 1]);
+        assert!(!m.between(0, 1));
+        assert!(m.between(1, 2));
+        assert!(m.any());
+        let one = NetMap::from_identities(false, &ids[..2]);
+        assert!(!one.any() && !one.between(0, 1));
+        let forced_map = NetMap::from_identities(true, &ids[..2]);
+        assert!(forced_map.any() && forced_map.between(0, 1));
+        assert!(host_identity().contains('/'));
+    }
+
+    #[test]
+    fn the_loopback_stream_is_timed_per_run() {
+        let small = stream_time(4096, 3).unwrap();
+        let big = stream_time(64 << 20, 3).unwrap();
+        assert!(small > std::time::Duration::ZERO);
+        assert!(big > small, "{big:?} {small:?}");
+    }
+}

@@ -1,0 +1,521 @@
+//! The proxy of one connection end: what carries a lane's slices between a sending
+//! kernel's FIFO and the receiving kernel's FIFO over a stream, as NCCL's proxy thread
+//! does for its network transports.
+//!
+//! * **Send end.** The sending kernel writes slices into a FIFO in this host's memory and
+//!   publishes `head` (and each slice's byte count) as for any connection. The process's
+//!   poller thread sees `head` move and writes each new slice to the stream as a data
+//!   frame; the end's reader thread takes credits off the stream and stores them in the
+//!   FIFO's `tail`, which the kernel waits on for free slots.
+//! * **Receive end.** The end's reader thread takes data frames off the stream into the
+//!   receiving kernel's FIFO (Simple: the bytes, then `head`; LL: the lines, 8 bytes at a
+//!   time, their flags telling the kernel they are there). The poller sees the kernel's
+//!   `tail` move and sends it back as a credit.
+//!
+//! Flow control is end to end: the sending kernel's free slots are the receiving
+//! kernel's, so a frame always finds its slot free (the receiver checks, since a peer is
+//! untrusted). A frame that breaks the protocol, a peer that vanishes while a slice is
+//! owed to it, or a stream that stalls mid-frame past the timeout abort the
+//! communicator's calls through `on_fail` (its kernels then stop with an error instead
+//! of waiting for their timeout). A stream that closes between frames is a peer going
+//! away: nothing is owed, so nothing fails.
+//!
+//! Dropping a proxy first forwards what its kernel already published (a send end's last
+//! slices may still sit in the FIFO when the kernel has finished), then stops its threads.
+//! The FIFO memory is shared with the poller, so it outlives every access.
+
+use super::fifo::{slot_bytes, Fifo};
+use super::wire::{Credit, Data, HEADER};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Called once with the reason when the connection breaks.
+pub type OnFail = Arc<dyn Fn(String) + Send + Sync>;
+
+/// How long a blocking socket call waits before the loop around it checks for a stop.
+const POLL: Duration = Duration::from_millis(50);
+
+struct Inner {
+    fifo: Fifo,
+    stream: TcpStream,
+    /// "rank 0 -> rank 1, channel 2", for messages.
+    what: String,
+    send: bool,
+    timeout: Duration,
+    on_fail: OnFail,
+    /// Set when the end is closing: threads stop, failures are no longer reported.
+    stop: AtomicBool,
+    failed: AtomicBool,
+    /// Send end: slices forwarded per lane. Receive end: slices credited per lane.
+    out: [AtomicU64; 2],
+    /// Send end: credits received per lane. Receive end: slices received per lane.
+    got: [AtomicU64; 2],
+}
+
+/// One proxied connection end; dropping it flushes and stops it.
+pub struct Proxy {
+    inner: Arc<Inner>,
+    reader: Option<JoinHandle<()>>,
+}
+
+enum Io {
+    Done,
+    /// The stream closed before the first byte.
+    Closed,
+    Stopped,
+    Failed(String),
+}
+
+impl Inner {
+    fn fail(&self, why: String) {
+        if self.stop.load(Ordering::Acquire) || self.failed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let why = format!("network connection {}: {why}", self.what);
+        tracing::warn!("{why}");
+        (self.on_fail)(why);
+    }
+
+    /// Receives exactly `len` bytes at `dst`. Before the first byte it waits as long as
+    /// it takes (a connection may idle between calls); once a frame started, at most
+    /// the timeout.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must be writable and not referenced by Rust code meanwhile.
+    unsafe fn recv_raw(&self, dst: *mut u8, len: usize, idle_ok: bool) -> Io {
+        let fd = self.stream.as_raw_fd();
+        let mut done = 0;
+        let mut deadline = (!idle_ok).then(|| Instant::now() + self.timeout);
+        while done < len {
+            if self.stop.load(Ordering::Acquire) {
+                return Io::Stopped;
+            }
+            // SAFETY: the caller's range; `done < len`.
+            let n = unsafe { libc::recv(fd, dst.add(done).cast(), len - done, 0) };
+            if n > 0 {
+                done += n as usize;
+                deadline.get_or_insert_with(|| Instant::now() + self.timeout);
+                continue;
+            }
+            if n == 0 {
+                return if done == 0 && idle_ok {
+                    Io::Closed
+                } else {
+                    Io::Failed(format!(
+                        "the peer closed the stream {done} bytes into a frame"
+                    ))
+                };
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::WouldBlock
+                | std::io::ErrorKind::TimedOut
+                | std::io::ErrorKind::Interrupted => {
+                    if deadline.is_some_and(|d| Instant::now() > d) {
+                        return Io::Failed(format!(
+                            "no byte of a started frame for {:?} (BRAID_TIMEOUT)",
+                            self.timeout
+                        ));
+                    }
+                }
+                std::io::ErrorKind::ConnectionReset if done == 0 && idle_ok => return Io::Closed,
+                _ => return Io::Failed(format!("receiving: {e}")),
+            }
+        }
+        Io::Done
+    }
+
+    /// Sends exactly `len` bytes from `src`, within the timeout.
+    ///
+    /// # Safety
+    /// `src..src + len` must be readable and not written by anyone meanwhile.
+    unsafe fn send_raw(&self, src: *const u8, len: usize) -> Io {
+        let fd = self.stream.as_raw_fd();
+        let deadline = Instant::now() + self.timeout;
+        let mut done = 0;
+        while done < len {
+            // SAFETY: the caller's range; `done < len`.
+            let n = unsafe { libc::send(fd, src.add(done).cast(), len - done, libc::MSG_NOSIGNAL) };
+            if n > 0 {
+                done += n as usize;
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::WouldBlock
+                | std::io::ErrorKind::TimedOut
+                | std::io::ErrorKind::Interrupted => {
+                    if Instant::now() > deadline {
+                        if self.stop.load(Ordering::Acquire) {
+                            return Io::Stopped;
+                        }
+                        return Io::Failed(format!(
+                            "the peer took nothing for {:?} (BRAID_TIMEOUT)",
+                            self.timeout
+                        ));
+                    }
+                }
+                _ => return Io::Failed(format!("sending: {e}")),
+            }
+        }
+        Io::Done
+    }
+
+    fn send_header(&self, h: &[u8; HEADER]) -> Io {
+        // SAFETY: a local array.
+        unsafe { self.send_raw(h.as_ptr(), HEADER) }
+    }
+
+    /// The poller's turn: forwards published slices (send end) or returns credits
+    /// (receive end). True when it moved anything.
+    fn poll(&self) -> bool {
+        if self.failed.load(Ordering::Acquire) {
+            return false;
+        }
+        let r = if self.send {
+            self.forward()
+        } else {
+            self.credit()
+        };
+        match r {
+            Ok(busy) => busy,
+            Err(why) => {
+                self.fail(why);
+                false
+            }
+        }
+    }
+
+    fn forward(&self) -> Result<bool, String> {
+        let n = u64::from(self.fifo.slots());
+        let mut busy = false;
+        for lane in 0..2 {
+            let head = self.fifo.head(lane).load(Ordering::Acquire);
+            let mut f = self.out[lane].load(Ordering::Relaxed);
+            if head <= f {
+                continue;
+            }
+            busy = true;
+            if head > self.got[lane].load(Ordering::Acquire) + n {
+                return Err(format!(
+                    "the sending kernel published slice {head} of lane {lane} with only {} \
+                     credited and {n} slots",
+                    self.got[lane].load(Ordering::Acquire)
+                ));
+            }
+            while f < head {
+                let slot = (f % n) as u32;
+                let bytes = self.fifo.size(lane, slot).load(Ordering::Relaxed);
+                let (at, cap) = self.fifo.slot(lane, slot);
+                if bytes > cap as u64 || (lane == 1 && bytes % 16 != 0) {
+                    return Err(format!(
+                        "the sending kernel announced a slice of {bytes} bytes on lane {lane} \
+                         (slots hold {cap})"
+                    ));
+                }
+                let h = Data {
+                    lane,
+                    bytes: bytes as u32,
+                    seq: f + 1,
+                };
+                let r = match self.send_header(&h.encode()) {
+                    // SAFETY: inside the slot; the kernel writes this slot again only
+                    // after the credit for it, which follows this send.
+                    Io::Done => unsafe { self.send_raw(at, bytes as usize) },
+                    other => other,
+                };
+                match r {
+                    Io::Done => {}
+                    Io::Stopped | Io::Closed => return Ok(busy),
+                    Io::Failed(why) => return Err(why),
+                }
+                f += 1;
+                self.out[lane].store(f, Ordering::Release);
+            }
+        }
+        Ok(busy)
+    }
+
+    fn credit(&self) -> Result<bool, String> {
+        let mut busy = false;
+        for lane in 0..2 {
+            let tail = self.fifo.tail(lane).load(Ordering::Acquire);
+            if tail <= self.out[lane].load(Ordering::Relaxed) {
+                continue;
+            }
+            busy = true;
+            let got = self.got[lane].load(Ordering::Acquire);
+            if tail > got {
+                return Err(format!(
+                    "the receiving kernel consumed {tail} slices of lane {lane}, {got} arrived"
+                ));
+            }
+            match self.send_header(&Credit { lane, tail }.encode()) {
+                Io::Done => self.out[lane].store(tail, Ordering::Release),
+                Io::Stopped | Io::Closed => return Ok(busy),
+                Io::Failed(why) => return Err(why),
+            }
+        }
+        Ok(busy)
+    }
+
+    fn read_header(&self) -> Result<Option<[u8; HEADER]>, String> {
+        let mut h = [0u8; HEADER];
+        // SAFETY: a local array.
+        match unsafe { self.recv_raw(h.as_mut_ptr(), HEADER, true) } {
+            Io::Done => Ok(Some(h)),
+            Io::Closed | Io::Stopped => Ok(None),
+            Io::Failed(why) => Err(why),
+        }
+    }
+
+    /// Send end's reader: credits into the FIFO's `tail`.
+    fn take_credits(&self) -> Result<(), String> {
+        while let Some(h) = self.read_header()? {
+            let c = Credit::decode(&h)?;
+            let (got, sent) = (
+                self.got[c.lane].load(Ordering::Acquire),
+                self.out[c.lane].load(Ordering::Acquire),
+            );
+            if c.tail < got || c.tail > sent {
+                return Err(format!(
+                    "a credit of {} slices on lane {} after {got}, with {sent} sent",
+                    c.tail, c.lane
+                ));
+            }
+            self.got[c.lane].store(c.tail, Ordering::Release);
+            self.fifo.tail(c.lane).store(c.tail, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Receive end's reader: data frames into the FIFO.
+    fn take_data(&self) -> Result<(), String> {
+        let n = u64::from(self.fifo.slots());
+        let mut lines: Vec<u64> = Vec::new();
+        while let Some(h) = self.read_header()? {
+            let d = Data::decode(&h)?;
+            let lane = d.lane;
+            let want = self.got[lane].load(Ordering::Relaxed) + 1;
+            if d.seq != want {
+                return Err(format!(
+                    "slice {} arrived on lane {lane} where slice {want} was due",
+                    d.seq
+                ));
+            }
+            let bytes = d.bytes as usize;
+            if bytes > slot_bytes(lane) || (lane == 1 && bytes % 16 != 0) {
+                return Err(format!(
+                    "a slice of {bytes} bytes on lane {lane} (slots hold {})",
+                    slot_bytes(lane)
+                ));
+            }
+            let consumed = self.fifo.tail(lane).load(Ordering::Acquire);
+            if d.seq - 1 - consumed >= n {
+                return Err(format!(
+                    "slice {} arrived on lane {lane} while the kernel has consumed {consumed} \
+                     of {n} slots: the sender ignored the credits",
+                    d.seq
+                ));
+            }
+            let (at, _) = self.fifo.slot(lane, ((d.seq - 1) % n) as u32);
+            if lane == 0 {
+                // SAFETY: inside the slot (bytes <= its length), which the kernel does not
+                // read until `head` says so below.
+                match unsafe { self.recv_raw(at, bytes, false) } {
+                    Io::Done => {}
+                    Io::Stopped => return Ok(()),
+                    Io::Closed => unreachable!("only before a frame"),
+                    Io::Failed(why) => return Err(why),
+                }
+                // The slot's bytes before `head` (the GPU reads them after it).
+                std::sync::atomic::fence(Ordering::SeqCst);
+                self.fifo.head(lane).store(d.seq, Ordering::Release);
+            } else {
+                // LL: the kernel polls each 8-byte half-line's flag, so every half-line
+                // is stored whole.
+                lines.clear();
+                lines.resize(bytes / 8, 0);
+                // SAFETY: a local buffer of `bytes` bytes.
+                match unsafe { self.recv_raw(lines.as_mut_ptr().cast(), bytes, false) } {
+                    Io::Done => {}
+                    Io::Stopped => return Ok(()),
+                    Io::Closed => unreachable!("only before a frame"),
+                    Io::Failed(why) => return Err(why),
+                }
+                for (i, w) in lines.iter().enumerate() {
+                    // SAFETY: inside the slot, 8-byte aligned (slots are 16-aligned).
+                    let word = unsafe { &*(at.add(8 * i) as *const AtomicU64) };
+                    word.store(*w, Ordering::Relaxed);
+                }
+            }
+            self.got[lane].store(d.seq, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+impl Proxy {
+    /// Starts the proxy of a connection end: `send` (the kernel sends into `fifo`) or
+    /// receive (the kernel receives from `fifo`), over `stream` to the other end's proxy.
+    pub fn start(
+        fifo: Fifo,
+        stream: TcpStream,
+        send: bool,
+        what: String,
+        timeout: Duration,
+        on_fail: OnFail,
+    ) -> std::io::Result<Proxy> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(POLL))?;
+        stream.set_write_timeout(Some(POLL))?;
+        let inner = Arc::new(Inner {
+            fifo,
+            stream,
+            what,
+            send,
+            timeout,
+            on_fail,
+            stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            out: Default::default(),
+            got: Default::default(),
+        });
+        let me = inner.clone();
+        let reader = std::thread::Builder::new()
+            .name(
+                if send {
+                    "braid-net-credits"
+                } else {
+                    "braid-net-data"
+                }
+                .into(),
+            )
+            .stack_size(256 << 10)
+            .spawn(move || {
+                let r = if me.send {
+                    me.take_credits()
+                } else {
+                    me.take_data()
+                };
+                if let Err(why) = r {
+                    me.fail(why);
+                }
+            })?;
+        poller().add(inner.clone());
+        Ok(Proxy {
+            inner,
+            reader: Some(reader),
+        })
+    }
+
+    /// The failure reported so far, if any.
+    pub fn failed(&self) -> bool {
+        self.inner.failed.load(Ordering::Acquire)
+    }
+
+    /// Waits until every slice the kernel published has been forwarded (send end), the
+    /// connection failed, or the timeout passed.
+    fn flush(&self) {
+        let i = &self.inner;
+        let deadline = Instant::now() + i.timeout;
+        while i.send && !self.failed() && Instant::now() < deadline {
+            if (0..2)
+                .all(|l| i.out[l].load(Ordering::Acquire) >= i.fifo.head(l).load(Ordering::Acquire))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.flush();
+        self.inner.stop.store(true, Ordering::Release);
+        let _ = self.inner.stream.shutdown(Shutdown::Both);
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// The process's poller: one thread that watches every proxied end's counters and does
+/// their writes. It spins while there is traffic and backs off to short sleeps when
+/// there has been none for a while.
+struct Poller {
+    ends: Mutex<Vec<Arc<Inner>>>,
+    changed: AtomicBool,
+    wake: Condvar,
+}
+
+/// Idle time after which the poller sleeps between rounds.
+const SPIN_FOR: Duration = Duration::from_millis(20);
+const IDLE_SLEEP: Duration = Duration::from_micros(50);
+
+fn poller() -> &'static Poller {
+    static P: OnceLock<&'static Poller> = OnceLock::new();
+    P.get_or_init(|| {
+        let p: &'static Poller = Box::leak(Box::new(Poller {
+            ends: Mutex::new(Vec::new()),
+            changed: AtomicBool::new(false),
+            wake: Condvar::new(),
+        }));
+        std::thread::Builder::new()
+            .name("braid-net-poller".into())
+            .spawn(move || p.run())
+            .expect("the network proxy's poller thread");
+        p
+    })
+}
+
+impl Poller {
+    fn add(&self, e: Arc<Inner>) {
+        self.ends.lock().unwrap().push(e);
+        self.changed.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    fn run(&self) {
+        let mut mine: Vec<Arc<Inner>> = Vec::new();
+        let mut last_busy = Instant::now();
+        loop {
+            if self.changed.swap(false, Ordering::AcqRel) {
+                let mut all = self.ends.lock().unwrap();
+                all.retain(|e| !e.stop.load(Ordering::Acquire));
+                mine = all.clone();
+            }
+            if mine.is_empty() {
+                let all = self.ends.lock().unwrap();
+                if all.is_empty() {
+                    let _ = self.wake.wait_timeout(all, Duration::from_millis(200));
+                }
+                continue;
+            }
+            let mut busy = false;
+            let mut gone = false;
+            for e in &mine {
+                if e.stop.load(Ordering::Acquire) {
+                    gone = true;
+                } else {
+                    busy |= e.poll();
+                }
+            }
+            if gone {
+                self.changed.store(true, Ordering::Release);
+            }
+            if busy {
+                last_busy = Instant::now();
+            } else if last_busy.elapsed() > SPIN_FOR {
+                std::thread::sleep(IDLE_SLEEP);
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}

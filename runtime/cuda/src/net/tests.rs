@@ -1,0 +1,333 @@
+//! The proxy against kernels played by threads on ordinary host memory: the same
+//! counters, sizes, slots and LL lines the GPU would write and read, so connection
+//! setup, flow control, framing, teardown and failures are tested without a GPU.
+
+use super::fifo::{fifo_len, Fifo, FifoMemory};
+use super::loopback_pair;
+use super::proxy::{OnFail, Proxy};
+use super::wire::{Credit, Data, HEADER};
+use crate::kernel::{LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
+use std::alloc::Layout;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct TestMem {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: the pointer is owned by the value; the tests only reach it through the Fifo.
+unsafe impl Send for TestMem {}
+unsafe impl Sync for TestMem {}
+
+impl TestMem {
+    fn new(len: usize) -> Arc<TestMem> {
+        let layout = Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        Arc::new(TestMem { ptr, layout })
+    }
+}
+
+impl Drop for TestMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+// SAFETY: owned, zeroed, 4096-aligned, `layout.size()` bytes, freed only on drop.
+unsafe impl FifoMemory for TestMem {
+    fn host(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+const SLOTS: u32 = 4;
+
+fn fifo() -> Fifo {
+    Fifo::new(TestMem::new(fifo_len(SLOTS)), SLOTS).unwrap()
+}
+
+fn failures() -> (OnFail, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    (Arc::new(move |why| s.lock().unwrap().push(why)), seen)
+}
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+fn spin_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+/// The bytes of slice `k` on the Simple lane, and their count.
+fn simple_bytes(k: u64) -> Vec<u8> {
+    let len = match k % 5 {
+        0 => 0,
+        1 => 8,
+        2 => SIMPLE_SLOT_BYTES,
+        _ => ((k * 7919) % SIMPLE_SLOT_BYTES as u64) as usize,
+    };
+    (0..len).map(|i| (k as usize * 31 + i * 7) as u8).collect()
+}
+
+/// The 8-byte data words of slice `k` on the LL lane.
+fn ll_words(k: u64) -> Vec<u64> {
+    let lines = 1 + (k * 104_729) as usize % (LL_SLOT_BYTES / 16);
+    (0..lines)
+        .map(|i| (k << 32) ^ (i as u64 * 0x9e37_79b9))
+        .collect()
+}
+
+fn word(at: *mut u8, i: usize) -> &'static AtomicU64 {
+    // SAFETY: the tests pass addresses inside a slot of a live FIFO, 8-aligned.
+    unsafe { &*(at.add(8 * i) as *const AtomicU64) }
+}
+
+/// The sending kernel: waits for a free slot, writes the slice, its size, then `head`.
+fn kernel_send(f: &Fifo, lane: usize, count: u64) {
+    let n = u64::from(f.slots());
+    for k in 0..count {
+        spin_until("a free slot", || {
+            k - f.tail(lane).load(Ordering::Acquire) < n
+        });
+        let (at, _) = f.slot(lane, (k % n) as u32);
+        let bytes = if lane == 0 {
+            let b = simple_bytes(k);
+            // SAFETY: inside the slot, which the proxy does not read until `head` moves.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len()) };
+            b.len()
+        } else {
+            let flag = (k + 1) as u32 as u64;
+            let w = ll_words(k);
+            for (i, d) in w.iter().enumerate() {
+                word(at, 2 * i).store((d & 0xffff_ffff) | (flag << 32), Ordering::Relaxed);
+                word(at, 2 * i + 1).store((d >> 32) | (flag << 32), Ordering::Relaxed);
+            }
+            16 * w.len()
+        };
+        f.size(lane, (k % n) as u32)
+            .store(bytes as u64, Ordering::Relaxed);
+        f.head(lane).store(k + 1, Ordering::Release);
+    }
+}
+
+/// The receiving kernel: Simple waits for `head`, LL polls each line's flags; checks
+/// every byte, then bumps `tail`.
+fn kernel_recv(f: &Fifo, lane: usize, count: u64) {
+    let n = u64::from(f.slots());
+    for k in 0..count {
+        let (at, _) = f.slot(lane, (k % n) as u32);
+        if lane == 0 {
+            spin_until("a slice", || f.head(lane).load(Ordering::Acquire) > k);
+            let want = simple_bytes(k);
+            let mut got = vec![0u8; want.len()];
+            // SAFETY: inside the slot, which the proxy does not write until `tail` moves.
+            unsafe { std::ptr::copy_nonoverlapping(at, got.as_mut_ptr(), got.len()) };
+            assert!(got == want, "Simple slice {k} differs");
+        } else {
+            let flag = (k + 1) as u32 as u64;
+            for (i, d) in ll_words(k).iter().enumerate() {
+                let (mut lo, mut hi) = (0, 0);
+                spin_until("an LL line", || {
+                    lo = word(at, 2 * i).load(Ordering::Relaxed);
+                    hi = word(at, 2 * i + 1).load(Ordering::Relaxed);
+                    lo >> 32 == flag && hi >> 32 == flag
+                });
+                assert_eq!((lo & 0xffff_ffff) | (hi << 32), *d, "LL slice {k} line {i}");
+            }
+        }
+        f.tail(lane).store(k + 1, Ordering::Release);
+    }
+}
+
+fn pair(timeout: Duration) -> (Fifo, Proxy, Fifo, Proxy, Arc<Mutex<Vec<String>>>) {
+    let (a, b) = loopback_pair().unwrap();
+    let (on_fail, seen) = failures();
+    let (sf, rf) = (fifo(), fifo());
+    let sp = Proxy::start(sf.clone(), a, true, "0->1".into(), timeout, on_fail.clone()).unwrap();
+    let rp = Proxy::start(rf.clone(), b, false, "0->1".into(), timeout, on_fail).unwrap();
+    (sf, sp, rf, rp, seen)
+}
+
+#[test]
+fn slices_of_both_lanes_arrive_whole_and_in_order_within_the_credits() {
+    let (sf, sp, rf, rp, seen) = pair(TIMEOUT);
+    let counts = [300u64, 2000];
+    std::thread::scope(|s| {
+        for (lane, &count) in counts.iter().enumerate() {
+            let (sf, rf) = (&sf, &rf);
+            s.spawn(move || kernel_send(sf, lane, count));
+            s.spawn(move || kernel_recv(rf, lane, count));
+        }
+    });
+    // Every credit came back to the sending kernel.
+    for (lane, &c) in counts.iter().enumerate() {
+        spin_until("the last credit", || {
+            sf.tail(lane).load(Ordering::Acquire) == c
+        });
+        assert_eq!(rf.head(0).load(Ordering::Acquire), counts[0]);
+    }
+    drop((sp, rp));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+}
+
+#[test]
+fn dropping_a_send_end_first_forwards_what_its_kernel_published() {
+    let (a, mut b) = loopback_pair().unwrap();
+    let (on_fail, seen) = failures();
+    let sf = fifo();
+    let sp = Proxy::start(sf.clone(), a, true, "t".into(), TIMEOUT, on_fail).unwrap();
+    kernel_send(&sf, 0, 3);
+    drop(sp);
+    b.set_read_timeout(Some(TIMEOUT)).unwrap();
+    for k in 0..3u64 {
+        let mut h = [0u8; HEADER];
+        b.read_exact(&mut h).unwrap();
+        let d = Data::decode(&h).unwrap();
+        assert_eq!((d.lane, d.seq), (0, k + 1));
+        let mut body = vec![0u8; d.bytes as usize];
+        b.read_exact(&mut body).unwrap();
+        assert_eq!(body, simple_bytes(k));
+    }
+    let mut rest = Vec::new();
+    b.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+/// A receive end fed by hand: what it does with `frames`, and the reasons it failed.
+fn feed_receiver(frames: &[(Data, Vec<u8>)], close: bool) -> (Fifo, Vec<String>) {
+    let (mut a, b) = loopback_pair().unwrap();
+    let (on_fail, seen) = failures();
+    let rf = fifo();
+    let rp = Proxy::start(rf.clone(), b, false, "0->1".into(), TIMEOUT, on_fail).unwrap();
+    for (h, body) in frames {
+        a.write_all(&h.encode()).unwrap();
+        a.write_all(body).unwrap();
+    }
+    if close {
+        a.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while seen.lock().unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(rp);
+    let why = seen.lock().unwrap().clone();
+    (rf, why)
+}
+
+fn data(lane: usize, seq: u64, bytes: usize) -> (Data, Vec<u8>) {
+    (
+        Data {
+            lane,
+            seq,
+            bytes: bytes as u32,
+        },
+        vec![0xab; bytes],
+    )
+}
+
+fn untouched(f: &Fifo) -> bool {
+    (0..2).all(|lane| {
+        (0..f.slots()).all(|s| {
+            let (at, len) = f.slot(lane, s);
+            (0..len / 8).all(|i| word(at, i).load(Ordering::Relaxed) == 0)
+        }) && f.head(lane).load(Ordering::Relaxed) == 0
+    })
+}
+
+#[test]
+fn a_peer_that_breaks_the_protocol_fails_the_connection_and_writes_nothing() {
+    // Out of order.
+    let (f, why) = feed_receiver(&[data(0, 2, 64)], false);
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert!(
+        why[0].contains("slice 2 arrived on lane 0 where slice 1 was due"),
+        "{why:?}"
+    );
+    assert!(why[0].contains("0->1"), "{why:?}");
+    assert!(untouched(&f));
+    // Larger than a slot: nothing is written past it, or at all.
+    let (h, _) = data(0, 1, 0);
+    let big = Data {
+        bytes: SIMPLE_SLOT_BYTES as u32 + 1,
+        ..h
+    };
+    let (f, why) = feed_receiver(&[(big, Vec::new())], false);
+    assert!(why[0].contains("slots hold"), "{why:?}");
+    assert!(untouched(&f));
+    // LL slices are whole lines.
+    let (f, why) = feed_receiver(&[data(1, 1, 24)], false);
+    assert!(why[0].contains("24 bytes on lane 1"), "{why:?}");
+    assert!(untouched(&f));
+    // More slices than slots without a credit.
+    let frames: Vec<_> = (1..=SLOTS as u64 + 1).map(|k| data(0, k, 16)).collect();
+    let (f, why) = feed_receiver(&frames, false);
+    assert!(why[0].contains("ignored the credits"), "{why:?}");
+    assert_eq!(f.head(0).load(Ordering::Acquire), u64::from(SLOTS));
+}
+
+#[test]
+fn a_peer_closing_mid_frame_fails_and_between_frames_does_not() {
+    let (h, body) = data(0, 1, 1000);
+    let (f, why) = feed_receiver(&[(h, body[..10].to_vec())], true);
+    assert!(why[0].contains("closed the stream"), "{why:?}");
+    assert_eq!(f.head(0).load(Ordering::Acquire), 0);
+    let (f, why) = feed_receiver(&[data(0, 1, 1000), data(1, 1, 32)], true);
+    assert!(why.is_empty(), "{why:?}");
+    assert_eq!(f.head(0).load(Ordering::Acquire), 1);
+    let (at, _) = f.slot(1, 0);
+    assert_eq!(
+        word(at, 3).load(Ordering::Relaxed),
+        u64::from_le_bytes([0xab; 8])
+    );
+}
+
+#[test]
+fn a_credit_for_slices_never_sent_fails_the_sender() {
+    let (a, mut b) = loopback_pair().unwrap();
+    let (on_fail, seen) = failures();
+    let sf = fifo();
+    let sp = Proxy::start(sf.clone(), a, true, "0->1".into(), TIMEOUT, on_fail).unwrap();
+    b.write_all(&Credit { lane: 1, tail: 3 }.encode()).unwrap();
+    spin_until("the failure", || !seen.lock().unwrap().is_empty());
+    assert!(seen.lock().unwrap()[0].contains("credit of 3 slices on lane 1"));
+    assert_eq!(sf.tail(1).load(Ordering::Acquire), 0);
+    drop(sp);
+}
+
+#[test]
+fn a_receiver_that_stalls_mid_frame_fails_within_the_timeout() {
+    let (mut a, b) = loopback_pair().unwrap();
+    let (on_fail, seen) = failures();
+    let rf = fifo();
+    let t = Duration::from_millis(300);
+    let start = Instant::now();
+    let rp = Proxy::start(rf, b, false, "0->1".into(), t, on_fail).unwrap();
+    let (h, body) = data(0, 1, 4096);
+    a.write_all(&h.encode()).unwrap();
+    a.write_all(&body[..100]).unwrap();
+    spin_until("the failure", || !seen.lock().unwrap().is_empty());
+    assert!(start.elapsed() >= t);
+    assert!(seen.lock().unwrap()[0].contains("BRAID_TIMEOUT"));
+    drop(rp);
+    let _: TcpStream = a;
+}
