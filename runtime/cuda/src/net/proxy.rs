@@ -54,6 +54,11 @@ struct Inner {
     out: [AtomicU64; 2],
     /// Send end: credits received per lane. Receive end: slices received per lane.
     got: [AtomicU64; 2],
+    /// Slices whose frame has started per lane (sent, or arriving): the bound a peer's
+    /// count of consumed slices is checked against. Raised before the bytes move, since
+    /// the consumer may finish with a slice, and say so, before the mover's own count is
+    /// updated.
+    started: [AtomicU64; 2],
 }
 
 /// One proxied connection end; dropping it flushes and stops it.
@@ -165,6 +170,42 @@ impl Inner {
         Io::Done
     }
 
+    /// Sends a header and `len` bytes from `body` with as few system calls as the
+    /// socket allows (one, usually).
+    ///
+    /// # Safety
+    /// As [`Inner::send_raw`] for `body..body + len`.
+    unsafe fn send_frame(&self, h: &[u8; HEADER], body: *const u8, len: usize) -> Io {
+        let mut iov = [
+            libc::iovec {
+                iov_base: h.as_ptr() as *mut libc::c_void,
+                iov_len: HEADER,
+            },
+            libc::iovec {
+                iov_base: body as *mut libc::c_void,
+                iov_len: len,
+            },
+        ];
+        // SAFETY: a zeroed msghdr is valid; it points at the two iovecs above.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = 2;
+        // SAFETY: both ranges are readable (the caller's contract, a local array).
+        let n = unsafe { libc::sendmsg(self.stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        let n = if n < 0 { 0 } else { n as usize };
+        // What did not go at once goes by the careful path (timeouts, errors).
+        if n < HEADER {
+            // SAFETY: the rest of the local array, then the caller's range.
+            match unsafe { self.send_raw(h.as_ptr().add(n), HEADER - n) } {
+                Io::Done => unsafe { self.send_raw(body, len) },
+                other => other,
+            }
+        } else {
+            // SAFETY: the caller's range, past what went.
+            unsafe { self.send_raw(body.add(n - HEADER), len - (n - HEADER)) }
+        }
+    }
+
     fn send_header(&self, h: &[u8; HEADER]) -> Io {
         // SAFETY: a local array.
         unsafe { self.send_raw(h.as_ptr(), HEADER) }
@@ -222,12 +263,10 @@ impl Inner {
                     bytes: bytes as u32,
                     seq: f + 1,
                 };
-                let r = match self.send_header(&h.encode()) {
-                    // SAFETY: inside the slot; the kernel writes this slot again only
-                    // after the credit for it, which follows this send.
-                    Io::Done => unsafe { self.send_raw(at, bytes as usize) },
-                    other => other,
-                };
+                self.started[lane].store(f + 1, Ordering::Release);
+                // SAFETY: inside the slot; the kernel writes this slot again only after the
+                // credit for it, which follows this send.
+                let r = unsafe { self.send_frame(&h.encode(), at, bytes as usize) };
                 match r {
                     Io::Done => {}
                     Io::Stopped | Io::Closed => return Ok(busy),
@@ -248,7 +287,7 @@ impl Inner {
                 continue;
             }
             busy = true;
-            let got = self.got[lane].load(Ordering::Acquire);
+            let got = self.started[lane].load(Ordering::Acquire);
             if tail > got {
                 return Err(format!(
                     "the receiving kernel consumed {tail} slices of lane {lane}, {got} arrived"
@@ -279,7 +318,7 @@ impl Inner {
             let c = Credit::decode(&h)?;
             let (got, sent) = (
                 self.got[c.lane].load(Ordering::Acquire),
-                self.out[c.lane].load(Ordering::Acquire),
+                self.started[c.lane].load(Ordering::Acquire),
             );
             if c.tail < got || c.tail > sent {
                 return Err(format!(
@@ -323,6 +362,7 @@ impl Inner {
                 ));
             }
             let (at, _) = self.fifo.slot(lane, ((d.seq - 1) % n) as u32);
+            self.started[lane].store(d.seq, Ordering::Release);
             if lane == 0 {
                 // SAFETY: inside the slot (bytes <= its length), which the kernel does not
                 // read until `head` says so below.
@@ -384,6 +424,7 @@ impl Proxy {
             failed: AtomicBool::new(false),
             out: Default::default(),
             got: Default::default(),
+            started: Default::default(),
         });
         let me = inner.clone();
         let reader = std::thread::Builder::new()
