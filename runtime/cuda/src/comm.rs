@@ -492,6 +492,19 @@ impl CudaComm {
         self.engine().clique().net.any()
     }
 
+    /// How this rank's connections go, in words: `p2p`, `host-staged`, `network`, or
+    /// the network beside one of the first two (ranks on several hosts).
+    pub fn links(&self) -> &'static str {
+        let net = &self.engine().clique().net;
+        match (net.force, net.any(), self.p2p()) {
+            (true, _, _) => "network",
+            (false, true, true) => "network + p2p",
+            (false, true, false) => "network + host-staged",
+            (false, false, true) => "p2p",
+            (false, false, false) => "host-staged",
+        }
+    }
+
     /// Whether sends and receives between ranks are served ([`crate::p2p`]; off with
     /// `BRAID_P2P_CHANNELS=0`).
     pub fn serves_p2p(&self) -> bool {

@@ -770,7 +770,8 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
         report.roofline = report.roofline.take().map(|r| {
             format!(
                 "{r}; over the network transport, also the bytes of the busiest pair of \
-                 ranks through one TCP stream on the loopback interface, timed in this run"
+                 ranks through one TCP stream on the loopback interface, sent back to back \
+                 in this run"
             )
         });
     }
@@ -873,9 +874,10 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 let t = match streamed.get(&busiest) {
                     Some(&t) => t,
                     None => {
-                        let t = braid_cuda::net::stream_time(busiest, args.runs).map_err(|e| {
-                            CliError::Runtime(format!("error: timing a loopback stream: {e}"))
-                        })?;
+                        let t = braid_cuda::net::stream_time(busiest, args.iters, args.runs)
+                            .map_err(|e| {
+                                CliError::Runtime(format!("error: timing a loopback stream: {e}"))
+                            })?;
                         streamed.insert(busiest, t);
                         t
                     }

@@ -195,15 +195,7 @@ fn run_cuda(
     let e = args.dtype.size();
     let (in_elems, out_elems) = buffer_elems(collective, n, count);
     let bytes = in_elems.max(out_elems) * e;
-    let link = if comm.network() && comm.p2p() {
-        "network + p2p"
-    } else if comm.network() {
-        "network"
-    } else if comm.p2p() {
-        "p2p"
-    } else {
-        "host-staged"
-    };
+    let link = comm.links();
     for iter in 0..args.iters {
         let case = braid_cuda::check::Case {
             collective,

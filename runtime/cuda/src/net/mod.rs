@@ -95,43 +95,51 @@ pub fn loopback_pair() -> std::io::Result<(TcpStream, TcpStream)> {
     Ok((a, b))
 }
 
-/// How long one TCP stream on the loopback interface takes to carry `bytes` (the median
-/// of `runs`): the network transport's roofline on a machine whose ranks all talk over
-/// loopback (`BRAID_NET_FORCE`).
-pub fn stream_time(bytes: usize, runs: u32) -> std::io::Result<std::time::Duration> {
+/// How long one TCP stream on the loopback interface takes to carry `bytes`, timed as
+/// the calls are: `iters` messages back to back, the last one acknowledged, the time per
+/// message, the median of `runs` such runs. The network transport's roofline on a
+/// machine whose ranks all talk over loopback (`BRAID_NET_FORCE`).
+pub fn stream_time(bytes: usize, iters: u32, runs: u32) -> std::io::Result<std::time::Duration> {
     use std::io::{Read, Write};
+    let (iters, runs) = (iters.max(1) as usize, runs.max(1) as usize);
     let (mut a, mut b) = loopback_pair()?;
     a.set_nodelay(true)?;
+    b.set_nodelay(true)?;
+    let per_run = (bytes * iters).max(1);
     let reader = std::thread::spawn(move || -> std::io::Result<()> {
         let mut buf = vec![0u8; 1 << 20];
-        let mut left = bytes * runs.max(1) as usize;
-        while left > 0 {
-            let n = b.read(&mut buf[..left.min(1 << 20)])?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
+        for _ in 0..runs {
+            // An empty message is one byte on the wire, so that each run has an end.
+            let mut left = per_run;
+            while left > 0 {
+                let n = b.read(&mut buf[..left.min(1 << 20)])?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::UnexpectedEof.into());
+                }
+                left -= n;
             }
-            left -= n;
-            if left % bytes.max(1) == 0 {
-                b.write_all(&[1])?;
-            }
+            b.write_all(&[1])?;
         }
         Ok(())
     });
     let chunk = vec![0x5au8; bytes.clamp(1, 1 << 20)];
-    let mut times = Vec::new();
-    for _ in 0..runs.max(1) {
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
         let t = std::time::Instant::now();
-        let mut left = bytes;
-        while left > 0 {
-            let n = left.min(chunk.len());
-            a.write_all(&chunk[..n])?;
-            left -= n;
+        if bytes == 0 {
+            a.write_all(&[0])?;
         }
-        if bytes > 0 {
-            let mut ack = [0u8; 1];
-            a.read_exact(&mut ack)?;
+        for _ in 0..iters {
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                a.write_all(&chunk[..n])?;
+                left -= n;
+            }
         }
-        times.push(t.elapsed());
+        let mut ack = [0u8; 1];
+        a.read_exact(&mut ack)?;
+        times.push(t.elapsed() / iters as u32);
     }
     reader.join().expect("the reader thread")?;
     times.sort();
@@ -162,8 +170,9 @@ mod unit {
 
     #[test]
     fn the_loopback_stream_is_timed_per_run() {
-        let small = stream_time(4096, 3).unwrap();
-        let big = stream_time(64 << 20, 3).unwrap();
+        let small = stream_time(4096, 10, 3).unwrap();
+        let big = stream_time(64 << 20, 2, 3).unwrap();
+        assert!(stream_time(0, 5, 2).unwrap() > std::time::Duration::ZERO);
         assert!(small > std::time::Duration::ZERO);
         assert!(big > small, "{big:?} {small:?}");
     }

@@ -447,11 +447,13 @@ impl Proxy {
                     me.fail(why);
                 }
             })?;
-        poller().add(inner.clone());
-        Ok(Proxy {
-            inner,
+        let proxy = Proxy {
+            inner: inner.clone(),
             reader: Some(reader),
-        })
+        };
+        // Without a poller the proxy drops (and its reader stops) here.
+        poller()?.add(inner);
+        Ok(proxy)
     }
 
     /// The failure reported so far, if any.
@@ -486,9 +488,10 @@ impl Drop for Proxy {
     }
 }
 
-/// The process's poller: one thread that watches every proxied end's counters and does
-/// their writes. It spins while there is traffic and backs off to short sleeps when
-/// there has been none for a while.
+/// One of the process's pollers: a thread that watches its proxied ends' counters and
+/// does their writes. It spins while there is traffic and backs off to short sleeps when
+/// there has been none for a while. Ends are dealt to the pollers in turn, so that the
+/// connections of one call move in parallel.
 struct Poller {
     ends: Mutex<Vec<Arc<Inner>>>,
     changed: AtomicBool,
@@ -499,20 +502,32 @@ struct Poller {
 const SPIN_FOR: Duration = Duration::from_millis(20);
 const IDLE_SLEEP: Duration = Duration::from_micros(50);
 
-fn poller() -> &'static Poller {
-    static P: OnceLock<&'static Poller> = OnceLock::new();
-    P.get_or_init(|| {
-        let p: &'static Poller = Box::leak(Box::new(Poller {
-            ends: Mutex::new(Vec::new()),
-            changed: AtomicBool::new(false),
-            wake: Condvar::new(),
-        }));
-        std::thread::Builder::new()
-            .name("braid-net-poller".into())
-            .spawn(move || p.run())
-            .expect("the network proxy's poller thread");
-        p
-    })
+/// Pollers per process: a quarter of the CPUs, 1 to 4.
+fn pollers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).clamp(1, 4))
+}
+
+/// The poller the next end goes to (each started on first use; they live as long as
+/// the process, idle when no connection is open).
+fn poller() -> std::io::Result<&'static Poller> {
+    static ALL: OnceLock<Mutex<Vec<Option<&'static Poller>>>> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let all = ALL.get_or_init(|| Mutex::new(vec![None; pollers()]));
+    let mut all = all.lock().unwrap_or_else(|p| p.into_inner());
+    let i = NEXT.fetch_add(1, Ordering::Relaxed) as usize % all.len();
+    if let Some(p) = all[i] {
+        return Ok(p);
+    }
+    let p: &'static Poller = Box::leak(Box::new(Poller {
+        ends: Mutex::new(Vec::new()),
+        changed: AtomicBool::new(false),
+        wake: Condvar::new(),
+    }));
+    std::thread::Builder::new()
+        .name(format!("braid-net-poller-{i}"))
+        .spawn(move || p.run())?;
+    all[i] = Some(p);
+    Ok(p)
 }
 
 impl Poller {
