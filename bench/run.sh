@@ -11,6 +11,9 @@
 #                         host backend (no NCCL) to check the script itself
 #   RANKS=N               ranks (default: the GPUs nvidia-smi lists; host: 4)
 #   MAX=1G                largest size; ITERS=20, WARMUP=5, RUNS=3
+#   NET=1                 both over their network transports: Braid with BRAID_NET_FORCE=1,
+#                         NCCL with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (its sockets);
+#                         the roofline then also times the busiest pair's bytes on loopback
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-bench/run-$(date +%Y%m%d-%H%M%S)}"
@@ -28,6 +31,9 @@ else
     extra=(--backend host)
 fi
 max="${MAX:-1G}"
+if [ "${NET:-0}" = 1 ]; then
+    export BRAID_NET_FORCE=1 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+fi
 summary="$out/summary.txt"
 : >"$summary"
 failed=0
