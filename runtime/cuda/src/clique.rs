@@ -99,8 +99,9 @@ struct Conns {
     own: Vec<Box<dyn Region>>,
     /// Peers' FIFOs opened here (senders here, receivers in other processes).
     opened: Vec<Box<dyn Region>>,
-    /// The proxies of this process's network connection ends.
-    proxies: Vec<Proxy>,
+    /// The proxies of this process's network connection ends ([`Proxy`] or
+    /// [`net::rdma::RdmaEnd`]), dropped (flushed) before the FIFOs they serve.
+    proxies: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 pub struct Clique {
@@ -112,6 +113,8 @@ pub struct Clique {
     pub p2p: bool,
     /// Which connections go over the network.
     pub net: NetMap,
+    /// The RDMA device network connections use (`None`: TCP streams).
+    pub rdma: Option<Arc<dyn braid_ib::rdma::Device>>,
     pub timeout: Duration,
     pub scratch_bytes: usize,
     /// `BRAID_TRACE`: prepared plans record their step times.
@@ -163,7 +166,7 @@ impl Clique {
         locals: Vec<(u32, Arc<CudaContext>)>,
         oob: Option<Arc<dyn Oob>>,
         p2p: bool,
-        net: NetMap,
+        (net, rdma): (NetMap, Option<Arc<dyn braid_ib::rdma::Device>>),
         opts: &crate::comm::Options,
         stats: &Stats,
     ) -> Result<Clique> {
@@ -198,6 +201,7 @@ impl Clique {
             oob,
             p2p,
             net,
+            rdma,
             timeout: opts.timeout,
             scratch_bytes: opts.scratch_bytes,
             trace: opts.trace,
@@ -576,6 +580,7 @@ impl Clique {
                 streams.push((i, false, s));
             }
         }
+        let mut pending = Vec::new();
         for (i, send, stream) in streams {
             let conn = missing[i];
             let fifo = fifos.remove(&(i, send)).expect("a FIFO per end");
@@ -586,9 +591,38 @@ impl Clique {
                 conn.channel,
                 if send { "sending" } else { "receiving" }
             );
-            let p = Proxy::start(fifo, stream, send, what, self.timeout, self.on_fail())
-                .map_err(|e| CudaError::Invalid(format!("starting a network proxy: {e}")))?;
-            c.proxies.push(p);
+            match &self.rdma {
+                // Each phase over every end before the next (see `rdma::Setup`).
+                Some(dev) => pending.push((
+                    what.clone(),
+                    net::rdma::Setup::offer(
+                        dev.as_ref(),
+                        fifo,
+                        stream,
+                        send,
+                        what,
+                        self.timeout,
+                        self.on_fail(),
+                    ),
+                )),
+                None => c.proxies.push(Box::new(
+                    Proxy::start(fifo, stream, send, what, self.timeout, self.on_fail()).map_err(
+                        |e| CudaError::Invalid(format!("starting a network proxy: {e}")),
+                    )?,
+                )),
+            }
+        }
+        let rdma_err = |what: &str, e: String| {
+            CudaError::Invalid(format!("network connection {what} over RDMA: {e}"))
+        };
+        let mut connected = Vec::new();
+        for (what, s) in pending {
+            let s = s.map_err(|e| rdma_err(&what, e))?;
+            connected.push((what.clone(), s.connect().map_err(|e| rdma_err(&what, e))?));
+        }
+        for (what, s) in connected {
+            c.proxies
+                .push(Box::new(s.start().map_err(|e| rdma_err(&what, e))?));
         }
         Ok(())
     }

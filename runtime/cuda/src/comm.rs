@@ -7,7 +7,7 @@ use crate::clique::{Clique, Oob};
 use crate::device::DeviceAlloc;
 use crate::engine::CudaEngine;
 use crate::error::{CudaError, Result};
-use crate::net::{self, NetMap};
+use crate::net::{self, NetMap, NetTransport};
 use crate::stream::Stream;
 use braid_ir::Collective;
 use braid_runtime::bootstrap::{Bootstrap, UniqueId};
@@ -69,6 +69,9 @@ pub struct Options {
     /// Every connection over the network transport, even between ranks of one machine
     /// (`BRAID_NET_FORCE`), as NCCL users force its socket transport to test it.
     pub net_force: bool,
+    /// What carries network connections (`BRAID_NET_FORCE=socket|ib|soft-rdma`; by
+    /// default RDMA where every rank has a port, else TCP).
+    pub net_transport: NetTransport,
 }
 
 impl Default for Options {
@@ -81,6 +84,7 @@ impl Default for Options {
             p2p_channels: crate::p2p::DEFAULT_CHANNELS,
             trace: false,
             net_force: false,
+            net_transport: NetTransport::Auto,
         }
     }
 }
@@ -105,7 +109,8 @@ impl Options {
         Ok(Options {
             timeout: braid_runtime::comm::timeout_from_env(),
             p2p_disable: flag_on(std::env::var("BRAID_P2P_DISABLE").ok().as_deref()),
-            net_force: flag_on(std::env::var("BRAID_NET_FORCE").ok().as_deref()),
+            net_force: net::parse_force(std::env::var("BRAID_NET_FORCE").ok().as_deref()).0,
+            net_transport: net::parse_force(std::env::var("BRAID_NET_FORCE").ok().as_deref()).1,
             scratch_bytes,
             policy: Policy::from_env()?,
             p2p_channels: crate::p2p::channels_from(
@@ -115,6 +120,10 @@ impl Options {
             trace: std::env::var_os("BRAID_TRACE").is_some_and(|v| !v.is_empty()),
         })
     }
+}
+
+fn rdma_here(d: &Option<Arc<dyn braid_ib::rdma::Device>>) -> bool {
+    d.is_some()
 }
 
 /// Whether a flag variable's value (`BRAID_P2P_DISABLE`, `BRAID_NET_FORCE`) turns it on:
@@ -342,7 +351,20 @@ impl CudaComm {
             force: opts.net_force,
             hosts: Vec::new(),
         };
-        let clique = Arc::new(Clique::new(n, locals, None, p2p, net, opts, &stats)?);
+        let rdma = if net.any() {
+            net::rdma_device(opts.net_transport).map_err(CudaError::Invalid)?
+        } else {
+            None
+        };
+        let clique = Arc::new(Clique::new(
+            n,
+            locals,
+            None,
+            p2p,
+            (net, rdma),
+            opts,
+            &stats,
+        )?);
         clique.connect_p2p(opts.p2p_channels, &stats)?;
         // What the clique set up is counted on rank 0.
         let mut first = Some(stats);
@@ -401,18 +423,49 @@ impl CudaComm {
         let arch = crate::modules::arch(&ctx)?;
         let bus = pci_bus_id(&ctx)?;
         let me = net::host_identity();
-        let all = boot.allgather(format!("{arch} {bus} {me}").as_bytes())?;
+        // Whether this rank could carry network connections over RDMA: all must, or none
+        // does (the two ends of a connection run the same transport).
+        let rdma = match net::rdma_device(opts.net_transport) {
+            Ok(d) => d,
+            Err(why) if opts.net_force => return Err(CudaError::Invalid(why)),
+            Err(_) => None,
+        };
+        let all =
+            boot.allgather(format!("{arch} {bus} {} {me}", u8::from(rdma.is_some())).as_bytes())?;
         let mut ok = !opts.p2p_disable;
         let mut sharing = Vec::new();
         let mut hosts = Vec::with_capacity(all.len());
+        let mut everyone_rdma = true;
         for info in &all {
             let info = String::from_utf8_lossy(info);
-            hosts.push(info.splitn(3, ' ').nth(2).unwrap_or_default().to_string());
+            let mut parts = info.splitn(4, ' ');
+            everyone_rdma &= parts.nth(2) == Some("1");
+            hosts.push(parts.next().unwrap_or_default().to_string());
         }
         let net = NetMap::from_identities(opts.net_force, &hosts);
+        let rdma = match rdma {
+            Some(d) if everyone_rdma && net.any() => Some(d),
+            _ if net.any()
+                && matches!(
+                    opts.net_transport,
+                    NetTransport::Ib | NetTransport::SoftRdma
+                ) =>
+            {
+                return Err(CudaError::Invalid(format!(
+                    "BRAID_NET_FORCE asks for RDMA but not every rank has an RDMA device \
+                     (rank {rank}: {})",
+                    if rdma_here(&rdma) {
+                        "has one"
+                    } else {
+                        "has none"
+                    }
+                )));
+            }
+            _ => None,
+        };
         for (r, info) in all.iter().enumerate() {
             let info = String::from_utf8_lossy(info);
-            let mut parts = info.splitn(3, ' ');
+            let mut parts = info.splitn(4, ' ');
             let their_arch = parts.next().unwrap_or_default();
             let their_bus = parts.next().unwrap_or_default();
             if their_arch != arch {
@@ -457,7 +510,7 @@ impl CudaComm {
             vec![(rank, ctx)],
             Some(oob),
             p2p,
-            net,
+            (net, rdma),
             opts,
             &stats,
         )?);

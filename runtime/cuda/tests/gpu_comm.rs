@@ -121,6 +121,23 @@ fn main() -> ExitCode {
         section(&mut t, "network transport, point to point", || {
             p2p::section_with(gpus, true, &net)
         });
+        // The queue-pair transport (RDMA writes with immediates) on the software device.
+        let rdma = Options {
+            net_transport: braid_cuda::net::NetTransport::SoftRdma,
+            ..net.clone()
+        };
+        for n in [2u32, 4] {
+            section(
+                &mut t,
+                &format!("network over RDMA (software device), matrix n={n}"),
+                || matrix_with(n, gpus, true, &rdma),
+            );
+        }
+        section(
+            &mut t,
+            "network over RDMA (software device), point to point",
+            || p2p::section_with(gpus, true, &rdma),
+        );
         section(&mut t, "network transport, 2 processes", || {
             let env = [
                 ("BRAID_TIMEOUT", "20"),

@@ -4,13 +4,20 @@
 //! syntax (`NCCL_IB_HCA` / `BRAID_IB_HCA`, `NCCL_IB_DISABLE` / `BRAID_IB_DISABLE`,
 //! [`hca`]), and what the machine has ([`devices`]): through `ibverbs` when the crate is
 //! built with its `verbs` feature, else an error saying so. The selection is pure logic;
-//! the device list is the only part that touches the verbs library.
+//! the device list and `verbs_qp` are the only parts that touch the verbs library.
 //!
-//! Must not know: plans, GPUs, the bootstrap. The transport that moves data over queue
-//! pairs builds on this; it is not here yet.
+//! Must not know: plans, GPUs, the bootstrap. The queue-pair layer lives here: the verbs
+//! a transport needs ([`rdma`]), a software device that implements them ([`soft`]), and,
+//! with the `verbs` feature, `verbs_qp` over libibverbs. The transport that moves data over
+//! those queue pairs lives in braid-cuda's `net/`.
 
 pub mod devices;
 pub mod hca;
+pub mod open;
+pub mod rdma;
+pub mod soft;
+#[cfg(feature = "verbs")]
+pub mod verbs_qp;
 
 pub use devices::{discover, select, IbError, Port, PortState};
 pub use hca::{ib_disabled, HcaSpec};

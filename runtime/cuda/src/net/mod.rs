@@ -13,11 +13,13 @@
 
 pub mod fifo;
 pub mod proxy;
+pub mod rdma;
 pub mod wire;
 
 use crate::device::HostAlloc;
 use fifo::FifoMemory;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::sync::Arc;
 
 // SAFETY: `host` addresses `len` bytes of pinned, page-aligned memory owned by the value
 // until it drops; Rust code only reaches it through raw pointers and atomics.
@@ -33,6 +35,54 @@ unsafe impl FifoMemory for HostAlloc {
 /// Bootstrap link tags of network connections: this bit and the connection's channel
 /// (the host backend's links use the bare channel).
 pub const TAG: u64 = 1 << 62;
+
+/// What carries the network connections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NetTransport {
+    /// RDMA queue pairs when every rank opens an RDMA port (`NCCL_IB_HCA`, not
+    /// `NCCL_IB_DISABLE`), else TCP streams.
+    #[default]
+    Auto,
+    /// TCP streams.
+    Socket,
+    /// RDMA queue pairs, or an error saying why there are none.
+    Ib,
+    /// The software RDMA device inside the process (every rank in one process): the
+    /// queue-pair transport's logic on a machine without RDMA hardware.
+    SoftRdma,
+}
+
+/// `BRAID_NET_FORCE`: unset, empty or `0`: only connections between hosts go over the
+/// network; `1` (or any other flag value): every connection, over [`NetTransport::Auto`];
+/// `socket`, `ib`, `soft-rdma`: every connection, over that transport.
+pub fn parse_force(value: Option<&str>) -> (bool, NetTransport) {
+    match value.map(str::trim) {
+        None | Some("" | "0") => (false, NetTransport::Auto),
+        Some("socket") => (true, NetTransport::Socket),
+        Some("ib") => (true, NetTransport::Ib),
+        Some("soft-rdma") => (true, NetTransport::SoftRdma),
+        Some(_) => (true, NetTransport::Auto),
+    }
+}
+
+/// The RDMA device network connections use under `t` (`None`: TCP streams), or why the
+/// one asked for cannot be had.
+pub fn rdma_device(t: NetTransport) -> Result<Option<Arc<dyn braid_ib::rdma::Device>>, String> {
+    match t {
+        NetTransport::Socket => Ok(None),
+        NetTransport::SoftRdma => Ok(Some(Arc::new(braid_ib::soft::SoftDevice::process()))),
+        NetTransport::Ib => braid_ib::open::open_from_env()
+            .map(Some)
+            .map_err(|e| format!("BRAID_NET_FORCE=ib: {e}")),
+        NetTransport::Auto => match braid_ib::open::open_from_env() {
+            Ok(d) => Ok(Some(d)),
+            Err(why) => {
+                tracing::info!("network connections over TCP: no RDMA device ({why})");
+                Ok(None)
+            }
+        },
+    }
+}
 
 /// Which connections go over the network.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -166,6 +216,24 @@ mod unit {
         let forced_map = NetMap::from_identities(true, &ids[..2]);
         assert!(forced_map.any() && forced_map.between(0, 1));
         assert!(host_identity().contains('/'));
+    }
+
+    #[test]
+    fn the_force_variable_names_the_transport() {
+        assert_eq!(parse_force(None), (false, NetTransport::Auto));
+        assert_eq!(parse_force(Some(" 0")), (false, NetTransport::Auto));
+        assert_eq!(parse_force(Some("1")), (true, NetTransport::Auto));
+        assert_eq!(parse_force(Some("socket")), (true, NetTransport::Socket));
+        assert_eq!(parse_force(Some("ib")), (true, NetTransport::Ib));
+        assert_eq!(
+            parse_force(Some("soft-rdma")),
+            (true, NetTransport::SoftRdma)
+        );
+        assert!(rdma_device(NetTransport::Socket).unwrap().is_none());
+        assert_eq!(
+            rdma_device(NetTransport::SoftRdma).unwrap().unwrap().name(),
+            "soft-rdma"
+        );
     }
 
     #[test]

@@ -452,7 +452,7 @@ impl Proxy {
             reader: Some(reader),
         };
         // Without a poller the proxy drops (and its reader stops) here.
-        poller()?.add(inner);
+        register(inner)?;
         Ok(proxy)
     }
 
@@ -488,12 +488,34 @@ impl Drop for Proxy {
     }
 }
 
+/// What a poller drives: one connection end's turn (true when it moved anything), and
+/// whether the end has closed (the poller then lets it go).
+pub trait Pollable: Send + Sync {
+    fn poll(&self) -> bool;
+    fn stopped(&self) -> bool;
+}
+
+impl Pollable for Inner {
+    fn poll(&self) -> bool {
+        Inner::poll(self)
+    }
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// Hands `end` to one of the process's pollers (started on first use).
+pub fn register(end: Arc<dyn Pollable>) -> std::io::Result<()> {
+    poller()?.add(end);
+    Ok(())
+}
+
 /// One of the process's pollers: a thread that watches its proxied ends' counters and
 /// does their writes. It spins while there is traffic and backs off to short sleeps when
 /// there has been none for a while. Ends are dealt to the pollers in turn, so that the
 /// connections of one call move in parallel.
 struct Poller {
-    ends: Mutex<Vec<Arc<Inner>>>,
+    ends: Mutex<Vec<Arc<dyn Pollable>>>,
     changed: AtomicBool,
     wake: Condvar,
 }
@@ -531,19 +553,19 @@ fn poller() -> std::io::Result<&'static Poller> {
 }
 
 impl Poller {
-    fn add(&self, e: Arc<Inner>) {
+    fn add(&self, e: Arc<dyn Pollable>) {
         self.ends.lock().unwrap().push(e);
         self.changed.store(true, Ordering::Release);
         self.wake.notify_one();
     }
 
     fn run(&self) {
-        let mut mine: Vec<Arc<Inner>> = Vec::new();
+        let mut mine: Vec<Arc<dyn Pollable>> = Vec::new();
         let mut last_busy = Instant::now();
         loop {
             if self.changed.swap(false, Ordering::AcqRel) {
                 let mut all = self.ends.lock().unwrap();
-                all.retain(|e| !e.stop.load(Ordering::Acquire));
+                all.retain(|e| !e.stopped());
                 mine = all.clone();
             }
             if mine.is_empty() {
@@ -556,7 +578,7 @@ impl Poller {
             let mut busy = false;
             let mut gone = false;
             for e in &mine {
-                if e.stop.load(Ordering::Acquire) {
+                if e.stopped() {
                     gone = true;
                 } else {
                     busy |= e.poll();

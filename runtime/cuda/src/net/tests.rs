@@ -98,8 +98,13 @@ fn word(at: *mut u8, i: usize) -> &'static AtomicU64 {
 
 /// The sending kernel: waits for a free slot, writes the slice, its size, then `head`.
 fn kernel_send(f: &Fifo, lane: usize, count: u64) {
+    kernel_send_from(f, lane, 0, count);
+}
+
+/// [`kernel_send`] of slices `first..last`.
+fn kernel_send_from(f: &Fifo, lane: usize, first: u64, last: u64) {
     let n = u64::from(f.slots());
-    for k in 0..count {
+    for k in first..last {
         spin_until("a free slot", || {
             k - f.tail(lane).load(Ordering::Acquire) < n
         });
@@ -330,4 +335,83 @@ fn a_receiver_that_stalls_mid_frame_fails_within_the_timeout() {
     assert!(seen.lock().unwrap()[0].contains("BRAID_TIMEOUT"));
     drop(rp);
     let _: TcpStream = a;
+}
+
+// ---- The same over queue pairs of the software RDMA device ----
+
+use super::rdma::RdmaEnd;
+use braid_ib::soft::SoftDevice;
+
+/// Both ends over `dev`, set up through a loopback stream as across processes.
+fn rdma_pair(dev: &SoftDevice) -> (Fifo, RdmaEnd, Fifo, RdmaEnd, Arc<Mutex<Vec<String>>>) {
+    let (a, b) = loopback_pair().unwrap();
+    let (on_fail, seen) = failures();
+    let (sf, rf) = (fifo(), fifo());
+    let (sf2, dev2, f2) = (sf.clone(), dev.clone(), on_fail.clone());
+    let sender = std::thread::spawn(move || {
+        RdmaEnd::start(&dev2, sf2, a, true, "0->1".into(), TIMEOUT, f2).unwrap()
+    });
+    let re = RdmaEnd::start(dev, rf.clone(), b, false, "0->1".into(), TIMEOUT, on_fail).unwrap();
+    (sf, sender.join().unwrap(), rf, re, seen)
+}
+
+#[test]
+fn over_rdma_slices_of_both_lanes_arrive_whole_and_in_order_within_the_credits() {
+    let dev = SoftDevice::new();
+    let (sf, se, rf, re, seen) = rdma_pair(&dev);
+    let counts = [300u64, 2000];
+    std::thread::scope(|s| {
+        for (lane, &count) in counts.iter().enumerate() {
+            let (sf, rf) = (&sf, &rf);
+            s.spawn(move || kernel_send(sf, lane, count));
+            s.spawn(move || kernel_recv(rf, lane, count));
+        }
+    });
+    for (lane, &c) in counts.iter().enumerate() {
+        spin_until("the last credit", || {
+            sf.tail(lane).load(Ordering::Acquire) == c
+        });
+    }
+    drop((se, re));
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+}
+
+#[test]
+fn over_rdma_a_link_that_goes_down_fails_the_connection_by_name() {
+    let dev = SoftDevice::new();
+    let (sf, se, rf, re, seen) = rdma_pair(&dev);
+    std::thread::scope(|s| {
+        s.spawn(|| kernel_send(&sf, 0, 10));
+        s.spawn(|| kernel_recv(&rf, 0, 10));
+    });
+    assert!(seen.lock().unwrap().is_empty());
+    dev.break_all();
+    // The next slice cannot be written.
+    kernel_send_from(&sf, 0, 10, 11);
+    spin_until("the failure", || !seen.lock().unwrap().is_empty());
+    let why = seen.lock().unwrap()[0].clone();
+    assert!(why.contains("0->1") && why.contains("retry"), "{why}");
+    assert_eq!(rf.head(0).load(Ordering::Acquire), 10);
+    drop((se, re));
+}
+
+#[test]
+fn over_rdma_ends_with_different_fifos_refuse_to_connect() {
+    let dev = SoftDevice::new();
+    let (a, b) = loopback_pair().unwrap();
+    let (on_fail, _) = failures();
+    let small = Fifo::new(TestMem::new(fifo_len(2)), 2).unwrap();
+    let d2 = dev.clone();
+    let f2 = on_fail.clone();
+    let t = std::thread::spawn(move || {
+        RdmaEnd::start(&d2, small, a, true, "x".into(), TIMEOUT, f2).map(|_| ())
+    });
+    let r = RdmaEnd::start(&dev, fifo(), b, false, "x".into(), TIMEOUT, on_fail).map(|_| ());
+    let e = r.unwrap_err();
+    assert!(e.contains("2 slots per lane"), "{e}");
+    assert!(t.join().unwrap().is_err());
 }

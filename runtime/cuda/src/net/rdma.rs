@@ -1,0 +1,519 @@
+//! The network transport over RDMA queue pairs (InfiniBand, RoCE; the software device in
+//! tests): the same FIFOs and kernels as the stream proxy (`proxy.rs`), but a slice moves
+//! by one RDMA write from the sending side's FIFO slot straight into the receiving side's,
+//! with an immediate value that names it, as NCCL's IB transport does.
+//!
+//! * **Setup.** Each side registers its memory (the receiving side only its FIFO's slots,
+//!   so a peer can write nothing else; the sending side its FIFO, and a small pad that
+//!   credits target), then the two exchange endpoints and keys over a stream (a bootstrap
+//!   link) and connect their queue pairs. Receives are posted for every immediate that can
+//!   be in flight.
+//! * **Send end** (the poller's turn): each slice the kernel published becomes one write
+//!   into the peer's slot for it, immediate `(lane, seq)`; completions mark it forwarded;
+//!   credits arrive as zero-length writes whose immediate carries the receiving kernel's
+//!   `tail`, checked against what was sent before it reaches the FIFO's `tail`.
+//! * **Receive end**: each immediate is checked (order, size, free slots) before the
+//!   slice is announced (`head` for Simple; LL lines carry their flags already); the
+//!   kernel's `tail` goes back as a credit.
+//!
+//! Any failed completion or check aborts the communicator through `on_fail`, naming the
+//! connection and the device's reason.
+
+use super::fifo::{slot_bytes, Fifo};
+use super::proxy::{register, OnFail, Pollable};
+use crate::clique::{lane_len, LANE_HEADER};
+use braid_ib::rdma::{Completion, Device, Endpoint, MrKeys, QueuePair};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Immediate values: bit 31 marks a credit, bit 30 the lane, the rest the low 30 bits of
+/// the sequence number (data) or of `tail` (credit).
+const CREDIT: u32 = 1 << 31;
+const LANE: u32 = 1 << 30;
+const LOW: u32 = LANE - 1;
+
+fn imm(credit: bool, lane: usize, n: u64) -> u32 {
+    (if credit { CREDIT } else { 0 }) | (if lane == 1 { LANE } else { 0 }) | (n as u32 & LOW)
+}
+
+/// The full count whose low bits are `low`, at or after `last` and less than 2^29 past it.
+fn widen(last: u64, low: u32) -> u64 {
+    last + (u64::from(low.wrapping_sub(last as u32) & LOW))
+}
+
+/// What one side tells the other: its endpoint, slots, and where the peer may write (per
+/// lane: the receiving side's slots; the sending side's credit pad twice).
+const HELLO: usize = Endpoint::BYTES + 4 + 2 * 12;
+
+struct Hello {
+    ep: Endpoint,
+    slots: u32,
+    at: [(u64, u32); 2],
+}
+
+impl Hello {
+    fn encode(&self) -> [u8; HELLO] {
+        let mut b = [0u8; HELLO];
+        b[..Endpoint::BYTES].copy_from_slice(&self.ep.encode());
+        let mut o = Endpoint::BYTES;
+        b[o..o + 4].copy_from_slice(&self.slots.to_le_bytes());
+        o += 4;
+        for (addr, key) in self.at {
+            b[o..o + 8].copy_from_slice(&addr.to_le_bytes());
+            b[o + 8..o + 12].copy_from_slice(&key.to_le_bytes());
+            o += 12;
+        }
+        b
+    }
+
+    fn decode(b: &[u8; HELLO]) -> Result<Hello, String> {
+        let ep = Endpoint::decode(&b[..Endpoint::BYTES]).map_err(|e| e.0)?;
+        let mut o = Endpoint::BYTES;
+        let slots = u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        o += 4;
+        let mut at = [(0u64, 0u32); 2];
+        for a in &mut at {
+            *a = (
+                u64::from_le_bytes(b[o..o + 8].try_into().unwrap()),
+                u32::from_le_bytes(b[o + 8..o + 12].try_into().unwrap()),
+            );
+            o += 12;
+        }
+        Ok(Hello { ep, slots, at })
+    }
+}
+
+struct Inner {
+    // Dropped first: the queue pair deregisters the memory below before it can go.
+    qp: Box<dyn QueuePair>,
+    fifo: Fifo,
+    /// The sending side's credit target (written by the peer's zero-length writes only).
+    _pad: Option<Box<[u64; 2]>>,
+    send: bool,
+    what: String,
+    on_fail: OnFail,
+    stop: AtomicBool,
+    failed: AtomicBool,
+    /// This side's FIFO key (sources of a send end's writes).
+    local: MrKeys,
+    /// Where this side writes: per lane, the peer's slot 0 and key (send end), or the
+    /// peer's credit pad (receive end).
+    remote: [(u64, u32); 2],
+    /// Send end: slices whose write completed. Receive end: slices credited.
+    out: [AtomicU64; 2],
+    /// Send end: credits received. Receive end: slices announced.
+    got: [AtomicU64; 2],
+    /// Send end: slices whose write was posted.
+    started: [AtomicU64; 2],
+    completions: Mutex<Vec<Completion>>,
+}
+
+/// One connection end carried by a queue pair; dropping it flushes and stops it.
+pub struct RdmaEnd {
+    inner: Arc<Inner>,
+    timeout: Duration,
+}
+
+impl RdmaEnd {
+    /// Sets up the end over `stream` (to the other end, which calls this too) on `device`
+    /// and hands it to a poller.
+    ///
+    /// One call does the whole setup, which waits for the peer's; a process with several
+    /// ends uses [`Setup`]'s phases instead, each over all its ends, so that no end waits
+    /// for a peer that waits for another end of this process.
+    pub fn start(
+        device: &dyn Device,
+        fifo: Fifo,
+        stream: TcpStream,
+        send: bool,
+        what: String,
+        timeout: Duration,
+        on_fail: OnFail,
+    ) -> Result<RdmaEnd, String> {
+        Setup::offer(device, fifo, stream, send, what, timeout, on_fail)?
+            .connect()?
+            .start()
+    }
+
+    pub fn failed(&self) -> bool {
+        self.inner.failed.load(Ordering::Acquire)
+    }
+}
+
+/// An end being set up, in three phases that only write, then read: [`Setup::offer`]
+/// (queue pair, memory, endpoint sent), [`Setup::connect`] (the peer's endpoint read,
+/// connected, receives posted, ready sent), [`Setup::start`] (the peer's ready read,
+/// polling).
+pub struct Setup {
+    qp: Box<dyn QueuePair>,
+    fifo: Fifo,
+    pad: Option<Box<[u64; 2]>>,
+    stream: TcpStream,
+    send: bool,
+    what: String,
+    timeout: Duration,
+    on_fail: OnFail,
+    local: MrKeys,
+    remote: [(u64, u32); 2],
+}
+
+impl Setup {
+    pub fn offer(
+        device: &dyn Device,
+        fifo: Fifo,
+        mut stream: TcpStream,
+        send: bool,
+        what: String,
+        timeout: Duration,
+        on_fail: OnFail,
+    ) -> Result<Setup, String> {
+        let n = fifo.slots();
+        let qp = device
+            .queue_pair(4 * n + 4)
+            .map_err(|e| format!("{}: {e}", device.name()))?;
+        let whole = fifo.slot(0, 0).0 as usize - LANE_HEADER;
+        let mut pad = None;
+        let mut local = None;
+        let at = if send {
+            // The sources of this end's writes. SAFETY: the FIFO's memory lives in `fifo`
+            // (an Arc) in the end, dropped after the queue pair (field order).
+            let len = super::fifo::fifo_len(n);
+            local = Some(unsafe { qp.register(whole as *mut u8, len) }.map_err(|e| e.0)?);
+            let mut p = Box::new([0u64; 2]);
+            // SAFETY: the pad is boxed in the end, dropped after the queue pair.
+            let k = unsafe { qp.register(p.as_mut_ptr().cast(), 16) }.map_err(|e| e.0)?;
+            let a = p.as_ptr() as u64;
+            pad = Some(p);
+            [(a, k.rkey), (a, k.rkey)]
+        } else {
+            let mut at = [(0, 0); 2];
+            for (lane, a) in at.iter_mut().enumerate() {
+                let (p, _) = fifo.slot(lane, 0);
+                let bytes = n as usize * slot_bytes(lane);
+                // SAFETY: the lane's slots, inside the FIFO (as above).
+                // Only the slots: a peer can overwrite slice data, never a counter.
+                let k = unsafe { qp.register(p, bytes) }.map_err(|e| e.0)?;
+                local.get_or_insert(k);
+                *a = (p as u64, k.rkey);
+            }
+            at
+        };
+        let local = local.expect("registered above");
+        debug_assert_eq!(
+            fifo.slot(1, 0).0 as usize - whole,
+            lane_len(false, n) + LANE_HEADER
+        );
+        let mine = Hello {
+            ep: qp.endpoint(),
+            slots: n,
+            at,
+        };
+        stream
+            .set_read_timeout(Some(timeout))
+            .and_then(|_| stream.write_all(&mine.encode()))
+            .map_err(|e| format!("sending the queue pair's endpoint: {e}"))?;
+        Ok(Setup {
+            qp,
+            fifo,
+            pad,
+            stream,
+            send,
+            what,
+            timeout,
+            on_fail,
+            local,
+            remote: [(0, 0); 2],
+        })
+    }
+
+    pub fn connect(mut self) -> Result<Setup, String> {
+        let n = self.fifo.slots();
+        let mut b = [0u8; HELLO];
+        self.stream
+            .read_exact(&mut b)
+            .map_err(|e| format!("receiving the peer's queue pair endpoint: {e}"))?;
+        let theirs = Hello::decode(&b)?;
+        if theirs.slots != n {
+            return Err(format!(
+                "the peer's FIFO has {} slots per lane, this one {n}",
+                theirs.slots
+            ));
+        }
+        self.qp.connect(&theirs.ep).map_err(|e| e.0)?;
+        for i in 0..2 * u64::from(n) + 2 {
+            self.qp.post_recv(i).map_err(|e| e.0)?;
+        }
+        self.remote = theirs.at;
+        // Both sides post their receives before either writes.
+        self.stream
+            .write_all(&[1])
+            .map_err(|e| format!("telling the peer this queue pair is ready: {e}"))?;
+        Ok(self)
+    }
+
+    pub fn start(mut self) -> Result<RdmaEnd, String> {
+        self.stream
+            .read_exact(&mut [0u8; 1])
+            .map_err(|e| format!("waiting for the peer's queue pair: {e}"))?;
+        let inner = Arc::new(Inner {
+            qp: self.qp,
+            fifo: self.fifo,
+            _pad: self.pad,
+            send: self.send,
+            what: self.what,
+            on_fail: self.on_fail,
+            stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            local: self.local,
+            remote: self.remote,
+            out: Default::default(),
+            got: Default::default(),
+            started: Default::default(),
+            completions: Mutex::new(Vec::new()),
+        });
+        register(inner.clone()).map_err(|e| format!("starting a network poller: {e}"))?;
+        Ok(RdmaEnd {
+            inner,
+            timeout: self.timeout,
+        })
+    }
+}
+
+impl Drop for RdmaEnd {
+    fn drop(&mut self) {
+        let i = &self.inner;
+        let deadline = Instant::now() + self.timeout;
+        while i.send && !self.failed() && Instant::now() < deadline {
+            let head = |l: usize| i.fifo.head(l).load(Ordering::Acquire);
+            if (0..2).all(|l| i.out[l].load(Ordering::Acquire) >= head(l)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        i.stop.store(true, Ordering::Release);
+    }
+}
+
+impl Inner {
+    fn fail(&self, why: String) {
+        if self.stop.load(Ordering::Acquire) || self.failed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let why = format!("network connection {} (RDMA): {why}", self.what);
+        tracing::warn!("{why}");
+        (self.on_fail)(why);
+    }
+
+    fn turn(&self) -> Result<bool, String> {
+        let mut done = self.completions.lock().unwrap_or_else(|p| p.into_inner());
+        done.clear();
+        self.qp.poll(&mut done).map_err(|e| e.0)?;
+        let mut busy = !done.is_empty();
+        for c in done.iter() {
+            if let Err(why) = &c.status {
+                return Err(why.clone());
+            }
+            match c.recv {
+                Some((v, bytes)) => {
+                    self.arrived(v, bytes)?;
+                    self.qp.post_recv(c.wr_id).map_err(|e| e.0)?;
+                }
+                None if self.send => {
+                    // Completions come in posting order: this write's slice is out.
+                    let lane = (c.wr_id >> 62) as usize;
+                    self.out[lane].store(c.wr_id & ((1 << 62) - 1), Ordering::Release);
+                }
+                None => {}
+            }
+        }
+        drop(done);
+        busy |= if self.send {
+            self.forward()?
+        } else {
+            self.credit()?
+        };
+        Ok(busy)
+    }
+
+    /// An immediate arrived: a credit (send end) or a slice (receive end).
+    fn arrived(&self, v: u32, bytes: u32) -> Result<(), String> {
+        let lane = usize::from(v & LANE != 0);
+        if (v & CREDIT != 0) != self.send {
+            return Err(format!(
+                "an immediate {v:#x} of the wrong kind for this end"
+            ));
+        }
+        let n = u64::from(self.fifo.slots());
+        if self.send {
+            let got = self.got[lane].load(Ordering::Relaxed);
+            let tail = widen(got, v & LOW);
+            let sent = self.started[lane].load(Ordering::Acquire);
+            if tail > sent {
+                return Err(format!(
+                    "a credit of {tail} slices on lane {lane}, with {sent} sent"
+                ));
+            }
+            self.got[lane].store(tail, Ordering::Release);
+            self.fifo.tail(lane).store(tail, Ordering::Release);
+            return Ok(());
+        }
+        let want = self.got[lane].load(Ordering::Relaxed) + 1;
+        if v & LOW != want as u32 & LOW {
+            return Err(format!(
+                "slice {} (low bits) arrived on lane {lane} where slice {want} was due",
+                v & LOW
+            ));
+        }
+        if bytes as usize > slot_bytes(lane) || (lane == 1 && bytes % 16 != 0) {
+            return Err(format!(
+                "a slice of {bytes} bytes on lane {lane} (slots hold {})",
+                slot_bytes(lane)
+            ));
+        }
+        let consumed = self.fifo.tail(lane).load(Ordering::Acquire);
+        if want - 1 - consumed.min(want - 1) >= n {
+            return Err(format!(
+                "slice {want} arrived on lane {lane} while the kernel has consumed {consumed} \
+                 of {n} slots: the sender ignored the credits"
+            ));
+        }
+        if lane == 0 {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            self.fifo.head(lane).store(want, Ordering::Release);
+        }
+        self.got[lane].store(want, Ordering::Release);
+        Ok(())
+    }
+
+    fn forward(&self) -> Result<bool, String> {
+        let n = u64::from(self.fifo.slots());
+        let mut busy = false;
+        for lane in 0..2 {
+            let head = self.fifo.head(lane).load(Ordering::Acquire);
+            let mut f = self.started[lane].load(Ordering::Relaxed);
+            if head <= f {
+                continue;
+            }
+            busy = true;
+            if head > self.got[lane].load(Ordering::Acquire) + n {
+                return Err(format!(
+                    "the sending kernel published slice {head} of lane {lane} beyond its credits"
+                ));
+            }
+            while f < head {
+                let slot = (f % n) as u32;
+                let bytes = self.fifo.size(lane, slot).load(Ordering::Relaxed);
+                let (at, cap) = self.fifo.slot(lane, slot);
+                if bytes > cap as u64 || (lane == 1 && bytes % 16 != 0) {
+                    return Err(format!(
+                        "the sending kernel announced a slice of {bytes} bytes on lane {lane} \
+                         (slots hold {cap})"
+                    ));
+                }
+                let (base, rkey) = self.remote[lane];
+                let to = base + u64::from(slot) * cap as u64;
+                let id = ((lane as u64) << 62) | (f + 1);
+                // SAFETY: the slot lies in the registered FIFO; the kernel writes it again
+                // only after the credit for it, which follows this write's delivery.
+                unsafe {
+                    self.qp.write(
+                        id,
+                        at,
+                        bytes as u32,
+                        self.local.lkey,
+                        to,
+                        rkey,
+                        Some(imm(false, lane, f + 1)),
+                    )
+                }
+                .map_err(|e| e.0)?;
+                f += 1;
+                self.started[lane].store(f, Ordering::Release);
+            }
+        }
+        Ok(busy)
+    }
+
+    fn credit(&self) -> Result<bool, String> {
+        let n = u64::from(self.fifo.slots());
+        let mut busy = false;
+        for lane in 0..2 {
+            let tail = self.fifo.tail(lane).load(Ordering::Acquire);
+            if tail <= self.out[lane].load(Ordering::Relaxed) {
+                continue;
+            }
+            busy = true;
+            // The kernel may consume an LL slice as soon as its lines land, before its
+            // immediate is polled here: up to a FIFO's worth ahead.
+            let got = self.got[lane].load(Ordering::Acquire);
+            if tail > got + n {
+                return Err(format!(
+                    "the receiving kernel consumed {tail} slices of lane {lane}, {got} arrived"
+                ));
+            }
+            let (pad, rkey) = self.remote[lane];
+            // SAFETY: a zero-length write reads no local memory.
+            unsafe {
+                self.qp.write(
+                    u64::MAX,
+                    std::ptr::null(),
+                    0,
+                    self.local.lkey,
+                    pad,
+                    rkey,
+                    Some(imm(true, lane, tail)),
+                )
+            }
+            .map_err(|e| e.0)?;
+            self.out[lane].store(tail, Ordering::Release);
+        }
+        Ok(busy)
+    }
+}
+
+impl Pollable for Inner {
+    fn poll(&self) -> bool {
+        if self.failed.load(Ordering::Acquire) {
+            return false;
+        }
+        match self.turn() {
+            Ok(busy) => busy,
+            Err(why) => {
+                self.fail(why);
+                false
+            }
+        }
+    }
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn immediates_carry_kind_lane_and_low_bits_and_widen_back() {
+        let v = imm(true, 1, (5 << 30) + 77);
+        assert_eq!((v & CREDIT != 0, v & LANE != 0, v & LOW), (true, true, 77));
+        assert_eq!(widen((5 << 30) + 70, 77), (5 << 30) + 77);
+        // Across the wrap of the low bits.
+        assert_eq!(widen((1 << 30) - 2, 3), (1 << 30) + 3);
+        let h = Hello {
+            ep: Endpoint {
+                qpn: 3,
+                lid: 1,
+                gid: [2; 16],
+                psn: 4,
+            },
+            slots: 8,
+            at: [(10, 11), (12, 13)],
+        };
+        let d = Hello::decode(&h.encode()).unwrap();
+        assert_eq!((d.ep, d.slots, d.at), (h.ep, 8, h.at));
+    }
+}
