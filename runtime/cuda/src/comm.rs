@@ -422,6 +422,13 @@ impl CudaComm {
         let (rank, n) = (boot.rank(), boot.n_ranks());
         let arch = crate::modules::arch(&ctx)?;
         let bus = pci_bus_id(&ctx)?;
+        if opts.net_transport == NetTransport::SoftRdma && n > 1 {
+            return Err(CudaError::Invalid(
+                "BRAID_NET_FORCE=soft-rdma: the software RDMA device connects ranks of one \
+                 process only (use `1` or `socket` for ranks in several processes)"
+                    .into(),
+            ));
+        }
         let me = net::host_identity();
         // Whether this rank could carry network connections over RDMA: all must, or none
         // does (the two ends of a connection run the same transport).

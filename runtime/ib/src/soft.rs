@@ -25,6 +25,19 @@ struct Fabric {
     qps: Mutex<HashMap<u32, Arc<Mutex<State>>>>,
     next: AtomicU32,
     broken: AtomicBool,
+    /// Tells this fabric's endpoints from any other's (another device, another
+    /// process): the GID of its queue pairs.
+    id: [u8; 16],
+}
+
+/// A GID no other fabric of any process has: the process id and a per-process count.
+fn fabric_id() -> [u8; 16] {
+    static COUNT: AtomicU32 = AtomicU32::new(0);
+    let mut g = [0u8; 16];
+    g[..4].copy_from_slice(b"soft");
+    g[4..8].copy_from_slice(&std::process::id().to_le_bytes());
+    g[8..12].copy_from_slice(&COUNT.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    g
 }
 
 /// A range of registered memory, by address.
@@ -71,6 +84,7 @@ impl SoftDevice {
         SoftDevice {
             fabric: Arc::new(Fabric {
                 next: AtomicU32::new(1),
+                id: fabric_id(),
                 ..Fabric::default()
             }),
         }
@@ -145,12 +159,19 @@ impl QueuePair for SoftQp {
         Endpoint {
             qpn: self.qpn,
             lid: 0,
-            gid: [0; 16],
+            gid: self.fabric.id,
             psn: 0,
         }
     }
 
     fn connect(&self, remote: &Endpoint) -> Result<()> {
+        if remote.gid != self.fabric.id {
+            return Err(RdmaError(
+                "the peer's queue pair is on another software RDMA fabric (the software \
+                 device connects the ranks of one process only)"
+                    .into(),
+            ));
+        }
         if !self.fabric.qps.lock().unwrap().contains_key(&remote.qpn) {
             return Err(RdmaError(format!(
                 "no queue pair {} on this software fabric",
@@ -404,15 +425,14 @@ mod tests {
             .as_ref()
             .unwrap_err()
             .contains("unreachable"));
-        assert!(d2
-            .queue_pair(1)
-            .unwrap()
-            .connect(&Endpoint {
-                qpn: 999,
-                lid: 0,
-                gid: [0; 16],
-                psn: 0
-            })
-            .is_err());
+        let q = d2.queue_pair(1).unwrap();
+        let mut far = q.endpoint();
+        far.qpn = 999;
+        assert!(q.connect(&far).unwrap_err().0.contains("no queue pair 999"));
+        // A queue pair of another fabric (another process, in practice) is refused even
+        // where its number exists here.
+        let other = SoftDevice::new().queue_pair(1).unwrap();
+        let e = q.connect(&other.endpoint()).unwrap_err().0;
+        assert!(e.contains("one process only"), "{e}");
     }
 }
