@@ -567,6 +567,64 @@ fn hierarchical_programs_across_two_hosts_over_a_shaped_link() {
     }
 }
 
+/// The hierarchical all-reduce and all-to-all on `cluster:2x2` across two "hosts" whose
+/// link drops 3 % of the packets arriving on either side: every rank's three calls are
+/// right (TCP retransmits what was lost), and packets were dropped (so the check fails if
+/// the loss is not in effect).
+#[test]
+fn collectives_stay_right_across_a_link_that_loses_packets() {
+    let Some((veth, net)) = two_hosts() else {
+        return;
+    };
+    if let Err(why) = veth.lose(0.03) {
+        eprintln!("skipped: cannot drop packets between the namespaces here: {why}");
+        return;
+    }
+    let env = [("BRAID_SHM_DISABLE", "1"), ("BRAID_TIMEOUT", "60")];
+    for (k, (collective, algorithm, size)) in [
+        ("allreduce", "hierarchical_allreduce", "4M"),
+        ("alltoall", "hierarchical_alltoall", "1M"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let args = [
+            collective,
+            "--topo",
+            "cluster:2x2",
+            "--algorithm",
+            algorithm,
+            "--size",
+            size,
+            "--iters",
+            "3",
+        ];
+        let port = free_port();
+        let s = secret(30 + k as u8);
+        let ranks: Vec<Done> = (0..4)
+            .map(|r| spawn_rank_on(&net, r, 4, port, &s, &args, &env))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(wait)
+            .collect();
+        for (r, d) in ranks.iter().enumerate() {
+            assert_eq!(d.code, 0, "{algorithm} rank {r}: {}{}", d.stdout, d.stderr);
+            assert_eq!(
+                d.stdout.matches("correct").count(),
+                3,
+                "{algorithm} rank {r}: {}",
+                d.stdout
+            );
+        }
+    }
+    let dropped = veth.dropped().unwrap();
+    assert!(
+        dropped > 0,
+        "no packet was dropped: the loss rule was not in effect"
+    );
+    eprintln!("{dropped} packets dropped between the namespaces");
+}
+
 /// The GPU backend across two "hosts": the ranks of the hierarchical all-reduce and
 /// all-to-all on `cluster:2x2` in two network namespaces on this machine's GPUs (all on
 /// GPU 0 where there is one), every connection on the network transport
@@ -746,6 +804,64 @@ impl Veth {
         }
         Ok(())
     }
+
+    /// Drops each packet arriving in either namespace with probability `p` (iptables'
+    /// random `statistic` match: the kernels here have no netem for loss).
+    fn lose(&self, p: f64) -> Result<(), String> {
+        let ipt = iptables()?;
+        for ns in [&self.ns_a, &self.ns_b] {
+            ip(&[
+                "netns",
+                "exec",
+                ns,
+                ipt,
+                "-A",
+                "INPUT",
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                &p.to_string(),
+                "-j",
+                "DROP",
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Packets the rules of [`Veth::lose`] dropped so far, both namespaces together.
+    fn dropped(&self) -> Result<u64, String> {
+        let ipt = iptables()?;
+        let mut total = 0;
+        for ns in [&self.ns_a, &self.ns_b] {
+            let out = Command::new("ip")
+                .args(["netns", "exec", ns, ipt, "-L", "INPUT", "-v", "-x", "-n"])
+                .output()
+                .map_err(|e| format!("{ipt}: {e}"))?;
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if line.contains("DROP") {
+                    let pkts = line.split_whitespace().next().unwrap_or("0");
+                    total += pkts.parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// The iptables command of this machine (the legacy one where both exist: it needs no
+/// nftables support in the kernel).
+fn iptables() -> Result<&'static str, String> {
+    ["iptables-legacy", "iptables"]
+        .into_iter()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .ok_or_else(|| "no iptables command".to_string())
 }
 
 impl Drop for Veth {
