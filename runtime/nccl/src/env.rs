@@ -9,7 +9,9 @@
 //! `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS` / `BRAID_CHANNELS` (a replica count),
 //! `NCCL_ALGO` / `BRAID_ALGO` (which plans calls may use, read by the runtime's policy),
 //! `NCCL_SOCKET_IFNAME` / `BRAID_SOCKET_IFNAME` (the interfaces the bootstrap listens on,
-//! read by the runtime's bootstrap). Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
+//! read by the runtime's bootstrap), `NCCL_IB_HCA` / `BRAID_IB_HCA` and `NCCL_IB_DISABLE` /
+//! `BRAID_IB_DISABLE` (the RDMA ports of the network transport, read by braid-ib),
+//! `NCCL_MAX_CTAS` / `BRAID_MAX_CTAS` (thread blocks per call, read by the policy). Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
 
 use std::sync::Once;
 
@@ -25,6 +27,9 @@ pub const HONOURED: &[&str] = &[
     "NCCL_MAX_NCHANNELS",
     "NCCL_ALGO",
     "NCCL_SOCKET_IFNAME",
+    "NCCL_IB_HCA",
+    "NCCL_IB_DISABLE",
+    "NCCL_MAX_CTAS",
     // Read by NCCL's own tools and the launchers, harmless here.
     "NCCL_NVLS_ENABLE",
 ];
