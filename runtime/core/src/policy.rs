@@ -8,7 +8,8 @@
 //! order), replicas that grow with the message size within the thread blocks the backend
 //! can spare, and LL for small messages, as NCCL chooses.
 //!
-//! `BRAID_PROTO=simple|ll|auto` forces a protocol (like `NCCL_PROTO`),
+//! `BRAID_PROTO` / `NCCL_PROTO` (NCCL's list syntax, `^` excludes, or `auto`) limits the
+//! protocols,
 //! `BRAID_CHANNELS` a replica count (like `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS`),
 //! and `BRAID_ALGO` (or `NCCL_ALGO`) limits the plans with NCCL's syntax: `ring,tree`
 //! allows only plans whose names contain one of the words, `^ring` allows all others.
@@ -181,7 +182,11 @@ impl Policy {
     /// `BRAID_MAX_CTAS` / `NCCL_MAX_CTAS`.
     pub fn from_env() -> Result<Policy> {
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
-        let protocol = var("BRAID_PROTO").map(|v| parse_protocol(&v)).transpose()?;
+        let protocol = match (var("BRAID_PROTO"), var("NCCL_PROTO")) {
+            (Some(v), _) => parse_protocols("BRAID_PROTO", &v)?,
+            (None, Some(v)) => parse_protocols("NCCL_PROTO", &v)?,
+            (None, None) => None,
+        };
         let replicas = var("BRAID_CHANNELS")
             .map(|v| match v.trim().parse::<u32>() {
                 Ok(c) if (1..=MAX_REPLICAS * 2).contains(&c) => Ok(c),
@@ -344,6 +349,49 @@ pub fn parse_protocol(v: &str) -> Result<Protocol> {
             "BRAID_PROTO={other}: expected simple, ll, ll128 or auto"
         ))),
     }
+}
+
+/// `BRAID_PROTO` / `NCCL_PROTO` (read as variable `var`): `auto` (by size), or NCCL's
+/// list of the protocols calls may use (`LL,Simple`; `^LL128` all but these; any case),
+/// as the policy's forced protocol: both implemented ones allowed is `None` (the plan's
+/// own, `auto` by size), one of them forces it, `LL128` alone asks for LL128 (which runs
+/// Simple until it exists).
+pub fn parse_protocols(var: &str, v: &str) -> Result<Option<Protocol>> {
+    let text = v.trim();
+    if text.eq_ignore_ascii_case("auto") {
+        return Ok(Some(Protocol::Auto));
+    }
+    let (exclude, list) = match text.strip_prefix('^') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let mut named = [false; 3];
+    for word in list.split(',').map(str::trim) {
+        let i = match word.to_ascii_lowercase().as_str() {
+            "simple" => 0,
+            "ll" => 1,
+            "ll128" => 2,
+            _ => {
+                return Err(RuntimeError::Invalid(format!(
+                    "{var}={v}: `{word}` is not a protocol (LL, LL128, Simple; `^` excludes; or \
+                     auto)"
+                )))
+            }
+        };
+        named[i] = true;
+    }
+    let allowed = named.map(|n| n != exclude);
+    Ok(match allowed {
+        [true, true, _] => None,
+        [true, false, _] => Some(Protocol::Simple),
+        [false, true, _] => Some(Protocol::Ll),
+        [false, false, true] => Some(Protocol::Ll128),
+        [false, false, false] => {
+            return Err(RuntimeError::Invalid(format!(
+                "{var}={v} allows no protocol"
+            )))
+        }
+    })
 }
 
 /// Thread blocks one replica of `plan` takes on its busiest rank (at least 1).
@@ -511,6 +559,26 @@ mod tests {
                 .to_string();
             assert!(e.contains(&format!("BRAID_MAX_CTAS={bad}")), "{e}");
         }
+    }
+
+    #[test]
+    fn protocol_lists_take_nccls_syntax() {
+        let p = |v: &str| parse_protocols("NCCL_PROTO", v);
+        assert_eq!(p("LL,Simple").unwrap(), None);
+        assert_eq!(p("simple").unwrap(), Some(Protocol::Simple));
+        assert_eq!(p("^LL").unwrap(), Some(Protocol::Simple));
+        assert_eq!(p("^simple,ll128").unwrap(), Some(Protocol::Ll));
+        assert_eq!(p("LL, LL128").unwrap(), Some(Protocol::Ll));
+        assert_eq!(p("^LL128").unwrap(), None);
+        assert_eq!(p("LL128").unwrap(), Some(Protocol::Ll128));
+        assert_eq!(p(" Auto ").unwrap(), Some(Protocol::Auto));
+        let e = p("LL,fast").unwrap_err().to_string();
+        assert!(
+            e.contains("NCCL_PROTO=LL,fast") && e.contains("`fast`"),
+            "{e}"
+        );
+        let e = p("^LL,Simple,LL128").unwrap_err().to_string();
+        assert!(e.contains("allows no protocol"), "{e}");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! `NCCL_SOCKET_IFNAME` / `BRAID_SOCKET_IFNAME` (the interfaces the bootstrap listens on,
 //! read by the runtime's bootstrap), `NCCL_IB_HCA` / `BRAID_IB_HCA` and `NCCL_IB_DISABLE` /
 //! `BRAID_IB_DISABLE` (the RDMA ports of the network transport, read by braid-ib),
-//! `NCCL_MAX_CTAS` / `BRAID_MAX_CTAS` (thread blocks per call, read by the policy). Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
+//! `NCCL_MAX_CTAS` / `BRAID_MAX_CTAS` (thread blocks per call) and `NCCL_PROTO` /
+//! `BRAID_PROTO` (the protocols calls may use), both read by the policy. Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
 
 use std::sync::Once;
 
@@ -30,6 +31,7 @@ pub const HONOURED: &[&str] = &[
     "NCCL_IB_HCA",
     "NCCL_IB_DISABLE",
     "NCCL_MAX_CTAS",
+    "NCCL_PROTO",
     // Read by NCCL's own tools and the launchers, harmless here.
     "NCCL_NVLS_ENABLE",
 ];

@@ -151,7 +151,7 @@ fn the_log_shows_user_plans_serving_calls() {
             ("NCCL_DEBUG_FILE", log_pattern.to_str().unwrap()),
             // Honoured (the ring plan is allowed), and a variable Braid does not read.
             ("NCCL_ALGO", "Ring"),
-            ("NCCL_IB_HCA", "mlx5_0"),
+            ("NCCL_NET_GDR_LEVEL", "PHB"),
         ];
         succeeded(
             "groups",
@@ -167,7 +167,7 @@ fn the_log_shows_user_plans_serving_calls() {
     };
     let all = logs("ALL");
     assert!(
-        all.contains("NCCL_IB_HCA is set; Braid does not honour it")
+        all.contains("NCCL_NET_GDR_LEVEL is set; Braid does not honour it")
             && !all.contains("NCCL_ALGO is set"),
         "{all}"
     );
@@ -184,6 +184,6 @@ fn the_log_shows_user_plans_serving_calls() {
     );
     assert!(!all.contains('\x1b'), "colour codes in a log file");
     let quiet = logs("^COLL");
-    assert!(quiet.contains("NCCL_IB_HCA is set"), "{quiet}");
+    assert!(quiet.contains("NCCL_NET_GDR_LEVEL is set"), "{quiet}");
     assert!(!quiet.contains("allreduce of 1332 bytes"), "{quiet}");
 }
