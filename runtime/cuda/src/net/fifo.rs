@@ -7,7 +7,7 @@
 use crate::clique::{lane_len, LANE_HEADER, TAIL_AT};
 use crate::kernel::{LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
 use crate::program::NET_MAX_SLOTS;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Host memory a FIFO lives in.
@@ -107,5 +107,40 @@ impl Fifo {
         debug_assert!(at + slot_bytes(lane) <= self.mem.len());
         // SAFETY: `at` is inside the allocation (checked against fifo_len in `new`).
         (unsafe { self.mem.host().add(at) }, slot_bytes(lane))
+    }
+}
+
+impl Fifo {
+    /// Slices the sending kernel published on `lane` beyond the `done` already taken
+    /// (`None`: nothing new), checked against the `credited` the kernel may run ahead of
+    /// by at most a FIFO.
+    pub fn published(&self, lane: usize, done: u64, credited: u64) -> Result<Option<u64>, String> {
+        let head = self.head(lane).load(Ordering::Acquire);
+        if head <= done {
+            return Ok(None);
+        }
+        if head > credited + u64::from(self.slots) {
+            return Err(format!(
+                "the sending kernel published slice {head} of lane {lane} with only {credited} \
+                 credited and {} slots",
+                self.slots
+            ));
+        }
+        Ok(Some(head))
+    }
+
+    /// Slice `seq` (1-based) of `lane` as the sending kernel announced it: its address and
+    /// byte count, checked against its slot (LL slices are whole 16-byte lines).
+    pub fn announced(&self, lane: usize, seq: u64) -> Result<(*mut u8, u32), String> {
+        let slot = ((seq - 1) % u64::from(self.slots)) as u32;
+        let bytes = self.size(lane, slot).load(Ordering::Relaxed);
+        let (at, cap) = self.slot(lane, slot);
+        if bytes > cap as u64 || (lane == 1 && bytes % 16 != 0) {
+            return Err(format!(
+                "the sending kernel announced a slice of {bytes} bytes on lane {lane} (slots \
+                 hold {cap})"
+            ));
+        }
+        Ok((at, bytes as u32))
     }
 }

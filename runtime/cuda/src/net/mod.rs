@@ -12,6 +12,7 @@
 //! from a loopback pair when both ends are in this process.
 
 pub mod fifo;
+pub mod health;
 pub mod proxy;
 pub mod rdma;
 pub mod wire;

@@ -33,8 +33,8 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Called once with the reason when the connection breaks.
-pub type OnFail = Arc<dyn Fn(String) + Send + Sync>;
+use super::health::Health;
+pub use super::health::OnFail;
 
 /// How long a blocking socket call waits before the loop around it checks for a stop.
 const POLL: Duration = Duration::from_millis(50);
@@ -42,14 +42,10 @@ const POLL: Duration = Duration::from_millis(50);
 struct Inner {
     fifo: Fifo,
     stream: TcpStream,
-    /// "rank 0 -> rank 1, channel 2", for messages.
-    what: String,
     send: bool,
     timeout: Duration,
-    on_fail: OnFail,
-    /// Set when the end is closing: threads stop, failures are no longer reported.
-    stop: AtomicBool,
-    failed: AtomicBool,
+    /// Closing (threads stop, failures are no longer reported), failed, and the name.
+    health: Health,
     /// Send end: slices forwarded per lane. Receive end: slices credited per lane.
     out: [AtomicU64; 2],
     /// Send end: credits received per lane. Receive end: slices received per lane.
@@ -77,12 +73,7 @@ enum Io {
 
 impl Inner {
     fn fail(&self, why: String) {
-        if self.stop.load(Ordering::Acquire) || self.failed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let why = format!("network connection {}: {why}", self.what);
-        tracing::warn!("{why}");
-        (self.on_fail)(why);
+        self.health.fail(why);
     }
 
     /// Receives exactly `len` bytes at `dst`. Before the first byte it waits as long as
@@ -96,7 +87,7 @@ impl Inner {
         let mut done = 0;
         let mut deadline = (!idle_ok).then(|| Instant::now() + self.timeout);
         while done < len {
-            if self.stop.load(Ordering::Acquire) {
+            if self.health.stopped() {
                 return Io::Stopped;
             }
             // SAFETY: the caller's range; `done < len`.
@@ -155,7 +146,7 @@ impl Inner {
                 | std::io::ErrorKind::TimedOut
                 | std::io::ErrorKind::Interrupted => {
                     if Instant::now() > deadline {
-                        if self.stop.load(Ordering::Acquire) {
+                        if self.health.stopped() {
                             return Io::Stopped;
                         }
                         return Io::Failed(format!(
@@ -214,7 +205,7 @@ impl Inner {
     /// The poller's turn: forwards published slices (send end) or returns credits
     /// (receive end). True when it moved anything.
     fn poll(&self) -> bool {
-        if self.failed.load(Ordering::Acquire) {
+        if self.health.failed() {
             return false;
         }
         let r = if self.send {
@@ -232,35 +223,19 @@ impl Inner {
     }
 
     fn forward(&self) -> Result<bool, String> {
-        let n = u64::from(self.fifo.slots());
         let mut busy = false;
         for lane in 0..2 {
-            let head = self.fifo.head(lane).load(Ordering::Acquire);
             let mut f = self.out[lane].load(Ordering::Relaxed);
-            if head <= f {
+            let credited = self.got[lane].load(Ordering::Acquire);
+            let Some(head) = self.fifo.published(lane, f, credited)? else {
                 continue;
-            }
+            };
             busy = true;
-            if head > self.got[lane].load(Ordering::Acquire) + n {
-                return Err(format!(
-                    "the sending kernel published slice {head} of lane {lane} with only {} \
-                     credited and {n} slots",
-                    self.got[lane].load(Ordering::Acquire)
-                ));
-            }
             while f < head {
-                let slot = (f % n) as u32;
-                let bytes = self.fifo.size(lane, slot).load(Ordering::Relaxed);
-                let (at, cap) = self.fifo.slot(lane, slot);
-                if bytes > cap as u64 || (lane == 1 && bytes % 16 != 0) {
-                    return Err(format!(
-                        "the sending kernel announced a slice of {bytes} bytes on lane {lane} \
-                         (slots hold {cap})"
-                    ));
-                }
+                let (at, bytes) = self.fifo.announced(lane, f + 1)?;
                 let h = Data {
                     lane,
-                    bytes: bytes as u32,
+                    bytes,
                     seq: f + 1,
                 };
                 self.started[lane].store(f + 1, Ordering::Release);
@@ -416,12 +391,9 @@ impl Proxy {
         let inner = Arc::new(Inner {
             fifo,
             stream,
-            what,
             send,
             timeout,
-            on_fail,
-            stop: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
+            health: Health::new(what, on_fail),
             out: Default::default(),
             got: Default::default(),
             started: Default::default(),
@@ -456,31 +428,24 @@ impl Proxy {
         Ok(proxy)
     }
 
-    /// The failure reported so far, if any.
+    /// Whether the connection failed.
     pub fn failed(&self) -> bool {
-        self.inner.failed.load(Ordering::Acquire)
-    }
-
-    /// Waits until every slice the kernel published has been forwarded (send end), the
-    /// connection failed, or the timeout passed.
-    fn flush(&self) {
-        let i = &self.inner;
-        let deadline = Instant::now() + i.timeout;
-        while i.send && !self.failed() && Instant::now() < deadline {
-            if (0..2)
-                .all(|l| i.out[l].load(Ordering::Acquire) >= i.fifo.head(l).load(Ordering::Acquire))
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
+        self.inner.health.failed()
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        self.flush();
-        self.inner.stop.store(true, Ordering::Release);
+        // A send end first forwards what its kernel published.
+        let i = &self.inner;
+        if i.send {
+            i.health.flush(i.timeout, || {
+                (0..2).all(|l| {
+                    i.out[l].load(Ordering::Acquire) >= i.fifo.head(l).load(Ordering::Acquire)
+                })
+            });
+        }
+        i.health.stop();
         let _ = self.inner.stream.shutdown(Shutdown::Both);
         if let Some(r) = self.reader.take() {
             let _ = r.join();
@@ -500,7 +465,7 @@ impl Pollable for Inner {
         Inner::poll(self)
     }
     fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
+        self.health.stopped()
     }
 }
 

@@ -20,14 +20,15 @@
 //! connection and the device's reason.
 
 use super::fifo::{slot_bytes, Fifo};
-use super::proxy::{register, OnFail, Pollable};
+use super::health::{Health, OnFail};
+use super::proxy::{register, Pollable};
 use crate::clique::{lane_len, LANE_HEADER};
 use braid_ib::rdma::{Completion, Device, Endpoint, MrKeys, QueuePair};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Immediate values: bit 31 marks a credit, bit 30 the lane, the rest the low 30 bits of
 /// the sequence number (data) or of `tail` (credit).
@@ -93,10 +94,7 @@ struct Inner {
     /// The sending side's credit target (written by the peer's zero-length writes only).
     _pad: Option<Box<[u64; 2]>>,
     send: bool,
-    what: String,
-    on_fail: OnFail,
-    stop: AtomicBool,
-    failed: AtomicBool,
+    health: Health,
     /// This side's FIFO key (sources of a send end's writes).
     local: MrKeys,
     /// Where this side writes: per lane, the peer's slot 0 and key (send end), or the
@@ -139,7 +137,7 @@ impl RdmaEnd {
     }
 
     pub fn failed(&self) -> bool {
-        self.inner.failed.load(Ordering::Acquire)
+        self.inner.health.failed()
     }
 }
 
@@ -263,10 +261,7 @@ impl Setup {
             fifo: self.fifo,
             _pad: self.pad,
             send: self.send,
-            what: self.what,
-            on_fail: self.on_fail,
-            stop: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
+            health: Health::new(format!("{} (RDMA)", self.what), self.on_fail),
             local: self.local,
             remote: self.remote,
             out: Default::default(),
@@ -284,29 +279,20 @@ impl Setup {
 
 impl Drop for RdmaEnd {
     fn drop(&mut self) {
+        // A send end first forwards what its kernel published.
         let i = &self.inner;
-        let deadline = Instant::now() + self.timeout;
-        while i.send && !self.failed() && Instant::now() < deadline {
-            let head = |l: usize| i.fifo.head(l).load(Ordering::Acquire);
-            if (0..2).all(|l| i.out[l].load(Ordering::Acquire) >= head(l)) {
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(100));
+        if i.send {
+            i.health.flush(self.timeout, || {
+                (0..2).all(|l| {
+                    i.out[l].load(Ordering::Acquire) >= i.fifo.head(l).load(Ordering::Acquire)
+                })
+            });
         }
-        i.stop.store(true, Ordering::Release);
+        i.health.stop();
     }
 }
 
 impl Inner {
-    fn fail(&self, why: String) {
-        if self.stop.load(Ordering::Acquire) || self.failed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let why = format!("network connection {} (RDMA): {why}", self.what);
-        tracing::warn!("{why}");
-        (self.on_fail)(why);
-    }
-
     fn turn(&self) -> Result<bool, String> {
         let mut done = self.completions.lock().unwrap_or_else(|p| p.into_inner());
         done.clear();
@@ -389,32 +375,19 @@ impl Inner {
     }
 
     fn forward(&self) -> Result<bool, String> {
-        let n = u64::from(self.fifo.slots());
         let mut busy = false;
         for lane in 0..2 {
-            let head = self.fifo.head(lane).load(Ordering::Acquire);
             let mut f = self.started[lane].load(Ordering::Relaxed);
-            if head <= f {
+            let credited = self.got[lane].load(Ordering::Acquire);
+            let Some(head) = self.fifo.published(lane, f, credited)? else {
                 continue;
-            }
+            };
             busy = true;
-            if head > self.got[lane].load(Ordering::Acquire) + n {
-                return Err(format!(
-                    "the sending kernel published slice {head} of lane {lane} beyond its credits"
-                ));
-            }
             while f < head {
-                let slot = (f % n) as u32;
-                let bytes = self.fifo.size(lane, slot).load(Ordering::Relaxed);
-                let (at, cap) = self.fifo.slot(lane, slot);
-                if bytes > cap as u64 || (lane == 1 && bytes % 16 != 0) {
-                    return Err(format!(
-                        "the sending kernel announced a slice of {bytes} bytes on lane {lane} \
-                         (slots hold {cap})"
-                    ));
-                }
+                let (at, bytes) = self.fifo.announced(lane, f + 1)?;
+                let slot = f % u64::from(self.fifo.slots());
                 let (base, rkey) = self.remote[lane];
-                let to = base + u64::from(slot) * cap as u64;
+                let to = base + slot * slot_bytes(lane) as u64;
                 let id = ((lane as u64) << 62) | (f + 1);
                 // SAFETY: the slot lies in the registered FIFO; the kernel writes it again
                 // only after the credit for it, which follows this write's delivery.
@@ -422,7 +395,7 @@ impl Inner {
                     self.qp.write(
                         id,
                         at,
-                        bytes as u32,
+                        bytes,
                         self.local.lkey,
                         to,
                         rkey,
@@ -476,19 +449,19 @@ impl Inner {
 
 impl Pollable for Inner {
     fn poll(&self) -> bool {
-        if self.failed.load(Ordering::Acquire) {
+        if self.health.failed() {
             return false;
         }
         match self.turn() {
             Ok(busy) => busy,
             Err(why) => {
-                self.fail(why);
+                self.health.fail(why);
                 false
             }
         }
     }
     fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
+        self.health.stopped()
     }
 }
 
