@@ -2,7 +2,8 @@
 //! whether it is closing or failed, and the hook that aborts the communicator when it
 //! fails (once, and never while closing).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use super::fifo::Fifo;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,20 +42,24 @@ impl Health {
         self.failed.load(Ordering::Acquire)
     }
 
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-    }
-
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
 
-    /// Waits until `done()` (everything the kernel published went out), a failure, or
-    /// `timeout`.
-    pub fn flush(&self, timeout: Duration, done: impl Fn() -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !self.failed() && Instant::now() < deadline && !done() {
-            std::thread::sleep(Duration::from_micros(100));
+    /// Closes the end: a send end (`sent`: its FIFO and the slices forwarded per lane)
+    /// first waits until everything its kernel published went out, the connection
+    /// failed, or `timeout` passed; then its threads stop.
+    pub fn close(&self, timeout: Duration, sent: Option<(&Fifo, &[AtomicU64; 2])>) {
+        if let Some((fifo, out)) = sent {
+            let deadline = Instant::now() + timeout;
+            let done = || {
+                (0..2)
+                    .all(|l| out[l].load(Ordering::Acquire) >= fifo.head(l).load(Ordering::Acquire))
+            };
+            while !self.failed() && Instant::now() < deadline && !done() {
+                std::thread::sleep(Duration::from_micros(100));
+            }
         }
+        self.stop.store(true, Ordering::Release);
     }
 }

@@ -438,14 +438,8 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         // A send end first forwards what its kernel published.
         let i = &self.inner;
-        if i.send {
-            i.health.flush(i.timeout, || {
-                (0..2).all(|l| {
-                    i.out[l].load(Ordering::Acquire) >= i.fifo.head(l).load(Ordering::Acquire)
-                })
-            });
-        }
-        i.health.stop();
+        i.health
+            .close(i.timeout, i.send.then_some((&i.fifo, &i.out)));
         let _ = self.inner.stream.shutdown(Shutdown::Both);
         if let Some(r) = self.reader.take() {
             let _ = r.join();

@@ -281,14 +281,8 @@ impl Drop for RdmaEnd {
     fn drop(&mut self) {
         // A send end first forwards what its kernel published.
         let i = &self.inner;
-        if i.send {
-            i.health.flush(self.timeout, || {
-                (0..2).all(|l| {
-                    i.out[l].load(Ordering::Acquire) >= i.fifo.head(l).load(Ordering::Acquire)
-                })
-            });
-        }
-        i.health.stop();
+        i.health
+            .close(self.timeout, i.send.then_some((&i.fifo, &i.out)));
     }
 }
 
