@@ -8,7 +8,8 @@
 //!
 //! Must not know: plans, GPUs, the bootstrap. The queue-pair layer lives here: the verbs
 //! a transport needs ([`rdma`]), a software device that implements them ([`soft`]), and,
-//! with the `verbs` feature, `verbs_qp` over libibverbs. The transport that moves data over
+//! with the `verbs` feature, `verbs_qp` over libibverbs; [`open`] picks the device a job
+//! uses. The transport that moves data over
 //! those queue pairs lives in braid-cuda's `net/`.
 
 pub mod devices;
