@@ -129,6 +129,36 @@ impl Fifo {
         Ok(Some(head))
     }
 
+    /// Where slice `seq` (1-based) of `bytes` bytes arriving from the peer on `lane` goes,
+    /// after checking that it fits its slot (LL slices are whole 16-byte lines) and that
+    /// the receiving kernel has freed that slot (the peer kept to the credits).
+    pub fn admit(&self, lane: usize, seq: u64, bytes: usize) -> Result<*mut u8, String> {
+        if bytes > slot_bytes(lane) || (lane == 1 && bytes % 16 != 0) {
+            return Err(format!(
+                "a slice of {bytes} bytes on lane {lane} (slots hold {})",
+                slot_bytes(lane)
+            ));
+        }
+        let n = u64::from(self.slots);
+        let consumed = self.tail(lane).load(Ordering::Acquire);
+        if (seq - 1).saturating_sub(consumed) >= n {
+            return Err(format!(
+                "slice {seq} arrived on lane {lane} while the kernel has consumed {consumed} \
+                 of {n} slots: the sender ignored the credits"
+            ));
+        }
+        Ok(self.slot(lane, ((seq - 1) % n) as u32).0)
+    }
+
+    /// Slice `seq` of `lane` is in its slot: a Simple slice is announced by `head` (after
+    /// a fence: the GPU reads the bytes once it sees `head`); LL lines carry their flags.
+    pub fn arrived(&self, lane: usize, seq: u64) {
+        if lane == 0 {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            self.head(lane).store(seq, Ordering::Release);
+        }
+    }
+
     /// Slice `seq` (1-based) of `lane` as the sending kernel announced it: its address and
     /// byte count, checked against its slot (LL slices are whole 16-byte lines).
     pub fn announced(&self, lane: usize, seq: u64) -> Result<(*mut u8, u32), String> {

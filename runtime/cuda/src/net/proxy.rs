@@ -24,7 +24,7 @@
 //! slices may still sit in the FIFO when the kernel has finished), then stops its threads.
 //! The FIFO memory is shared with the poller, so it outlives every access.
 
-use super::fifo::{slot_bytes, Fifo};
+use super::fifo::Fifo;
 use super::wire::{Credit, Data, HEADER};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
@@ -309,7 +309,6 @@ impl Inner {
 
     /// Receive end's reader: data frames into the FIFO.
     fn take_data(&self) -> Result<(), String> {
-        let n = u64::from(self.fifo.slots());
         let mut lines: Vec<u64> = Vec::new();
         while let Some(h) = self.read_header()? {
             let d = Data::decode(&h)?;
@@ -322,21 +321,7 @@ impl Inner {
                 ));
             }
             let bytes = d.bytes as usize;
-            if bytes > slot_bytes(lane) || (lane == 1 && bytes % 16 != 0) {
-                return Err(format!(
-                    "a slice of {bytes} bytes on lane {lane} (slots hold {})",
-                    slot_bytes(lane)
-                ));
-            }
-            let consumed = self.fifo.tail(lane).load(Ordering::Acquire);
-            if d.seq - 1 - consumed >= n {
-                return Err(format!(
-                    "slice {} arrived on lane {lane} while the kernel has consumed {consumed} \
-                     of {n} slots: the sender ignored the credits",
-                    d.seq
-                ));
-            }
-            let (at, _) = self.fifo.slot(lane, ((d.seq - 1) % n) as u32);
+            let at = self.fifo.admit(lane, d.seq, bytes)?;
             self.started[lane].store(d.seq, Ordering::Release);
             if lane == 0 {
                 // SAFETY: inside the slot (bytes <= its length), which the kernel does not
@@ -347,9 +332,6 @@ impl Inner {
                     Io::Closed => unreachable!("only before a frame"),
                     Io::Failed(why) => return Err(why),
                 }
-                // The slot's bytes before `head` (the GPU reads them after it).
-                std::sync::atomic::fence(Ordering::SeqCst);
-                self.fifo.head(lane).store(d.seq, Ordering::Release);
             } else {
                 // LL: the kernel polls each 8-byte half-line's flag, so every half-line
                 // is stored whole.
@@ -368,6 +350,7 @@ impl Inner {
                     word.store(*w, Ordering::Relaxed);
                 }
             }
+            self.fifo.arrived(lane, d.seq);
             self.got[lane].store(d.seq, Ordering::Release);
         }
         Ok(())
