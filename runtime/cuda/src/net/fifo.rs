@@ -112,13 +112,21 @@ impl Fifo {
 
 impl Fifo {
     /// Slices the sending kernel published on `lane` beyond the `done` already taken
-    /// (`None`: nothing new), checked against the `credited` the kernel may run ahead of
-    /// by at most a FIFO.
-    pub fn published(&self, lane: usize, done: u64, credited: u64) -> Result<Option<u64>, String> {
+    /// (`None`: nothing new), checked against the credits returned so far, which the
+    /// kernel may run ahead of by at most a FIFO. `credited` is read after `head`: a
+    /// credit that arrives in between lets the kernel publish more, so the count read
+    /// before `head` could be too old and fail a kernel that kept to the credits.
+    pub fn published(
+        &self,
+        lane: usize,
+        done: u64,
+        credited: &AtomicU64,
+    ) -> Result<Option<u64>, String> {
         let head = self.head(lane).load(Ordering::Acquire);
         if head <= done {
             return Ok(None);
         }
+        let credited = credited.load(Ordering::Acquire);
         if head > credited + u64::from(self.slots) {
             return Err(format!(
                 "the sending kernel published slice {head} of lane {lane} with only {credited} \

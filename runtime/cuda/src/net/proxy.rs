@@ -226,8 +226,7 @@ impl Inner {
         let mut busy = false;
         for lane in 0..2 {
             let mut f = self.out[lane].load(Ordering::Relaxed);
-            let credited = self.got[lane].load(Ordering::Acquire);
-            let Some(head) = self.fifo.published(lane, f, credited)? else {
+            let Some(head) = self.fifo.published(lane, f, &self.got[lane])? else {
                 continue;
             };
             busy = true;
