@@ -106,11 +106,13 @@ impl Options {
                     ))
                 })?,
         };
+        let (net_force, net_transport) =
+            net::parse_force(std::env::var("BRAID_NET_FORCE").ok().as_deref());
         Ok(Options {
             timeout: braid_runtime::comm::timeout_from_env(),
             p2p_disable: flag_on(std::env::var("BRAID_P2P_DISABLE").ok().as_deref()),
-            net_force: net::parse_force(std::env::var("BRAID_NET_FORCE").ok().as_deref()).0,
-            net_transport: net::parse_force(std::env::var("BRAID_NET_FORCE").ok().as_deref()).1,
+            net_force,
+            net_transport,
             scratch_bytes,
             policy: Policy::from_env()?,
             p2p_channels: crate::p2p::channels_from(
@@ -122,11 +124,50 @@ impl Options {
     }
 }
 
-fn rdma_here(d: &Option<Arc<dyn braid_ib::rdma::Device>>) -> bool {
-    d.is_some()
+/// The RDMA device this rank's network connections use, agreed by every rank (one
+/// exchange): RDMA when every rank opens a device, TCP streams when any cannot, and an
+/// error on every rank when one forces RDMA (`BRAID_NET_FORCE=ib`) and some rank has none.
+fn network_rdma(
+    boot: &Bootstrap,
+    rank: u32,
+    opts: &Options,
+) -> Result<Option<Arc<dyn braid_ib::rdma::Device>>> {
+    let demand = matches!(
+        opts.net_transport,
+        NetTransport::Ib | NetTransport::SoftRdma
+    );
+    let (rdma, why) = match net::rdma_device(opts.net_transport) {
+        Ok(d) => (d, String::new()),
+        Err(why) => (None, why),
+    };
+    let all = boot.allgather(&[u8::from(rdma.is_some()), u8::from(demand)])?;
+    let lacking: Vec<usize> = (0..all.len())
+        .filter(|&r| all[r].first() != Some(&1))
+        .collect();
+    let demanded: Vec<usize> = (0..all.len())
+        .filter(|&r| all[r].get(1) == Some(&1))
+        .collect();
+    if lacking.is_empty() {
+        return Ok(rdma);
+    }
+    if !demanded.is_empty() {
+        return Err(CudaError::Invalid(format!(
+            "rank(s) {demanded:?} ask for RDMA (BRAID_NET_FORCE) but rank(s) {lacking:?} have no \
+             RDMA device{}",
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" (rank {rank}: {why})")
+            }
+        )));
+    }
+    if rdma.is_some() {
+        tracing::info!("network connections over TCP: rank(s) {lacking:?} have no RDMA device");
+    }
+    Ok(None)
 }
 
-/// Whether a flag variable's value (`BRAID_P2P_DISABLE`, `BRAID_NET_FORCE`) turns it on:
+/// Whether a flag variable's value (`BRAID_P2P_DISABLE`) turns it on:
 /// set, not empty, not `0`.
 pub fn flag_on(value: Option<&str>) -> bool {
     value.is_some_and(|v| !matches!(v.trim(), "" | "0"))
@@ -420,6 +461,7 @@ impl CudaComm {
     ) -> Result<CudaComm> {
         let ctx = open_ctx(device)?;
         let (rank, n) = (boot.rank(), boot.n_ranks());
+        let stats = Stats::default();
         let arch = crate::modules::arch(&ctx)?;
         let bus = pci_bus_id(&ctx)?;
         if opts.net_transport == NetTransport::SoftRdma && n > 1 {
@@ -430,45 +472,26 @@ impl CudaComm {
             ));
         }
         let me = net::host_identity();
-        // Whether this rank could carry network connections over RDMA: all must, or none
-        // does (the two ends of a connection run the same transport).
-        let rdma = match net::rdma_device(opts.net_transport) {
-            Ok(d) => d,
-            Err(why) if opts.net_force => return Err(CudaError::Invalid(why)),
-            Err(_) => None,
-        };
+        // A rank that forces the network forces it on all: both ends of a connection
+        // must run the same transport.
         let all =
-            boot.allgather(format!("{arch} {bus} {} {me}", u8::from(rdma.is_some())).as_bytes())?;
+            boot.allgather(format!("{arch} {bus} {} {me}", u8::from(opts.net_force)).as_bytes())?;
         let mut ok = !opts.p2p_disable;
         let mut sharing = Vec::new();
         let mut hosts = Vec::with_capacity(all.len());
-        let mut everyone_rdma = true;
+        let mut force = false;
         for info in &all {
             let info = String::from_utf8_lossy(info);
             let mut parts = info.splitn(4, ' ');
-            everyone_rdma &= parts.nth(2) == Some("1");
+            force |= parts.nth(2) == Some("1");
             hosts.push(parts.next().unwrap_or_default().to_string());
         }
-        let net = NetMap::from_identities(opts.net_force, &hosts);
-        let rdma = match rdma {
-            Some(d) if everyone_rdma && net.any() => Some(d),
-            _ if net.any()
-                && matches!(
-                    opts.net_transport,
-                    NetTransport::Ib | NetTransport::SoftRdma
-                ) =>
-            {
-                return Err(CudaError::Invalid(format!(
-                    "BRAID_NET_FORCE asks for RDMA but not every rank has an RDMA device \
-                     (rank {rank}: {})",
-                    if rdma_here(&rdma) {
-                        "has one"
-                    } else {
-                        "has none"
-                    }
-                )));
-            }
-            _ => None,
+        let net = NetMap::from_identities(force, &hosts);
+        let rdma = if net.any() {
+            stats.exchanged();
+            network_rdma(&boot, rank, opts)?
+        } else {
+            None
         };
         for (r, info) in all.iter().enumerate() {
             let info = String::from_utf8_lossy(info);
@@ -508,7 +531,6 @@ impl CudaComm {
         if !p2p {
             tracing::info!("rank {rank}: connections staged through shared host memory");
         }
-        let stats = Stats::default();
         stats.exchanged();
         stats.exchanged();
         let oob: Arc<dyn Oob> = boot.clone();
@@ -865,5 +887,61 @@ mod tests {
         let r = CudaComm::init_all(&[0, 0], Arc::new(Registry::new()), &Options::default());
         assert!(matches!(r, Err(CudaError::NoDriver)));
         assert_eq!(device_count(), 0);
+    }
+
+    /// Each rank's `network_rdma` with its own `BRAID_NET_FORCE` transport, over a real
+    /// bootstrap on loopback (no GPU needed).
+    fn agree(transports: &[NetTransport]) -> Vec<Result<bool>> {
+        let n = transports.len() as u32;
+        let (id, _root) = braid_runtime::bootstrap::UniqueId::new(None).unwrap();
+        std::thread::scope(|s| {
+            let handles: Vec<_> = transports
+                .iter()
+                .enumerate()
+                .map(|(r, &t)| {
+                    let id = id.clone();
+                    s.spawn(move || {
+                        let boot =
+                            Bootstrap::init(&id, r as u32, n, Duration::from_secs(20)).unwrap();
+                        let opts = Options {
+                            net_force: true,
+                            net_transport: t,
+                            ..Options::default()
+                        };
+                        network_rdma(&boot, r as u32, &opts).map(|d| d.is_some())
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn ranks_agree_on_the_network_transport_or_all_fail() {
+        use NetTransport::*;
+        // Every rank has a device: RDMA on all.
+        let r = agree(&[SoftRdma, SoftRdma]);
+        assert!(r.iter().all(|x| matches!(x, Ok(true))), "{r:?}");
+        // One has none and nobody insists: TCP on all, the device not used.
+        let r = agree(&[Socket, Auto, Socket]);
+        assert!(r.iter().all(|x| matches!(x, Ok(false))), "{r:?}");
+        // One insists on RDMA, another has none: every rank fails, naming both.
+        let r = agree(&[SoftRdma, Socket]);
+        for x in &r {
+            let Err(CudaError::Invalid(why)) = x else {
+                panic!("{r:?}")
+            };
+            assert!(why.contains("rank(s) [0] ask for RDMA"), "{why}");
+            assert!(why.contains("rank(s) [1] have no RDMA device"), "{why}");
+        }
+        // Hardware asked for where there is none: the reason reaches the user.
+        if braid_ib::open::open_from_env().is_err() {
+            let r = agree(&[Ib, Auto]);
+            let Err(CudaError::Invalid(why)) = &r[0] else {
+                panic!("{r:?}")
+            };
+            assert!(why.contains("BRAID_NET_FORCE=ib"), "{why}");
+            assert!(matches!(r[1], Err(CudaError::Invalid(_))), "{r:?}");
+        }
     }
 }
