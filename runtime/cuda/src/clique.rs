@@ -545,8 +545,14 @@ impl Clique {
             return Ok(());
         }
         let local = |r: u32| self.local_index(r).is_some();
-        let mut streams: Vec<(usize, bool, TcpStream)> = Vec::new();
-        let tag = |conn: &Conn| net::TAG | u64::from(conn.channel);
+        // Queue pairs run over one stream (their setup); TCP connections over several.
+        let per_conn = if self.rdma.is_some() {
+            1
+        } else {
+            self.net.streams.max(1)
+        };
+        let mut streams: Vec<(usize, bool, Vec<TcpStream>)> = Vec::new();
+        let tag = |conn: &Conn, k: u32| net::tag(conn.channel, k);
         let link_err = |conn: &Conn, e: braid_runtime::RuntimeError| {
             CudaError::Invalid(format!(
                 "network connection {}->{} channel {}: {e}",
@@ -558,15 +564,23 @@ impl Clique {
                 continue;
             }
             if local(conn.receiver) {
-                let (a, b) = net::loopback_pair().map_err(|e| {
-                    CudaError::Invalid(format!("a loopback stream for a network connection: {e}"))
-                })?;
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                for _ in 0..per_conn {
+                    let (x, y) = net::loopback_pair().map_err(|e| {
+                        CudaError::Invalid(format!(
+                            "a loopback stream for a network connection: {e}"
+                        ))
+                    })?;
+                    a.push(x);
+                    b.push(y);
+                }
                 streams.push((i, true, a));
                 streams.push((i, false, b));
             } else {
                 let oob = self.oob.as_ref().expect("a remote rank has a bootstrap");
-                let s = oob
-                    .connect_link(conn.receiver, tag(conn))
+                let s = (0..per_conn)
+                    .map(|k| oob.connect_link(conn.receiver, tag(conn, k)))
+                    .collect::<braid_runtime::Result<Vec<_>>>()
                     .map_err(|e| link_err(conn, e))?;
                 streams.push((i, true, s));
             }
@@ -574,14 +588,15 @@ impl Clique {
         for (i, conn) in missing.iter().enumerate() {
             if fifos.contains_key(&(i, false)) && !local(conn.sender) {
                 let oob = self.oob.as_ref().expect("a remote rank has a bootstrap");
-                let s = oob
-                    .accept_link(conn.sender, tag(conn))
+                let s = (0..per_conn)
+                    .map(|k| oob.accept_link(conn.sender, tag(conn, k)))
+                    .collect::<braid_runtime::Result<Vec<_>>>()
                     .map_err(|e| link_err(conn, e))?;
                 streams.push((i, false, s));
             }
         }
         let mut pending = Vec::new();
-        for (i, send, stream) in streams {
+        for (i, send, mut stream) in streams {
             let conn = missing[i];
             let fifo = fifos.remove(&(i, send)).expect("a FIFO per end");
             let what = format!(
@@ -598,7 +613,7 @@ impl Clique {
                     net::rdma::Setup::offer(
                         dev.as_ref(),
                         fifo,
-                        stream,
+                        stream.remove(0),
                         send,
                         what,
                         self.timeout,

@@ -72,6 +72,9 @@ pub struct Options {
     /// What carries network connections (`BRAID_NET_FORCE=socket|ib|soft-rdma`; by
     /// default RDMA where every rank has a port, else TCP).
     pub net_transport: NetTransport,
+    /// TCP streams per network connection (`BRAID_NET_STREAMS`, or NCCL's
+    /// `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS`); the ranks use the most any asks.
+    pub net_streams: u32,
 }
 
 impl Default for Options {
@@ -85,13 +88,15 @@ impl Default for Options {
             trace: false,
             net_force: false,
             net_transport: NetTransport::Auto,
+            net_streams: 1,
         }
     }
 }
 
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
-    /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`, `BRAID_NET_FORCE`.
+    /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`, `BRAID_NET_FORCE`,
+    /// `BRAID_NET_STREAMS`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -113,6 +118,8 @@ impl Options {
             p2p_disable: flag_on(std::env::var("BRAID_P2P_DISABLE").ok().as_deref()),
             net_force,
             net_transport,
+            net_streams: net::streams_from(|k| std::env::var(k).ok())
+                .map_err(CudaError::Invalid)?,
             scratch_bytes,
             policy: Policy::from_env()?,
             p2p_channels: crate::p2p::channels_from(
@@ -124,14 +131,15 @@ impl Options {
     }
 }
 
-/// The RDMA device this rank's network connections use, agreed by every rank (one
-/// exchange): RDMA when every rank opens a device, TCP streams when any cannot, and an
-/// error on every rank when one forces RDMA (`BRAID_NET_FORCE=ib`) and some rank has none.
-fn network_rdma(
+/// The RDMA device this rank's network connections use and the TCP streams per
+/// connection, agreed by every rank (one exchange): RDMA when every rank opens a device,
+/// TCP streams when any cannot, and an error on every rank when one forces RDMA
+/// (`BRAID_NET_FORCE=ib`) and some rank has none; the most streams any rank asks for.
+fn agree_network(
     boot: &Bootstrap,
     rank: u32,
     opts: &Options,
-) -> Result<Option<Arc<dyn braid_ib::rdma::Device>>> {
+) -> Result<(Option<Arc<dyn braid_ib::rdma::Device>>, u32)> {
     let demand = matches!(
         opts.net_transport,
         NetTransport::Ib | NetTransport::SoftRdma
@@ -140,7 +148,14 @@ fn network_rdma(
         Ok(d) => (d, String::new()),
         Err(why) => (None, why),
     };
-    let all = boot.allgather(&[u8::from(rdma.is_some()), u8::from(demand)])?;
+    let asked = opts.net_streams.clamp(1, net::MAX_STREAMS) as u8;
+    let all = boot.allgather(&[u8::from(rdma.is_some()), u8::from(demand), asked])?;
+    let streams = all
+        .iter()
+        .map(|a| a.get(2).copied().unwrap_or(1))
+        .max()
+        .unwrap_or(1)
+        .clamp(1, net::MAX_STREAMS as u8) as u32;
     let lacking: Vec<usize> = (0..all.len())
         .filter(|&r| all[r].first() != Some(&1))
         .collect();
@@ -148,7 +163,7 @@ fn network_rdma(
         .filter(|&r| all[r].get(1) == Some(&1))
         .collect();
     if lacking.is_empty() {
-        return Ok(rdma);
+        return Ok((rdma, streams));
     }
     if !demanded.is_empty() {
         return Err(CudaError::Invalid(format!(
@@ -164,7 +179,7 @@ fn network_rdma(
     if rdma.is_some() {
         tracing::info!("network connections over TCP: rank(s) {lacking:?} have no RDMA device");
     }
-    Ok(None)
+    Ok((None, streams))
 }
 
 /// Whether a flag variable's value (`BRAID_P2P_DISABLE`) turns it on:
@@ -391,6 +406,7 @@ impl CudaComm {
         let net = NetMap {
             force: opts.net_force,
             hosts: Vec::new(),
+            streams: opts.net_streams,
         };
         let rdma = if net.any() {
             net::rdma_device(opts.net_transport).map_err(CudaError::Invalid)?
@@ -486,10 +502,12 @@ impl CudaComm {
             force |= parts.nth(2) == Some("1");
             hosts.push(parts.next().unwrap_or_default().to_string());
         }
-        let net = NetMap::from_identities(force, &hosts);
+        let mut net = NetMap::from_identities(force, &hosts);
         let rdma = if net.any() {
             stats.exchanged();
-            network_rdma(&boot, rank, opts)?
+            let (rdma, streams) = agree_network(&boot, rank, opts)?;
+            net.streams = streams;
+            rdma
         } else {
             None
         };
@@ -889,7 +907,7 @@ mod tests {
         assert_eq!(device_count(), 0);
     }
 
-    /// Each rank's `network_rdma` with its own `BRAID_NET_FORCE` transport, over a real
+    /// Each rank's `agree_network` with its own `BRAID_NET_FORCE` transport, over a real
     /// bootstrap on loopback (no GPU needed).
     fn agree(transports: &[NetTransport]) -> Vec<Result<bool>> {
         let n = transports.len() as u32;
@@ -908,7 +926,7 @@ mod tests {
                             net_transport: t,
                             ..Options::default()
                         };
-                        network_rdma(&boot, r as u32, &opts).map(|d| d.is_some())
+                        agree_network(&boot, r as u32, &opts).map(|(d, _)| d.is_some())
                     })
                 })
                 .collect();

@@ -121,6 +121,15 @@ fn main() -> ExitCode {
         section(&mut t, "network transport, point to point", || {
             p2p::section_with(gpus, true, &net)
         });
+        // Each connection over three TCP streams (BRAID_NET_STREAMS): slices spread over
+        // them, announced to the kernel in order.
+        let striped = Options {
+            net_streams: 3,
+            ..net.clone()
+        };
+        section(&mut t, "network transport, 3 streams, matrix n=2", || {
+            matrix_with(2, gpus, true, &striped)
+        });
         // The queue-pair transport (RDMA writes with immediates) on the software device.
         let rdma = Options {
             net_transport: braid_cuda::net::NetTransport::SoftRdma,
@@ -152,6 +161,19 @@ fn main() -> ExitCode {
             "network transport, 2 processes, point to point",
             || {
                 let env = [("BRAID_TIMEOUT", "20"), ("BRAID_NET_FORCE", "1")];
+                let ranks = spawn_pair("p2p", gpus, &env, Duration::from_secs(120))?;
+                Ok(rank_cases(ranks, "p2p done"))
+            },
+        );
+        section(
+            &mut t,
+            "network transport, 2 processes, 3 streams, point to point",
+            || {
+                let env = [
+                    ("BRAID_TIMEOUT", "20"),
+                    ("BRAID_NET_FORCE", "1"),
+                    ("BRAID_NET_STREAMS", "3"),
+                ];
                 let ranks = spawn_pair("p2p", gpus, &env, Duration::from_secs(120))?;
                 Ok(rank_cases(ranks, "p2p done"))
             },

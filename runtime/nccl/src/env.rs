@@ -12,7 +12,10 @@
 //! read by the runtime's bootstrap), `NCCL_IB_HCA` / `BRAID_IB_HCA` and `NCCL_IB_DISABLE` /
 //! `BRAID_IB_DISABLE` (the RDMA ports of the network transport, read by braid-ib),
 //! `NCCL_MAX_CTAS` / `BRAID_MAX_CTAS` (thread blocks per call) and `NCCL_PROTO` /
-//! `BRAID_PROTO` (the protocols calls may use), both read by the policy. Every other `NCCL_*` variable that is set is named once at INFO as not honoured.
+//! `BRAID_PROTO` (the protocols calls may use), both read by the policy,
+//! `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS` / `BRAID_NET_STREAMS` (TCP streams per
+//! network connection, read by the GPU backend). Every other `NCCL_*` variable that is
+//! set is named once at INFO as not honoured.
 
 use std::sync::Once;
 
@@ -32,6 +35,8 @@ pub const HONOURED: &[&str] = &[
     "NCCL_IB_DISABLE",
     "NCCL_MAX_CTAS",
     "NCCL_PROTO",
+    "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_SOCKET_NTHREADS",
     // Read by NCCL's own tools and the launchers, harmless here.
     "NCCL_NVLS_ENABLE",
 ];

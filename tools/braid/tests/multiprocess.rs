@@ -82,12 +82,18 @@ fn spawn_rank_on(
         }
         None => Command::new(exe),
     };
+    // GPU ranks share the GPUs there are, in turn (all on GPU 0 where there is one).
+    let local = if args.windows(2).any(|w| w == ["--backend", "cuda"]) {
+        rank as usize % braid_cuda::device_count().max(1)
+    } else {
+        rank as usize
+    };
     // The caller's variables last: they override the defaults (BRAID_TIMEOUT, LOCAL_RANK).
     cmd.arg("rank")
         .args(args)
         .env("RANK", rank.to_string())
         .env("WORLD_SIZE", world.to_string())
-        .env("LOCAL_RANK", rank.to_string())
+        .env("LOCAL_RANK", local.to_string())
         .env("MASTER_ADDR", &net.master)
         .env("MASTER_PORT", port.to_string())
         .env("BRAID_SECRET", secret)
@@ -304,9 +310,22 @@ fn survivors_name_the_victim_on(
     bound: Duration,
     env: &[(&str, &str)],
 ) {
+    survivors_of(net, &[], lines, victim, signal, bound, env)
+}
+
+/// [`survivors_name_the_victim_on`] with `extra` arguments to `braid rank` (a backend).
+fn survivors_of(
+    net: &Net,
+    extra: &[&str],
+    lines: usize,
+    victim: usize,
+    signal: &str,
+    bound: Duration,
+    env: &[(&str, &str)],
+) {
     let port = free_port();
     let s = secret(5 + lines as u8);
-    let args = [
+    let mut args = vec![
         "allreduce",
         "--topo",
         "nvswitch:4",
@@ -315,6 +334,7 @@ fn survivors_name_the_victim_on(
         "--iters",
         "1000000",
     ];
+    args.extend_from_slice(extra);
     let mut env = env.to_vec();
     env.push(("BRAID_TIMEOUT", "")); // the default
     let mut children: Vec<Child> = (0..4)
@@ -625,72 +645,149 @@ fn collectives_stay_right_across_a_link_that_loses_packets() {
     eprintln!("{dropped} packets dropped between the namespaces");
 }
 
-/// The GPU backend across two "hosts": the ranks of the hierarchical all-reduce and
-/// all-to-all on `cluster:2x2` in two network namespaces on this machine's GPUs (all on
-/// GPU 0 where there is one), every connection on the network transport
-/// (`BRAID_NET_FORCE=1`), so that all their data crosses the veth between the namespaces
-/// through the proxies. Skips, saying why, without a GPU or namespaces.
-#[test]
-fn gpu_ranks_across_two_hosts_over_the_network_transport() {
+/// Whether this machine has a GPU for the GPU backend's tests (saying why not).
+fn have_gpu() -> bool {
     if !braid_cuda::driver_present() || braid_cuda::device_count() == 0 {
         eprintln!("skipped: no CUDA driver or GPU on this machine");
+        return false;
+    }
+    true
+}
+
+/// Runs `collective` with `algorithm` (`None`: the runtime's choice) on `cluster:2x2` with
+/// the GPU backend, ranks 0-1 and 2-3 in the two namespaces of `net`, every connection
+/// on the network transport (`BRAID_NET_FORCE=1`) over `streams` TCP streams each;
+/// checks that every rank's three calls were right over network links.
+fn gpu_job_across(
+    net: &Net,
+    k: u8,
+    (collective, algorithm, size): (&str, Option<&str>, &str),
+    streams: &str,
+) {
+    let iters = "3";
+    let mut args = vec![
+        collective,
+        "--backend",
+        "cuda",
+        "--topo",
+        "cluster:2x2",
+        "--size",
+        size,
+        "--iters",
+        iters,
+    ];
+    if let Some(a) = algorithm {
+        args.extend(["--algorithm", a]);
+    }
+    let port = free_port();
+    let s = secret(40 + k);
+    let env = [
+        ("BRAID_NET_FORCE", "1"),
+        ("BRAID_TIMEOUT", "30"),
+        ("BRAID_NET_STREAMS", streams),
+    ];
+    let ranks: Vec<Done> = (0..4u32)
+        .map(|r| spawn_rank_on(net, r, 4, port, &s, &args, &env))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(wait)
+        .collect();
+    let what = algorithm.unwrap_or(collective);
+    for (r, d) in ranks.iter().enumerate() {
+        assert_eq!(d.code, 0, "{what} rank {r}: {}{}", d.stdout, d.stderr);
+        assert_eq!(
+            d.stdout.matches("correct").count(),
+            3,
+            "{what} rank {r}: {}",
+            d.stdout
+        );
+        assert!(
+            d.stdout.contains("network"),
+            "{what} rank {r}: {}",
+            d.stdout
+        );
+    }
+}
+
+/// The GPU backend across two "hosts": every collective on `cluster:2x2` (the
+/// hierarchical all-reduce and all-to-all by name, the others as the runtime picks) with
+/// two ranks in each of two network namespaces on this machine's GPUs (all on GPU 0
+/// where there is one), every connection on the network transport, so that all their
+/// data crosses the veth between the namespaces through the proxies; the all-to-all
+/// again over three streams per connection (`BRAID_NET_STREAMS`). Skips, saying why,
+/// without a GPU or namespaces.
+#[test]
+fn gpu_ranks_across_two_hosts_over_the_network_transport() {
+    if !have_gpu() {
         return;
     }
     let Some((_veth, net)) = two_hosts() else {
         return;
     };
-    let gpus = braid_cuda::device_count();
-    for (k, (collective, algorithm)) in [
-        ("allreduce", "hierarchical_allreduce"),
-        ("alltoall", "hierarchical_alltoall"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let args = [
-            collective,
-            "--backend",
-            "cuda",
-            "--topo",
-            "cluster:2x2",
-            "--algorithm",
-            algorithm,
-            "--size",
-            "4M",
-            "--iters",
-            "3",
-        ];
-        let port = free_port();
-        let s = secret(40 + k as u8);
-        let ranks: Vec<Done> = (0..4u32)
-            .map(|r| {
-                let local = (r as usize % gpus).to_string();
-                let env = [
-                    ("BRAID_NET_FORCE", "1"),
-                    ("BRAID_TIMEOUT", "30"),
-                    ("LOCAL_RANK", local.as_str()),
-                ];
-                spawn_rank_on(&net, r, 4, port, &s, &args, &env)
-            })
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(wait)
-            .collect();
-        for (r, d) in ranks.iter().enumerate() {
-            assert_eq!(d.code, 0, "{algorithm} rank {r}: {}{}", d.stdout, d.stderr);
-            assert_eq!(
-                d.stdout.matches("correct").count(),
-                3,
-                "{algorithm} rank {r}: {}",
-                d.stdout
-            );
-            assert!(
-                d.stdout.contains("network"),
-                "{algorithm} rank {r}: {}",
-                d.stdout
-            );
-        }
+    let jobs = [
+        ("allreduce", Some("hierarchical_allreduce"), "4M"),
+        ("alltoall", Some("hierarchical_alltoall"), "4M"),
+        ("allgather", None, "1M"),
+        ("reduce_scatter", None, "1M"),
+        ("broadcast", None, "1M"),
+        ("reduce", None, "1M"),
+    ];
+    for (k, job) in jobs.into_iter().enumerate() {
+        gpu_job_across(&net, k as u8, job, "1");
     }
+    gpu_job_across(&net, 9, jobs[1], "3");
+}
+
+/// The GPU backend's network transport across a link that drops 3 % of the packets
+/// arriving on either side: the hierarchical all-reduce stays right (TCP retransmits
+/// under the proxies), and packets were dropped.
+#[test]
+fn gpu_ranks_stay_right_across_a_link_that_loses_packets() {
+    if !have_gpu() {
+        return;
+    }
+    let Some((veth, net)) = two_hosts() else {
+        return;
+    };
+    if let Err(why) = veth.lose(0.03) {
+        eprintln!("skipped: cannot drop packets between the namespaces here: {why}");
+        return;
+    }
+    gpu_job_across(
+        &net,
+        10,
+        ("allreduce", Some("hierarchical_allreduce"), "4M"),
+        "1",
+    );
+    gpu_job_across(
+        &net,
+        11,
+        ("alltoall", Some("hierarchical_alltoall"), "1M"),
+        "2",
+    );
+    let dropped = veth.dropped().unwrap();
+    assert!(
+        dropped > 0,
+        "no packet was dropped: the loss rule was not in effect"
+    );
+    eprintln!("{dropped} packets dropped between the namespaces");
+}
+
+/// A GPU rank killed on either "host" while the calls run over the network transport:
+/// every survivor names it within 15 s (the bootstrap sees the process go; the proxies
+/// and kernels stop with an error, not at their timeout).
+#[test]
+fn gpu_ranks_across_two_hosts_name_a_killed_rank_in_time() {
+    if !have_gpu() {
+        return;
+    }
+    let Some((_veth, net)) = two_hosts() else {
+        return;
+    };
+    let cuda = ["--backend", "cuda"];
+    let env = [("BRAID_NET_FORCE", "1")];
+    survivors_of(&net, &cuda, 2, 3, "-KILL", Duration::from_secs(15), &env);
+    survivors_of(&net, &cuda, 5, 0, "-KILL", Duration::from_secs(15), &env);
 }
 
 /// Four ranks on two "hosts": ranks 0 and 1 in one network namespace (rank 0's address

@@ -33,9 +33,49 @@ unsafe impl FifoMemory for HostAlloc {
     }
 }
 
-/// Bootstrap link tags of network connections: this bit and the connection's channel
-/// (the host backend's links use the bare channel).
+/// Bootstrap link tags of network connections: this bit, the stream's index and the
+/// connection's channel (the host backend's links use the bare channel).
 pub const TAG: u64 = 1 << 62;
+
+/// The bootstrap link tag of stream `k` of the network connection on `channel`.
+pub fn tag(channel: u32, k: u32) -> u64 {
+    TAG | u64::from(k) << 32 | u64::from(channel)
+}
+
+/// Most TCP streams per connection.
+pub const MAX_STREAMS: u32 = 16;
+
+/// TCP streams per network connection: `BRAID_NET_STREAMS`, else NCCL's
+/// `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS` (each 1 when unset), 1 to
+/// [`MAX_STREAMS`]. `var` reads a variable.
+pub fn streams_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, String> {
+    let num = |name: &str| -> Result<Option<u32>, String> {
+        match var(name) {
+            None => Ok(None),
+            Some(v) if v.trim().is_empty() => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_STREAMS).contains(n))
+                .map(Some)
+                .ok_or_else(|| format!("{name}={v}: expected a count from 1 to {MAX_STREAMS}")),
+        }
+    };
+    if let Some(n) = num("BRAID_NET_STREAMS")? {
+        return Ok(n);
+    }
+    let socks = num("NCCL_NSOCKS_PERTHREAD")?.unwrap_or(1);
+    let threads = num("NCCL_SOCKET_NTHREADS")?.unwrap_or(1);
+    let n = socks * threads;
+    if n > MAX_STREAMS {
+        return Err(format!(
+            "NCCL_NSOCKS_PERTHREAD={socks} x NCCL_SOCKET_NTHREADS={threads}: at most \
+             {MAX_STREAMS} streams per connection"
+        ));
+    }
+    Ok(n)
+}
 
 /// What carries the network connections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,6 +132,8 @@ pub struct NetMap {
     pub force: bool,
     /// Each rank's host (an index into the distinct hosts), when known.
     pub hosts: Vec<u32>,
+    /// TCP streams per connection (`BRAID_NET_STREAMS`; 0 counts as 1).
+    pub streams: u32,
 }
 
 impl NetMap {
@@ -124,7 +166,11 @@ impl NetMap {
                 }
             })
             .collect();
-        NetMap { force, hosts }
+        NetMap {
+            force,
+            hosts,
+            streams: 1,
+        }
     }
 }
 
@@ -222,6 +268,38 @@ mod unit {
     #[test]
     fn the_force_variable_names_the_transport() {
         assert_eq!(parse_force(None), (false, NetTransport::Auto));
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
+        };
+        assert_eq!(streams_from(env(&[])), Ok(1));
+        assert_eq!(streams_from(env(&[("BRAID_NET_STREAMS", " 4 ")])), Ok(4));
+        assert_eq!(
+            streams_from(env(&[
+                ("NCCL_NSOCKS_PERTHREAD", "4"),
+                ("NCCL_SOCKET_NTHREADS", "2")
+            ])),
+            Ok(8)
+        );
+        // Braid's variable wins over NCCL's.
+        assert_eq!(
+            streams_from(env(&[
+                ("BRAID_NET_STREAMS", "2"),
+                ("NCCL_SOCKET_NTHREADS", "3")
+            ])),
+            Ok(2)
+        );
+        for bad in [
+            &[("BRAID_NET_STREAMS", "0")][..],
+            &[("BRAID_NET_STREAMS", "17")],
+            &[("BRAID_NET_STREAMS", "many")],
+            &[
+                ("NCCL_NSOCKS_PERTHREAD", "8"),
+                ("NCCL_SOCKET_NTHREADS", "4"),
+            ],
+        ] {
+            let why = streams_from(env(bad)).unwrap_err();
+            assert!(why.contains(bad[0].0), "{why}");
+        }
         assert_eq!(parse_force(Some(" 0")), (false, NetTransport::Auto));
         assert_eq!(parse_force(Some("1")), (true, NetTransport::Auto));
         assert_eq!(parse_force(Some("socket")), (true, NetTransport::Socket));

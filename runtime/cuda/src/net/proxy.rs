@@ -20,6 +20,13 @@
 //! of waiting for their timeout). A stream that closes between frames is a peer going
 //! away: nothing is owed, so nothing fails.
 //!
+//! **Several streams.** A connection may run over several streams (`BRAID_NET_STREAMS`, as
+//! NCCL's `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS`), so that one connection is
+//! several flows (paths that balance per flow, per-flow rate limits) and the receiving
+//! copies run on several threads: slice `k` (1-based) goes on stream `(k - 1) % S`, each
+//! stream has its own reader, and a slice is announced to the kernel only after the one
+//! before it, so the kernel still sees its slices in order. Credits go on stream 0.
+//!
 //! Dropping a proxy first forwards what its kernel already published (a send end's last
 //! slices may still sit in the FIFO when the kernel has finished), then stops its threads.
 //! The FIFO memory is shared with the poller, so it outlives every access.
@@ -41,7 +48,8 @@ const POLL: Duration = Duration::from_millis(50);
 
 struct Inner {
     fifo: Fifo,
-    stream: TcpStream,
+    /// The connection's streams (at least one); credits go on the first.
+    streams: Vec<TcpStream>,
     send: bool,
     timeout: Duration,
     /// Closing (threads stop, failures are no longer reported), failed, and the name.
@@ -60,7 +68,7 @@ struct Inner {
 /// One proxied connection end; dropping it flushes and stops it.
 pub struct Proxy {
     inner: Arc<Inner>,
-    reader: Option<JoinHandle<()>>,
+    readers: Vec<JoinHandle<()>>,
 }
 
 enum Io {
@@ -82,8 +90,8 @@ impl Inner {
     ///
     /// # Safety
     /// `dst..dst + len` must be writable and not referenced by Rust code meanwhile.
-    unsafe fn recv_raw(&self, dst: *mut u8, len: usize, idle_ok: bool) -> Io {
-        let fd = self.stream.as_raw_fd();
+    unsafe fn recv_raw(&self, stream: usize, dst: *mut u8, len: usize, idle_ok: bool) -> Io {
+        let fd = self.streams[stream].as_raw_fd();
         let mut done = 0;
         let mut deadline = (!idle_ok).then(|| Instant::now() + self.timeout);
         while done < len {
@@ -129,8 +137,8 @@ impl Inner {
     ///
     /// # Safety
     /// `src..src + len` must be readable and not written by anyone meanwhile.
-    unsafe fn send_raw(&self, src: *const u8, len: usize) -> Io {
-        let fd = self.stream.as_raw_fd();
+    unsafe fn send_raw(&self, stream: usize, src: *const u8, len: usize) -> Io {
+        let fd = self.streams[stream].as_raw_fd();
         let deadline = Instant::now() + self.timeout;
         let mut done = 0;
         while done < len {
@@ -166,7 +174,13 @@ impl Inner {
     ///
     /// # Safety
     /// As [`Inner::send_raw`] for `body..body + len`.
-    unsafe fn send_frame(&self, h: &[u8; HEADER], body: *const u8, len: usize) -> Io {
+    unsafe fn send_frame(
+        &self,
+        stream: usize,
+        h: &[u8; HEADER],
+        body: *const u8,
+        len: usize,
+    ) -> Io {
         let mut iov = [
             libc::iovec {
                 iov_base: h.as_ptr() as *mut libc::c_void,
@@ -182,24 +196,25 @@ impl Inner {
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = 2;
         // SAFETY: both ranges are readable (the caller's contract, a local array).
-        let n = unsafe { libc::sendmsg(self.stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        let fd = self.streams[stream].as_raw_fd();
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
         let n = if n < 0 { 0 } else { n as usize };
         // What did not go at once goes by the careful path (timeouts, errors).
         if n < HEADER {
             // SAFETY: the rest of the local array, then the caller's range.
-            match unsafe { self.send_raw(h.as_ptr().add(n), HEADER - n) } {
-                Io::Done => unsafe { self.send_raw(body, len) },
+            match unsafe { self.send_raw(stream, h.as_ptr().add(n), HEADER - n) } {
+                Io::Done => unsafe { self.send_raw(stream, body, len) },
                 other => other,
             }
         } else {
             // SAFETY: the caller's range, past what went.
-            unsafe { self.send_raw(body.add(n - HEADER), len - (n - HEADER)) }
+            unsafe { self.send_raw(stream, body.add(n - HEADER), len - (n - HEADER)) }
         }
     }
 
     fn send_header(&self, h: &[u8; HEADER]) -> Io {
         // SAFETY: a local array.
-        unsafe { self.send_raw(h.as_ptr(), HEADER) }
+        unsafe { self.send_raw(0, h.as_ptr(), HEADER) }
     }
 
     /// The poller's turn: forwards published slices (send end) or returns credits
@@ -240,7 +255,8 @@ impl Inner {
                 self.started[lane].store(f + 1, Ordering::Release);
                 // SAFETY: inside the slot; the kernel writes this slot again only after the
                 // credit for it, which follows this send.
-                let r = unsafe { self.send_frame(&h.encode(), at, bytes as usize) };
+                let stream = (f % self.streams.len() as u64) as usize;
+                let r = unsafe { self.send_frame(stream, &h.encode(), at, bytes as usize) };
                 match r {
                     Io::Done => {}
                     Io::Stopped | Io::Closed => return Ok(busy),
@@ -276,10 +292,10 @@ impl Inner {
         Ok(busy)
     }
 
-    fn read_header(&self) -> Result<Option<[u8; HEADER]>, String> {
+    fn read_header(&self, stream: usize) -> Result<Option<[u8; HEADER]>, String> {
         let mut h = [0u8; HEADER];
         // SAFETY: a local array.
-        match unsafe { self.recv_raw(h.as_mut_ptr(), HEADER, true) } {
+        match unsafe { self.recv_raw(stream, h.as_mut_ptr(), HEADER, true) } {
             Io::Done => Ok(Some(h)),
             Io::Closed | Io::Stopped => Ok(None),
             Io::Failed(why) => Err(why),
@@ -288,7 +304,7 @@ impl Inner {
 
     /// Send end's reader: credits into the FIFO's `tail`.
     fn take_credits(&self) -> Result<(), String> {
-        while let Some(h) = self.read_header()? {
+        while let Some(h) = self.read_header(0)? {
             let c = Credit::decode(&h)?;
             let (got, sent) = (
                 self.got[c.lane].load(Ordering::Acquire),
@@ -306,26 +322,29 @@ impl Inner {
         Ok(())
     }
 
-    /// Receive end's reader: data frames into the FIFO.
-    fn take_data(&self) -> Result<(), String> {
+    /// Receive end's reader of stream `stream`: its data frames into the FIFO.
+    fn take_data(&self, stream: usize) -> Result<(), String> {
         let mut lines: Vec<u64> = Vec::new();
-        while let Some(h) = self.read_header()? {
+        let streams = self.streams.len() as u64;
+        // The next slice per lane this stream carries.
+        let mut due = [stream as u64 + 1; 2];
+        while let Some(h) = self.read_header(stream)? {
             let d = Data::decode(&h)?;
             let lane = d.lane;
-            let want = self.got[lane].load(Ordering::Relaxed) + 1;
-            if d.seq != want {
+            if d.seq != due[lane] {
                 return Err(format!(
-                    "slice {} arrived on lane {lane} where slice {want} was due",
-                    d.seq
+                    "slice {} arrived on lane {lane} of stream {stream} where slice {} was due",
+                    d.seq, due[lane]
                 ));
             }
+            due[lane] += streams;
             let bytes = d.bytes as usize;
             let at = self.fifo.admit(lane, d.seq, bytes)?;
-            self.started[lane].store(d.seq, Ordering::Release);
+            self.started[lane].fetch_max(d.seq, Ordering::AcqRel);
             if lane == 0 {
                 // SAFETY: inside the slot (bytes <= its length), which the kernel does not
                 // read until `head` says so below.
-                match unsafe { self.recv_raw(at, bytes, false) } {
+                match unsafe { self.recv_raw(stream, at, bytes, false) } {
                     Io::Done => {}
                     Io::Stopped => return Ok(()),
                     Io::Closed => unreachable!("only before a frame"),
@@ -337,7 +356,7 @@ impl Inner {
                 lines.clear();
                 lines.resize(bytes / 8, 0);
                 // SAFETY: a local buffer of `bytes` bytes.
-                match unsafe { self.recv_raw(lines.as_mut_ptr().cast(), bytes, false) } {
+                match unsafe { self.recv_raw(stream, lines.as_mut_ptr().cast(), bytes, false) } {
                     Io::Done => {}
                     Io::Stopped => return Ok(()),
                     Io::Closed => unreachable!("only before a frame"),
@@ -349,30 +368,74 @@ impl Inner {
                     word.store(*w, Ordering::Relaxed);
                 }
             }
+            // In order: after the slice before it, which another stream may carry.
+            if !self.wait_turn(lane, d.seq)? {
+                return Ok(());
+            }
             self.fifo.arrived(lane, d.seq);
             self.got[lane].store(d.seq, Ordering::Release);
         }
         Ok(())
     }
+
+    /// Waits until slice `seq - 1` of `lane` has been announced (false: the end is
+    /// closing). The sender wrote that slice before this one, so only a broken or stalled
+    /// stream keeps it away, and then the timeout fails the connection.
+    fn wait_turn(&self, lane: usize, seq: u64) -> Result<bool, String> {
+        if self.got[lane].load(Ordering::Acquire) + 1 == seq {
+            return Ok(true);
+        }
+        let deadline = Instant::now() + self.timeout;
+        let mut spins = 0u32;
+        while self.got[lane].load(Ordering::Acquire) + 1 != seq {
+            if self.health.stopped() || self.health.failed() {
+                return Ok(false);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "slice {seq} of lane {lane} arrived, slice {} did not within {:?} \
+                     (BRAID_TIMEOUT)",
+                    seq - 1,
+                    self.timeout
+                ));
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        Ok(true)
+    }
 }
 
 impl Proxy {
     /// Starts the proxy of a connection end: `send` (the kernel sends into `fifo`) or
-    /// receive (the kernel receives from `fifo`), over `stream` to the other end's proxy.
+    /// receive (the kernel receives from `fifo`), over `streams` to the other end's proxy
+    /// (the same streams in the same order on both ends; at least one).
     pub fn start(
         fifo: Fifo,
-        stream: TcpStream,
+        streams: Vec<TcpStream>,
         send: bool,
         what: String,
         timeout: Duration,
         on_fail: OnFail,
     ) -> std::io::Result<Proxy> {
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(POLL))?;
-        stream.set_write_timeout(Some(POLL))?;
+        if streams.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a network connection needs a stream",
+            ));
+        }
+        for stream in &streams {
+            stream.set_nodelay(true)?;
+            stream.set_read_timeout(Some(POLL))?;
+            stream.set_write_timeout(Some(POLL))?;
+        }
         let inner = Arc::new(Inner {
             fifo,
-            stream,
+            streams,
             send,
             timeout,
             health: Health::new(what, on_fail),
@@ -380,31 +443,36 @@ impl Proxy {
             got: Default::default(),
             started: Default::default(),
         });
-        let me = inner.clone();
-        let reader = std::thread::Builder::new()
-            .name(
-                if send {
-                    "braid-net-credits"
-                } else {
-                    "braid-net-data"
-                }
-                .into(),
-            )
-            .stack_size(256 << 10)
-            .spawn(move || {
-                let r = if me.send {
-                    me.take_credits()
-                } else {
-                    me.take_data()
-                };
-                if let Err(why) = r {
-                    me.fail(why);
-                }
-            })?;
-        let proxy = Proxy {
+        let mut proxy = Proxy {
             inner: inner.clone(),
-            reader: Some(reader),
+            readers: Vec::new(),
         };
+        // A send end reads credits on its first stream; a receive end data on each.
+        let readers = if send { 1 } else { inner.streams.len() };
+        for stream in 0..readers {
+            let me = inner.clone();
+            let reader = std::thread::Builder::new()
+                .name(
+                    if send {
+                        "braid-net-credits"
+                    } else {
+                        "braid-net-data"
+                    }
+                    .into(),
+                )
+                .stack_size(256 << 10)
+                .spawn(move || {
+                    let r = if me.send {
+                        me.take_credits()
+                    } else {
+                        me.take_data(stream)
+                    };
+                    if let Err(why) = r {
+                        me.fail(why);
+                    }
+                })?;
+            proxy.readers.push(reader);
+        }
         // Without a poller the proxy drops (and its reader stops) here.
         register(inner)?;
         Ok(proxy)
@@ -422,8 +490,10 @@ impl Drop for Proxy {
         let i = &self.inner;
         i.health
             .close(i.timeout, i.send.then_some((&i.fifo, &i.out)));
-        let _ = self.inner.stream.shutdown(Shutdown::Both);
-        if let Some(r) = self.reader.take() {
+        for stream in &self.inner.streams {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        for r in self.readers.drain(..) {
             let _ = r.join();
         }
     }

@@ -158,8 +158,16 @@ fn kernel_recv(f: &Fifo, lane: usize, count: u64) {
     }
 }
 
-fn pair(timeout: Duration) -> (Fifo, Proxy, Fifo, Proxy, Arc<Mutex<Vec<String>>>) {
-    let (a, b) = loopback_pair().unwrap();
+/// `n` connected loopback streams: this end's and the other's.
+fn streams(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
+    (0..n).map(|_| loopback_pair().unwrap()).unzip()
+}
+
+fn pair(
+    timeout: Duration,
+    n_streams: usize,
+) -> (Fifo, Proxy, Fifo, Proxy, Arc<Mutex<Vec<String>>>) {
+    let (a, b) = streams(n_streams);
     let (on_fail, seen) = failures();
     let (sf, rf) = (fifo(), fifo());
     let sp = Proxy::start(sf.clone(), a, true, "0->1".into(), timeout, on_fail.clone()).unwrap();
@@ -169,7 +177,17 @@ fn pair(timeout: Duration) -> (Fifo, Proxy, Fifo, Proxy, Arc<Mutex<Vec<String>>>
 
 #[test]
 fn slices_of_both_lanes_arrive_whole_and_in_order_within_the_credits() {
-    let (sf, sp, rf, rp, seen) = pair(TIMEOUT);
+    both_lanes_whole_and_in_order(1);
+}
+
+#[test]
+fn over_several_streams_slices_still_reach_the_kernel_whole_and_in_order() {
+    // Slice k goes on stream (k - 1) % 3; the kernel must still see 1, 2, 3, ...
+    both_lanes_whole_and_in_order(3);
+}
+
+fn both_lanes_whole_and_in_order(n_streams: usize) {
+    let (sf, sp, rf, rp, seen) = pair(TIMEOUT, n_streams);
     let counts = [300u64, 2000];
     std::thread::scope(|s| {
         for (lane, &count) in counts.iter().enumerate() {
@@ -198,7 +216,7 @@ fn dropping_a_send_end_first_forwards_what_its_kernel_published() {
     let (a, mut b) = loopback_pair().unwrap();
     let (on_fail, seen) = failures();
     let sf = fifo();
-    let sp = Proxy::start(sf.clone(), a, true, "t".into(), TIMEOUT, on_fail).unwrap();
+    let sp = Proxy::start(sf.clone(), vec![a], true, "t".into(), TIMEOUT, on_fail).unwrap();
     kernel_send(&sf, 0, 3);
     drop(sp);
     b.set_read_timeout(Some(TIMEOUT)).unwrap();
@@ -219,18 +237,37 @@ fn dropping_a_send_end_first_forwards_what_its_kernel_published() {
 
 /// A receive end fed by hand: what it does with `frames`, and the reasons it failed.
 fn feed_receiver(frames: &[(Data, Vec<u8>)], close: bool) -> (Fifo, Vec<String>) {
-    let (mut a, b) = loopback_pair().unwrap();
+    let frames: Vec<_> = frames.iter().map(|(h, b)| (0, *h, b.clone())).collect();
+    feed_streams(1, &frames, close, TIMEOUT)
+}
+
+/// [`feed_receiver`] over `n` streams, each frame on the stream given with it.
+fn feed_streams(
+    n: usize,
+    frames: &[(usize, Data, Vec<u8>)],
+    close: bool,
+    timeout: Duration,
+) -> (Fifo, Vec<String>) {
+    let (mut a, b) = streams(n);
     let (on_fail, seen) = failures();
     let rf = fifo();
-    let rp = Proxy::start(rf.clone(), b, false, "0->1".into(), TIMEOUT, on_fail).unwrap();
-    for (h, body) in frames {
-        a.write_all(&h.encode()).unwrap();
-        a.write_all(body).unwrap();
+    let rp = Proxy::start(rf.clone(), b, false, "0->1".into(), timeout, on_fail).unwrap();
+    for (k, h, body) in frames {
+        a[*k].write_all(&h.encode()).unwrap();
+        a[*k].write_all(body).unwrap();
     }
     if close {
-        a.shutdown(std::net::Shutdown::Write).unwrap();
+        for a in &a {
+            a.shutdown(std::net::Shutdown::Write).unwrap();
+        }
     }
-    let deadline = Instant::now() + Duration::from_secs(2);
+    // Long enough for a failure that waits for `timeout`, when the test shortened it.
+    let wait = if timeout < TIMEOUT {
+        timeout
+    } else {
+        Duration::ZERO
+    };
+    let deadline = Instant::now() + Duration::from_secs(2) + wait;
     while seen.lock().unwrap().is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -265,7 +302,7 @@ fn a_peer_that_breaks_the_protocol_fails_the_connection_and_writes_nothing() {
     let (f, why) = feed_receiver(&[data(0, 2, 64)], false);
     assert_eq!(why.len(), 1, "{why:?}");
     assert!(
-        why[0].contains("slice 2 arrived on lane 0 where slice 1 was due"),
+        why[0].contains("slice 2 arrived on lane 0 of stream 0 where slice 1 was due"),
         "{why:?}"
     );
     assert!(why[0].contains("0->1"), "{why:?}");
@@ -291,6 +328,37 @@ fn a_peer_that_breaks_the_protocol_fails_the_connection_and_writes_nothing() {
 }
 
 #[test]
+fn over_several_streams_each_stream_keeps_its_order_and_the_kernel_sees_slices_in_order() {
+    let d = |lane, seq| {
+        let (h, b) = data(lane, seq, 32);
+        (h, b)
+    };
+    // Stream 1 carries slices 2, 4, ...: slice 1 there is out of order.
+    let (h, b) = d(0, 1);
+    let (f, why) = feed_streams(2, &[(1, h, b)], false, TIMEOUT);
+    assert!(
+        why[0].contains("slice 1 arrived on lane 0 of stream 1 where slice 2 was due"),
+        "{why:?}"
+    );
+    assert!(untouched(&f));
+    // Slice 2 without slice 1: in its slot, but never announced; the wait for slice 1
+    // ends in a failure within the timeout, not a hang.
+    let (h, b) = d(0, 2);
+    let (f, why) = feed_streams(2, &[(1, h, b)], false, Duration::from_millis(300));
+    assert!(
+        why[0].contains("slice 2 of lane 0 arrived, slice 1 did not"),
+        "{why:?}"
+    );
+    assert_eq!(f.head(0).load(Ordering::Acquire), 0);
+    // Slice 2 first, then slice 1 on the other stream: both announced, in order.
+    let (h2, b2) = d(0, 2);
+    let (h1, b1) = d(0, 1);
+    let (f, why) = feed_streams(2, &[(1, h2, b2), (0, h1, b1)], true, TIMEOUT);
+    assert!(why.is_empty(), "{why:?}");
+    assert_eq!(f.head(0).load(Ordering::Acquire), 2);
+}
+
+#[test]
 fn a_peer_closing_mid_frame_fails_and_between_frames_does_not() {
     let (h, body) = data(0, 1, 1000);
     let (f, why) = feed_receiver(&[(h, body[..10].to_vec())], true);
@@ -311,7 +379,7 @@ fn a_credit_for_slices_never_sent_fails_the_sender() {
     let (a, mut b) = loopback_pair().unwrap();
     let (on_fail, seen) = failures();
     let sf = fifo();
-    let sp = Proxy::start(sf.clone(), a, true, "0->1".into(), TIMEOUT, on_fail).unwrap();
+    let sp = Proxy::start(sf.clone(), vec![a], true, "0->1".into(), TIMEOUT, on_fail).unwrap();
     b.write_all(&Credit { lane: 1, tail: 3 }.encode()).unwrap();
     spin_until("the failure", || !seen.lock().unwrap().is_empty());
     assert!(seen.lock().unwrap()[0].contains("credit of 3 slices on lane 1"));
@@ -326,7 +394,7 @@ fn a_receiver_that_stalls_mid_frame_fails_within_the_timeout() {
     let rf = fifo();
     let t = Duration::from_millis(300);
     let start = Instant::now();
-    let rp = Proxy::start(rf, b, false, "0->1".into(), t, on_fail).unwrap();
+    let rp = Proxy::start(rf, vec![b], false, "0->1".into(), t, on_fail).unwrap();
     let (h, body) = data(0, 1, 4096);
     a.write_all(&h.encode()).unwrap();
     a.write_all(&body[..100]).unwrap();
