@@ -601,42 +601,20 @@ fn collectives_stay_right_across_a_link_that_loses_packets() {
         return;
     }
     let env = [("BRAID_SHM_DISABLE", "1"), ("BRAID_TIMEOUT", "60")];
-    for (k, (collective, algorithm, size)) in [
-        ("allreduce", "hierarchical_allreduce", "4M"),
-        ("alltoall", "hierarchical_alltoall", "1M"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let args = [
-            collective,
-            "--topo",
-            "cluster:2x2",
-            "--algorithm",
-            algorithm,
-            "--size",
-            size,
-            "--iters",
-            "3",
-        ];
-        let port = free_port();
-        let s = secret(30 + k as u8);
-        let ranks: Vec<Done> = (0..4)
-            .map(|r| spawn_rank_on(&net, r, 4, port, &s, &args, &env))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(wait)
-            .collect();
-        for (r, d) in ranks.iter().enumerate() {
-            assert_eq!(d.code, 0, "{algorithm} rank {r}: {}{}", d.stdout, d.stderr);
-            assert_eq!(
-                d.stdout.matches("correct").count(),
-                3,
-                "{algorithm} rank {r}: {}",
-                d.stdout
-            );
-        }
-    }
+    job_across(
+        &net,
+        30,
+        ("allreduce", Some("hierarchical_allreduce"), "4M"),
+        &[],
+        &env,
+    );
+    job_across(
+        &net,
+        31,
+        ("alltoall", Some("hierarchical_alltoall"), "1M"),
+        &[],
+        &env,
+    );
     let dropped = veth.dropped().unwrap();
     assert!(
         dropped > 0,
@@ -654,40 +632,33 @@ fn have_gpu() -> bool {
     true
 }
 
-/// Runs `collective` with `algorithm` (`None`: the runtime's choice) on `cluster:2x2` with
-/// the GPU backend, ranks 0-1 and 2-3 in the two namespaces of `net`, every connection
-/// on the network transport (`BRAID_NET_FORCE=1`) over `streams` TCP streams each;
-/// checks that every rank's three calls were right over network links.
-fn gpu_job_across(
+/// Runs `collective` with `algorithm` (`None`: the runtime's choice) on `cluster:2x2`,
+/// ranks 0-1 and 2-3 in the two namespaces of `net`, with `extra` arguments and `env`;
+/// checks that every rank's three calls were right and returns what each printed.
+fn job_across(
     net: &Net,
     k: u8,
     (collective, algorithm, size): (&str, Option<&str>, &str),
-    streams: &str,
-) {
-    let iters = "3";
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Vec<Done> {
     let mut args = vec![
         collective,
-        "--backend",
-        "cuda",
         "--topo",
         "cluster:2x2",
         "--size",
         size,
         "--iters",
-        iters,
+        "3",
     ];
+    args.extend_from_slice(extra);
     if let Some(a) = algorithm {
         args.extend(["--algorithm", a]);
     }
     let port = free_port();
     let s = secret(40 + k);
-    let env = [
-        ("BRAID_NET_FORCE", "1"),
-        ("BRAID_TIMEOUT", "30"),
-        ("BRAID_NET_STREAMS", streams),
-    ];
     let ranks: Vec<Done> = (0..4u32)
-        .map(|r| spawn_rank_on(net, r, 4, port, &s, &args, &env))
+        .map(|r| spawn_rank_on(net, r, 4, port, &s, &args, env))
         .collect::<Vec<_>>()
         .into_iter()
         .map(wait)
@@ -701,11 +672,24 @@ fn gpu_job_across(
             "{what} rank {r}: {}",
             d.stdout
         );
-        assert!(
-            d.stdout.contains("network"),
-            "{what} rank {r}: {}",
-            d.stdout
-        );
+    }
+    ranks
+}
+
+/// [`job_across`] with the GPU backend, every connection on the network transport
+/// (`BRAID_NET_FORCE=1`) over `streams` TCP streams each; checks that the ranks say
+/// their links are network links.
+fn gpu_job_across(net: &Net, k: u8, job: (&str, Option<&str>, &str), streams: &str) {
+    let env = [
+        ("BRAID_NET_FORCE", "1"),
+        ("BRAID_TIMEOUT", "30"),
+        ("BRAID_NET_STREAMS", streams),
+    ];
+    for (r, d) in job_across(net, k, job, &["--backend", "cuda"], &env)
+        .iter()
+        .enumerate()
+    {
+        assert!(d.stdout.contains("network"), "rank {r}: {}", d.stdout);
     }
 }
 
