@@ -139,6 +139,13 @@ impl Communicator {
         self.comm.rank()
     }
 
+    /// This rank choosing plans by `policy` (for example one with a cost model attached);
+    /// every rank of the group must be given the same one.
+    pub fn with_policy(mut self, policy: Policy) -> Communicator {
+        self.comm.set_policy(policy);
+        self
+    }
+
     pub(crate) fn fabric(&self) -> &dyn Fabric {
         self.comm.engine().fabric()
     }

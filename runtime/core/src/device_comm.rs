@@ -275,6 +275,20 @@ impl<E: Engine> DeviceComm<E> {
         &self.policy
     }
 
+    /// This rank choosing by `policy` from now on (every rank of a group must hold the
+    /// same one: they choose alike without talking); choices made so far are forgotten.
+    pub fn set_policy(&mut self, policy: Policy) {
+        self.policy = policy;
+        self.by_call
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.by_choice
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         self.engine.stats().snapshot()
     }

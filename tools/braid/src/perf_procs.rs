@@ -46,10 +46,15 @@ pub struct Job {
 }
 
 /// The rank's side: joins the group, measures every job, prints a line per job.
-pub fn run_child(registry: Arc<Registry>, jobs: &[Job]) -> Result<String, CliError> {
+pub fn run_child(
+    registry: Arc<Registry>,
+    policy: braid_runtime::policy::Policy,
+    jobs: &[Job],
+) -> Result<String, CliError> {
     let rt = |e: braid_runtime::RuntimeError| CliError::Runtime(format!("error: {e}"));
     let comm = Communicator::from_launch_env(registry, braid_runtime::comm::timeout_from_env())
-        .map_err(rt)?;
+        .map_err(rt)?
+        .with_policy(policy);
     let (rank, n) = (comm.rank(), comm.n_ranks());
     let mut out = String::new();
     for job in jobs {

@@ -454,3 +454,99 @@ fn one_process_per_rank_measures_the_same_calls() {
         failed.stderr
     );
 }
+
+/// With `BRAID_PROFILE` (a profile `braid tune` measured on the host backend), the host
+/// backend's calls choose by the cost model: the plan `braid perf` runs, in threads and in
+/// processes, is the one `braid explain` selects with that profile, not the rules' choice.
+#[test]
+fn with_a_host_profile_calls_choose_what_explain_selects() {
+    let dir = std::env::temp_dir().join(format!("braid-perf-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("host.json");
+    // Constants of a two-core machine as `braid tune` measured them: blocks are threads,
+    // so plans with many blocks cost more than on a GPU.
+    let per = |v: f64| format!(r#"{{"simple": {v}, "ll": {v}}}"#);
+    let profile = format!(
+        r#"{{"version": 1, "source": "braid tune, host backend, 2 cores", "fingerprint": null,
+        "call_us": {z}, "hop_us": {{"nvlink": {hop}, "pci": {hop}, "net": {hop}}},
+        "block_gbps": {}, "efficiency": {}, "slice_bytes": {}, "slice_us": {z},
+        "net_post_us": {z}, "block_us": {}, "cores": 2, "copy_gbps": {}, "shared_gbps": {z}}}"#,
+        per(0.8),
+        per(1.0),
+        per(262144.0),
+        per(102.0),
+        per(6.6),
+        z = per(0.0),
+        hop = per(60.0),
+    );
+    std::fs::write(&file, profile).unwrap();
+    let path = file.to_str().unwrap();
+    let ex = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "8",
+            "--topo",
+            "nvswitch:4",
+            "--profile",
+            path,
+        ],
+        &[],
+    );
+    assert_eq!(ex.code, 0, "{}", ex.stderr);
+    let selected = ex.stdout.lines().next().unwrap();
+    let want: Vec<&str> = selected
+        .strip_prefix("selected: ")
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let ran = |procs: bool, env: &[(&str, &str)]| {
+        let mut a = vec![
+            "perf",
+            "allreduce",
+            "-b",
+            "8",
+            "-e",
+            "8",
+            "--topo",
+            "nvswitch:4",
+            "-n",
+            "1",
+            "--runs",
+            "1",
+            "-w",
+            "0",
+            "--mode",
+            "outofplace",
+            "--json",
+        ];
+        if procs {
+            a.push("--procs");
+        }
+        let out = braid(&a, env);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        let r = &v["rows"][0];
+        assert_eq!(r["wrong"], 0, "{r}");
+        (
+            r["plan"].as_str().unwrap().to_string(),
+            format!("x{}", r["replicas"]),
+            r["protocol"].as_str().unwrap().to_string(),
+        )
+    };
+    let model = [("BRAID_PROFILE", path)];
+    for procs in [false, true] {
+        let (plan, replicas, protocol) = ran(procs, &model);
+        assert_eq!(
+            [plan.as_str(), replicas.as_str(), protocol.as_str()],
+            want[..],
+            "procs {procs}: {selected}"
+        );
+    }
+    // Without the profile the rules choose, and here they choose otherwise: the check
+    // above could not pass by the rules alone.
+    let (rules, _, _) = ran(false, &[]);
+    assert_ne!(rules, want[0], "the rules chose {rules} too");
+    std::fs::remove_dir_all(&dir).ok();
+}
