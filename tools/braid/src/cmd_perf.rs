@@ -581,26 +581,6 @@ fn path_bytes(
 /// and mode measured by [`braid_runtime::bench::measure`]; the roofline is the bytes the
 /// plan moves at the copy rate this machine shows with as many copies at once as ranks
 /// can run in parallel (its cores), measured beside each size.
-/// The host backend's policy: the environment's (`--channels` forcing replicas), choosing
-/// by the cost model on `--topo` where `BRAID_PROFILE` names a profile (what `braid tune`
-/// measured on this machine; the built-in constants describe GPUs, not threads), else by
-/// the rules.
-pub(crate) fn host_policy(args: &PerfArgs) -> Result<braid_runtime::policy::Policy, CliError> {
-    let policy = braid_runtime::policy::Policy::from_env()
-        .map_err(|e| CliError::Usage(format!("error: {e}")))?;
-    let policy = braid_runtime::policy::Policy {
-        replicas: args.channels.or(policy.replicas),
-        ..policy
-    };
-    if std::env::var_os("BRAID_PROFILE").is_none_or(|p| p.is_empty()) {
-        return Ok(policy);
-    }
-    let topo = topo_arg::load(&args.topo)?;
-    let profile = braid_cost::Profile::from_env(&topo.fingerprint())
-        .map_err(|e| CliError::Input(format!("error: {e}")))?;
-    Ok(policy.with_model(topo, profile))
-}
-
 fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Result<(), CliError> {
     let Sweep {
         args,
@@ -612,7 +592,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
         ..
     } = *sweep;
     let rt = |e: braid_runtime::RuntimeError| CliError::Runtime(format!("error: {e}"));
-    let policy = host_policy(args)?;
+    let policy = crate::cmd_run::host_policy(&args.topo, args.channels)?;
     let comms =
         braid_runtime::Communicator::create_local_with(n, registry, timeout_from_env(), policy);
     let threads = std::thread::available_parallelism()
@@ -706,7 +686,12 @@ fn run_procs(
         })
         .collect();
     if crate::perf_procs::is_child() {
-        return crate::perf_procs::run_child(registry, host_policy(args)?, &jobs).map(Some);
+        return crate::perf_procs::run_child(
+            registry,
+            crate::cmd_run::host_policy(&args.topo, args.channels)?,
+            &jobs,
+        )
+        .map(Some);
     }
     let lines = crate::perf_procs::run_parent(n, args.channels)?;
     let threads = std::thread::available_parallelism()

@@ -126,8 +126,10 @@ pub fn run(args: &RankArgs) -> Result<String, CliError> {
     if args.backend == crate::cmd_run::Backend::Cuda {
         return run_cuda(args, collective, root, registry, count, timeout);
     }
+    let policy = crate::cmd_run::host_policy(&args.topo, None)?;
     let comm = Communicator::from_launch_env(Arc::new(registry), timeout)
-        .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?;
+        .map_err(|e| CliError::Runtime(format!("error: joining the job: {e}")))?
+        .with_policy(policy);
     let (rank, n) = (comm.rank(), comm.n_ranks());
     let e = args.dtype.size();
     let (in_elems, out_elems) = buffer_elems(collective, n, count);

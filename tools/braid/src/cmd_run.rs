@@ -272,6 +272,29 @@ pub(crate) fn cuda_options(
     Ok(opts)
 }
 
+/// The host backend's policy: the environment's (`channels` forcing replicas), choosing
+/// by the cost model on `topo` where `BRAID_PROFILE` names a profile (what `braid tune`
+/// measured on this machine; the built-in constants describe GPUs, not threads), else by
+/// the rules.
+pub(crate) fn host_policy(
+    topo: &str,
+    channels: Option<u32>,
+) -> Result<braid_runtime::policy::Policy, CliError> {
+    let policy = braid_runtime::policy::Policy::from_env()
+        .map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    let policy = braid_runtime::policy::Policy {
+        replicas: channels.or(policy.replicas),
+        ..policy
+    };
+    if std::env::var_os("BRAID_PROFILE").is_none_or(|p| p.is_empty()) {
+        return Ok(policy);
+    }
+    let topo = crate::topo_arg::load(topo)?;
+    let profile = braid_cost::Profile::from_env(&topo.fingerprint())
+        .map_err(|e| CliError::Input(format!("error: {e}")))?;
+    Ok(policy.with_model(topo, profile))
+}
+
 /// One call on the GPUs through the communicator, checked against the reference like
 /// `run_checked` on the host; the time is from enqueueing to the end of every stream.
 fn run_cuda(
