@@ -138,13 +138,14 @@ impl Options {
 fn agree_network(
     boot: &Bootstrap,
     rank: u32,
+    near: braid_ib::open::Near,
     opts: &Options,
 ) -> Result<(Option<Arc<dyn braid_ib::rdma::Device>>, u32)> {
     let demand = matches!(
         opts.net_transport,
         NetTransport::Ib | NetTransport::SoftRdma
     );
-    let (rdma, why) = match net::rdma_device(opts.net_transport) {
+    let (rdma, why) = match net::rdma_device(opts.net_transport, near) {
         Ok(d) => (d, String::new()),
         Err(why) => (None, why),
     };
@@ -409,7 +410,7 @@ impl CudaComm {
             streams: opts.net_streams,
         };
         let rdma = if net.any() {
-            net::rdma_device(opts.net_transport).map_err(CudaError::Invalid)?
+            net::rdma_device(opts.net_transport, Default::default()).map_err(CudaError::Invalid)?
         } else {
             None
         };
@@ -505,7 +506,12 @@ impl CudaComm {
         let mut net = NetMap::from_identities(force, &hosts);
         let rdma = if net.any() {
             stats.exchanged();
-            let (rdma, streams) = agree_network(&boot, rank, opts)?;
+            // The RDMA port nearest this rank's GPU.
+            let near = braid_ib::open::Near {
+                pci: Some(&bus),
+                ordinal: device,
+            };
+            let (rdma, streams) = agree_network(&boot, rank, near, opts)?;
             net.streams = streams;
             rdma
         } else {
@@ -926,7 +932,8 @@ mod tests {
                             net_transport: t,
                             ..Options::default()
                         };
-                        agree_network(&boot, r as u32, &opts).map(|(d, _)| d.is_some())
+                        agree_network(&boot, r as u32, Default::default(), &opts)
+                            .map(|(d, _)| d.is_some())
                     })
                 })
                 .collect();

@@ -9,9 +9,10 @@
 //! Must not know: plans, GPUs, the bootstrap. The queue-pair layer lives here: the verbs
 //! a transport needs ([`rdma`]), a software device that implements them ([`soft`]), and,
 //! with the `verbs` feature, `verbs_qp` over libibverbs; [`open`] picks the device a job
-//! uses. The transport that moves data over
+//! uses, the one nearest its GPU where there are several ([`affinity`]). The transport that moves data over
 //! those queue pairs lives in braid-cuda's `net/`.
 
+pub mod affinity;
 pub mod devices;
 pub mod hca;
 pub mod open;

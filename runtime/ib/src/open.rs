@@ -1,7 +1,9 @@
-//! The RDMA device a job's network connections use: the first active port that
-//! `NCCL_IB_HCA` / `BRAID_IB_HCA` selects (every active port when unset), opened for
-//! queue pairs; or why there is none (disabled, not built, no device, none selected), so
-//! that the caller can fall back to sockets and say why.
+//! The RDMA device a job's network connections use: of the active ports that
+//! `NCCL_IB_HCA` / `BRAID_IB_HCA` selects (every active port when unset), the one nearest
+//! the rank's device (its GPU) on the PCI tree, equally near ones dealt out by the
+//! device's ordinal ([`crate::affinity`]), opened for queue pairs; or why there is none
+//! (disabled, not built, no device, none selected), so that the caller can fall back to
+//! sockets and say why.
 
 use crate::devices::{discover, select, IbError};
 use crate::hca::{ib_disabled_in, HcaSpec};
@@ -21,19 +23,41 @@ pub enum NoDevice {
     Open { port: String, why: String },
 }
 
-/// The device network connections should use, from the environment.
-pub fn open_from_env() -> Result<Arc<dyn Device>, NoDevice> {
-    open_in(|k| std::env::var(k).ok())
+/// Where a rank's connections start: the PCI address of the device whose memory they
+/// carry (a GPU, as CUDA writes it) and its ordinal among such devices, which pick the
+/// nearest port.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Near<'a> {
+    pub pci: Option<&'a str>,
+    pub ordinal: usize,
 }
 
-/// [`open_from_env`] over any source of variables.
-pub fn open_in(get: impl Fn(&str) -> Option<String>) -> Result<Arc<dyn Device>, NoDevice> {
+/// The device network connections should use, from the environment.
+pub fn open_from_env() -> Result<Arc<dyn Device>, NoDevice> {
+    open_near(Near::default())
+}
+
+/// [`open_from_env`] for a rank whose data starts at the device `near` names.
+pub fn open_near(near: Near) -> Result<Arc<dyn Device>, NoDevice> {
+    open_in(|k| std::env::var(k).ok(), near)
+}
+
+/// [`open_near`] over any source of variables.
+pub fn open_in(
+    get: impl Fn(&str) -> Option<String>,
+    near: Near,
+) -> Result<Arc<dyn Device>, NoDevice> {
     if ib_disabled_in(&get) {
         return Err(NoDevice::Disabled);
     }
     let spec = HcaSpec::from_vars(&get).map_err(NoDevice::Spec)?;
     let ports = select(&discover()?, spec.as_ref())?;
-    let port = &ports[0];
+    let sysfs = std::path::Path::new(crate::affinity::SYSFS);
+    let port = &ports[crate::affinity::nearest(sysfs, &ports, near.pci, near.ordinal)];
+    tracing::info!(
+        "network connections from PCI device {} use RDMA port {port}",
+        near.pci.unwrap_or("(unknown)")
+    );
     open_port(port)
 }
 
@@ -62,11 +86,11 @@ mod tests {
     fn disabled_or_a_malformed_list_gives_no_device_and_says_why() {
         let var =
             |name: &'static str, v: &'static str| move |k: &str| (k == name).then(|| v.to_string());
-        let e = open_in(var("NCCL_IB_DISABLE", "1"))
+        let e = open_in(var("NCCL_IB_DISABLE", "1"), Near::default())
             .err()
             .expect("disabled");
         assert!(matches!(e, NoDevice::Disabled), "{e}");
-        let e = open_in(var("NCCL_IB_HCA", "mlx5_0:x"))
+        let e = open_in(var("NCCL_IB_HCA", "mlx5_0:x"), Near::default())
             .err()
             .expect("malformed");
         assert!(e.to_string().contains("NCCL_IB_HCA"), "{e}");

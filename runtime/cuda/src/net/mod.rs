@@ -106,16 +106,20 @@ pub fn parse_force(value: Option<&str>) -> (bool, NetTransport) {
     }
 }
 
-/// The RDMA device network connections use under `t` (`None`: TCP streams), or why the
-/// one asked for cannot be had.
-pub fn rdma_device(t: NetTransport) -> Result<Option<Arc<dyn braid_ib::rdma::Device>>, String> {
+/// The RDMA device network connections use under `t` (`None`: TCP streams), the port
+/// nearest the GPU `near` names where there are several, or why the one asked for
+/// cannot be had.
+pub fn rdma_device(
+    t: NetTransport,
+    near: braid_ib::open::Near,
+) -> Result<Option<Arc<dyn braid_ib::rdma::Device>>, String> {
     match t {
         NetTransport::Socket => Ok(None),
         NetTransport::SoftRdma => Ok(Some(Arc::new(braid_ib::soft::SoftDevice::process()))),
-        NetTransport::Ib => braid_ib::open::open_from_env()
+        NetTransport::Ib => braid_ib::open::open_near(near)
             .map(Some)
             .map_err(|e| format!("BRAID_NET_FORCE=ib: {e}")),
-        NetTransport::Auto => match braid_ib::open::open_from_env() {
+        NetTransport::Auto => match braid_ib::open::open_near(near) {
             Ok(d) => Ok(Some(d)),
             Err(why) => {
                 tracing::info!("network connections over TCP: no RDMA device ({why})");
@@ -308,9 +312,14 @@ mod unit {
             parse_force(Some("soft-rdma")),
             (true, NetTransport::SoftRdma)
         );
-        assert!(rdma_device(NetTransport::Socket).unwrap().is_none());
+        assert!(rdma_device(NetTransport::Socket, Default::default())
+            .unwrap()
+            .is_none());
         assert_eq!(
-            rdma_device(NetTransport::SoftRdma).unwrap().unwrap().name(),
+            rdma_device(NetTransport::SoftRdma, Default::default())
+                .unwrap()
+                .unwrap()
+                .name(),
             "soft-rdma"
         );
     }
