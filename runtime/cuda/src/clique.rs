@@ -618,6 +618,7 @@ impl Clique {
                         what,
                         self.timeout,
                         self.on_fail(),
+                        self.net.qps.max(1),
                     ),
                 )),
                 None => c.proxies.push(Box::new(

@@ -75,6 +75,9 @@ pub struct Options {
     /// TCP streams per network connection (`BRAID_NET_STREAMS`, or NCCL's
     /// `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS`); the ranks use the most any asks.
     pub net_streams: u32,
+    /// Queue pairs per RDMA connection (`BRAID_NET_STREAMS`, or NCCL's
+    /// `NCCL_IB_QPS_PER_CONNECTION`); the ranks use the most any asks.
+    pub net_qps: u32,
 }
 
 impl Default for Options {
@@ -89,6 +92,7 @@ impl Default for Options {
             net_force: false,
             net_transport: NetTransport::Auto,
             net_streams: 1,
+            net_qps: 1,
         }
     }
 }
@@ -120,6 +124,7 @@ impl Options {
             net_transport,
             net_streams: net::streams_from(|k| std::env::var(k).ok())
                 .map_err(CudaError::Invalid)?,
+            net_qps: net::qps_from(|k| std::env::var(k).ok()).map_err(CudaError::Invalid)?,
             scratch_bytes,
             policy: Policy::from_env()?,
             p2p_channels: crate::p2p::channels_from(
@@ -131,16 +136,24 @@ impl Options {
     }
 }
 
-/// The RDMA device this rank's network connections use and the TCP streams per
-/// connection, agreed by every rank (one exchange): RDMA when every rank opens a device,
+/// The RDMA device this rank's network connections use and the TCP streams or queue pairs
+/// per connection, agreed by every rank (one exchange): RDMA when every rank opens a device,
 /// TCP streams when any cannot, and an error on every rank when one forces RDMA
-/// (`BRAID_NET_FORCE=ib`) and some rank has none; the most streams any rank asks for.
+/// (`BRAID_NET_FORCE=ib`) and some rank has none; the most TCP streams and queue pairs per
+/// connection any rank asks for.
+/// What the ranks agreed on for their network connections.
+struct Agreed {
+    rdma: Option<Arc<dyn braid_ib::rdma::Device>>,
+    streams: u32,
+    qps: u32,
+}
+
 fn agree_network(
     boot: &Bootstrap,
     rank: u32,
     near: braid_ib::open::Near,
     opts: &Options,
-) -> Result<(Option<Arc<dyn braid_ib::rdma::Device>>, u32)> {
+) -> Result<Agreed> {
     let demand = matches!(
         opts.net_transport,
         NetTransport::Ib | NetTransport::SoftRdma
@@ -149,14 +162,22 @@ fn agree_network(
         Ok(d) => (d, String::new()),
         Err(why) => (None, why),
     };
-    let asked = opts.net_streams.clamp(1, net::MAX_STREAMS) as u8;
-    let all = boot.allgather(&[u8::from(rdma.is_some()), u8::from(demand), asked])?;
-    let streams = all
-        .iter()
-        .map(|a| a.get(2).copied().unwrap_or(1))
-        .max()
-        .unwrap_or(1)
-        .clamp(1, net::MAX_STREAMS as u8) as u32;
+    let asked = |n: u32| n.clamp(1, net::MAX_STREAMS) as u8;
+    let all = boot.allgather(&[
+        u8::from(rdma.is_some()),
+        u8::from(demand),
+        asked(opts.net_streams),
+        asked(opts.net_qps),
+    ])?;
+    // The most any rank asked for.
+    let most = |i: usize| {
+        all.iter()
+            .map(|a| a.get(i).copied().unwrap_or(1))
+            .max()
+            .unwrap_or(1)
+            .clamp(1, net::MAX_STREAMS as u8) as u32
+    };
+    let (streams, qps) = (most(2), most(3));
     let lacking: Vec<usize> = (0..all.len())
         .filter(|&r| all[r].first() != Some(&1))
         .collect();
@@ -164,7 +185,7 @@ fn agree_network(
         .filter(|&r| all[r].get(1) == Some(&1))
         .collect();
     if lacking.is_empty() {
-        return Ok((rdma, streams));
+        return Ok(Agreed { rdma, streams, qps });
     }
     if !demanded.is_empty() {
         return Err(CudaError::Invalid(format!(
@@ -180,7 +201,11 @@ fn agree_network(
     if rdma.is_some() {
         tracing::info!("network connections over TCP: rank(s) {lacking:?} have no RDMA device");
     }
-    Ok((None, streams))
+    Ok(Agreed {
+        rdma: None,
+        streams,
+        qps,
+    })
 }
 
 /// Whether a flag variable's value (`BRAID_P2P_DISABLE`) turns it on:
@@ -408,6 +433,7 @@ impl CudaComm {
             force: opts.net_force,
             hosts: Vec::new(),
             streams: opts.net_streams,
+            qps: opts.net_qps,
         };
         let rdma = if net.any() {
             net::rdma_device(opts.net_transport, Default::default()).map_err(CudaError::Invalid)?
@@ -511,9 +537,10 @@ impl CudaComm {
                 pci: Some(&bus),
                 ordinal: device,
             };
-            let (rdma, streams) = agree_network(&boot, rank, near, opts)?;
-            net.streams = streams;
-            rdma
+            let agreed = agree_network(&boot, rank, near, opts)?;
+            net.streams = agreed.streams;
+            net.qps = agreed.qps;
+            agreed.rdma
         } else {
             None
         };
@@ -933,7 +960,7 @@ mod tests {
                             ..Options::default()
                         };
                         agree_network(&boot, r as u32, Default::default(), &opts)
-                            .map(|(d, _)| d.is_some())
+                            .map(|a| a.rdma.is_some())
                     })
                 })
                 .collect();

@@ -147,6 +147,16 @@ fn main() -> ExitCode {
             "network over RDMA (software device), point to point",
             || p2p::section_with(gpus, true, &rdma),
         );
+        // Each connection over three queue pairs, slices dealt over them.
+        let rdma3 = Options {
+            net_qps: 3,
+            ..rdma.clone()
+        };
+        section(
+            &mut t,
+            "network over RDMA (software device), 3 queue pairs, matrix n=2",
+            || matrix_with(2, gpus, true, &rdma3),
+        );
         section(&mut t, "network transport, 2 processes", || {
             let env = [
                 ("BRAID_TIMEOUT", "20"),

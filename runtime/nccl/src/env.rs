@@ -13,8 +13,9 @@
 //! `BRAID_IB_DISABLE` (the RDMA ports of the network transport, read by braid-ib),
 //! `NCCL_MAX_CTAS` / `BRAID_MAX_CTAS` (thread blocks per call) and `NCCL_PROTO` /
 //! `BRAID_PROTO` (the protocols calls may use), both read by the policy,
-//! `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS` / `BRAID_NET_STREAMS` (TCP streams per
-//! network connection, read by the GPU backend). Every other `NCCL_*` variable that is
+//! `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS` and `NCCL_IB_QPS_PER_CONNECTION` /
+//! `BRAID_NET_STREAMS` (TCP streams or queue pairs per network connection, read by the GPU
+//! backend). Every other `NCCL_*` variable that is
 //! set is named once at INFO as not honoured.
 
 use std::sync::Once;
@@ -37,6 +38,7 @@ pub const HONOURED: &[&str] = &[
     "NCCL_PROTO",
     "NCCL_NSOCKS_PERTHREAD",
     "NCCL_SOCKET_NTHREADS",
+    "NCCL_IB_QPS_PER_CONNECTION",
     // Read by NCCL's own tools and the launchers, harmless here.
     "NCCL_NVLS_ENABLE",
 ];

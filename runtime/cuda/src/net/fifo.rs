@@ -158,8 +158,9 @@ impl Fifo {
         Ok(self.slot(lane, ((seq - 1) % n) as u32).0)
     }
 
-    /// Slice `seq` of `lane` is in its slot: a Simple slice is announced by `head` (after
-    /// a fence: the GPU reads the bytes once it sees `head`); LL lines carry their flags.
+    /// Slices up to `seq` of `lane` are in their slots: Simple slices are announced by
+    /// `head` (after a fence: the GPU reads the bytes once it sees `head`); LL lines carry
+    /// their flags.
     pub fn arrived(&self, lane: usize, seq: u64) {
         if lane == 0 {
             std::sync::atomic::fence(Ordering::SeqCst);

@@ -77,6 +77,25 @@ pub fn streams_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, String>
     Ok(n)
 }
 
+/// Queue pairs per RDMA connection: `BRAID_NET_STREAMS`, else NCCL's
+/// `NCCL_IB_QPS_PER_CONNECTION`, else 1; 1 to [`MAX_STREAMS`].
+pub fn qps_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, String> {
+    for name in ["BRAID_NET_STREAMS", "NCCL_IB_QPS_PER_CONNECTION"] {
+        match var(name) {
+            Some(v) if !v.trim().is_empty() => {
+                return v
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=MAX_STREAMS).contains(n))
+                    .ok_or_else(|| format!("{name}={v}: expected a count from 1 to {MAX_STREAMS}"))
+            }
+            _ => {}
+        }
+    }
+    Ok(1)
+}
+
 /// What carries the network connections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum NetTransport {
@@ -138,6 +157,8 @@ pub struct NetMap {
     pub hosts: Vec<u32>,
     /// TCP streams per connection (`BRAID_NET_STREAMS`; 0 counts as 1).
     pub streams: u32,
+    /// Queue pairs per RDMA connection (`BRAID_NET_STREAMS`; 0 counts as 1).
+    pub qps: u32,
 }
 
 impl NetMap {
@@ -174,6 +195,7 @@ impl NetMap {
             force,
             hosts,
             streams: 1,
+            qps: 1,
         }
     }
 }
@@ -284,6 +306,18 @@ mod unit {
             ])),
             Ok(8)
         );
+        assert_eq!(qps_from(env(&[])), Ok(1));
+        assert_eq!(qps_from(env(&[("NCCL_IB_QPS_PER_CONNECTION", "4")])), Ok(4));
+        assert_eq!(
+            qps_from(env(&[
+                ("BRAID_NET_STREAMS", "2"),
+                ("NCCL_IB_QPS_PER_CONNECTION", "4")
+            ])),
+            Ok(2)
+        );
+        assert!(qps_from(env(&[("NCCL_IB_QPS_PER_CONNECTION", "99")]))
+            .unwrap_err()
+            .contains("NCCL_IB_QPS_PER_CONNECTION=99"));
         // Braid's variable wins over NCCL's.
         assert_eq!(
             streams_from(env(&[

@@ -410,23 +410,52 @@ fn a_receiver_that_stalls_mid_frame_fails_within_the_timeout() {
 use super::rdma::RdmaEnd;
 use braid_ib::soft::SoftDevice;
 
-/// Both ends over `dev`, set up through a loopback stream as across processes.
-fn rdma_pair(dev: &SoftDevice) -> (Fifo, RdmaEnd, Fifo, RdmaEnd, Arc<Mutex<Vec<String>>>) {
+/// Both ends over `dev` with `qps` queue pairs, set up through a loopback stream as
+/// across processes.
+fn rdma_pair_over(
+    dev: &SoftDevice,
+    qps: u32,
+) -> (Fifo, RdmaEnd, Fifo, RdmaEnd, Arc<Mutex<Vec<String>>>) {
     let (a, b) = loopback_pair().unwrap();
     let (on_fail, seen) = failures();
     let (sf, rf) = (fifo(), fifo());
     let (sf2, dev2, f2) = (sf.clone(), dev.clone(), on_fail.clone());
     let sender = std::thread::spawn(move || {
-        RdmaEnd::start(&dev2, sf2, a, true, "0->1".into(), TIMEOUT, f2).unwrap()
+        RdmaEnd::start(&dev2, sf2, a, true, "0->1".into(), TIMEOUT, f2, qps).unwrap()
     });
-    let re = RdmaEnd::start(dev, rf.clone(), b, false, "0->1".into(), TIMEOUT, on_fail).unwrap();
+    let re = RdmaEnd::start(
+        dev,
+        rf.clone(),
+        b,
+        false,
+        "0->1".into(),
+        TIMEOUT,
+        on_fail,
+        qps,
+    )
+    .unwrap();
     (sf, sender.join().unwrap(), rf, re, seen)
+}
+
+fn rdma_pair(dev: &SoftDevice) -> (Fifo, RdmaEnd, Fifo, RdmaEnd, Arc<Mutex<Vec<String>>>) {
+    rdma_pair_over(dev, 1)
 }
 
 #[test]
 fn over_rdma_slices_of_both_lanes_arrive_whole_and_in_order_within_the_credits() {
+    rdma_both_lanes(1);
+}
+
+#[test]
+fn over_several_queue_pairs_slices_still_reach_the_kernel_whole_and_in_order() {
+    // Slice k goes on queue pair (k - 1) % 3; immediates of one queue pair may be
+    // polled before an earlier slice's on another, and the kernel must still see 1, 2, 3.
+    rdma_both_lanes(3);
+}
+
+fn rdma_both_lanes(qps: u32) {
     let dev = SoftDevice::new();
-    let (sf, se, rf, re, seen) = rdma_pair(&dev);
+    let (sf, se, rf, re, seen) = rdma_pair_over(&dev, qps);
     let counts = [300u64, 2000];
     std::thread::scope(|s| {
         for (lane, &count) in counts.iter().enumerate() {
@@ -476,10 +505,25 @@ fn over_rdma_ends_with_different_fifos_refuse_to_connect() {
     let d2 = dev.clone();
     let f2 = on_fail.clone();
     let t = std::thread::spawn(move || {
-        RdmaEnd::start(&d2, small, a, true, "x".into(), TIMEOUT, f2).map(|_| ())
+        RdmaEnd::start(&d2, small, a, true, "x".into(), TIMEOUT, f2, 1).map(|_| ())
     });
-    let r = RdmaEnd::start(&dev, fifo(), b, false, "x".into(), TIMEOUT, on_fail).map(|_| ());
+    let r = RdmaEnd::start(&dev, fifo(), b, false, "x".into(), TIMEOUT, on_fail, 1).map(|_| ());
     let e = r.unwrap_err();
     assert!(e.contains("2 slots per lane"), "{e}");
+    assert!(t.join().unwrap().is_err());
+}
+
+#[test]
+fn over_rdma_ends_with_different_queue_pair_counts_refuse_to_connect() {
+    let dev = SoftDevice::new();
+    let (a, b) = loopback_pair().unwrap();
+    let (on_fail, _) = failures();
+    let (d2, f2) = (dev.clone(), on_fail.clone());
+    let t = std::thread::spawn(move || {
+        RdmaEnd::start(&d2, fifo(), a, true, "x".into(), TIMEOUT, f2, 2).map(|_| ())
+    });
+    let r = RdmaEnd::start(&dev, fifo(), b, false, "x".into(), TIMEOUT, on_fail, 3).map(|_| ());
+    let e = r.unwrap_err();
+    assert!(e.contains("over 2 queue pairs, this end over 3"), "{e}");
     assert!(t.join().unwrap().is_err());
 }
