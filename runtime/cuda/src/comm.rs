@@ -638,6 +638,25 @@ impl CudaComm {
         }
     }
 
+    /// What carries this rank's network connections, in words (`None` without any):
+    /// `1 TCP stream`, `3 TCP streams`, `RDMA on mlx5_0:1, 2 queue pairs`.
+    pub fn network_carrier(&self) -> Option<String> {
+        let c = self.engine().clique();
+        if !c.net.any() {
+            return None;
+        }
+        let plural =
+            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        Some(match &c.rdma {
+            Some(dev) => format!(
+                "RDMA on {}, {}",
+                dev.name(),
+                plural(c.net.qps.max(1), "queue pair", "queue pairs")
+            ),
+            None => plural(c.net.streams.max(1), "TCP stream", "TCP streams"),
+        })
+    }
+
     /// Whether sends and receives between ranks are served ([`crate::p2p`]; off with
     /// `BRAID_P2P_CHANNELS=0`).
     pub fn serves_p2p(&self) -> bool {

@@ -197,7 +197,10 @@ fn run_cuda(
     let e = args.dtype.size();
     let (in_elems, out_elems) = buffer_elems(collective, n, count);
     let bytes = in_elems.max(out_elems) * e;
-    let link = comm.links();
+    let link = match comm.network_carrier() {
+        Some(carrier) => format!("{} over {carrier}", comm.links()),
+        None => comm.links().to_string(),
+    };
     for iter in 0..args.iters {
         let case = braid_cuda::check::Case {
             collective,

@@ -685,11 +685,16 @@ fn gpu_job_across(net: &Net, k: u8, job: (&str, Option<&str>, &str), streams: &s
         ("BRAID_TIMEOUT", "30"),
         ("BRAID_NET_STREAMS", streams),
     ];
+    let carrier = if streams == "1" {
+        "network over 1 TCP stream".to_string()
+    } else {
+        format!("network over {streams} TCP streams")
+    };
     for (r, d) in job_across(net, k, job, &["--backend", "cuda"], &env)
         .iter()
         .enumerate()
     {
-        assert!(d.stdout.contains("network"), "rank {r}: {}", d.stdout);
+        assert!(d.stdout.contains(&carrier), "rank {r}: {}", d.stdout);
     }
 }
 
