@@ -45,28 +45,29 @@ pub fn tag(channel: u32, k: u32) -> u64 {
 /// Most TCP streams per connection.
 pub const MAX_STREAMS: u32 = 16;
 
+/// Variable `name`'s count, 1 to [`MAX_STREAMS`] (`None`: unset or empty).
+fn count_var(var: &impl Fn(&str) -> Option<String>, name: &str) -> Result<Option<u32>, String> {
+    match var(name) {
+        Some(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_STREAMS).contains(n))
+            .map(Some)
+            .ok_or_else(|| format!("{name}={v}: expected a count from 1 to {MAX_STREAMS}")),
+        _ => Ok(None),
+    }
+}
+
 /// TCP streams per network connection: `BRAID_NET_STREAMS`, else NCCL's
 /// `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS` (each 1 when unset), 1 to
 /// [`MAX_STREAMS`]. `var` reads a variable.
 pub fn streams_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, String> {
-    let num = |name: &str| -> Result<Option<u32>, String> {
-        match var(name) {
-            None => Ok(None),
-            Some(v) if v.trim().is_empty() => Ok(None),
-            Some(v) => v
-                .trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=MAX_STREAMS).contains(n))
-                .map(Some)
-                .ok_or_else(|| format!("{name}={v}: expected a count from 1 to {MAX_STREAMS}")),
-        }
-    };
-    if let Some(n) = num("BRAID_NET_STREAMS")? {
+    if let Some(n) = count_var(&var, "BRAID_NET_STREAMS")? {
         return Ok(n);
     }
-    let socks = num("NCCL_NSOCKS_PERTHREAD")?.unwrap_or(1);
-    let threads = num("NCCL_SOCKET_NTHREADS")?.unwrap_or(1);
+    let socks = count_var(&var, "NCCL_NSOCKS_PERTHREAD")?.unwrap_or(1);
+    let threads = count_var(&var, "NCCL_SOCKET_NTHREADS")?.unwrap_or(1);
     let n = socks * threads;
     if n > MAX_STREAMS {
         return Err(format!(
@@ -80,20 +81,10 @@ pub fn streams_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, String>
 /// Queue pairs per RDMA connection: `BRAID_NET_STREAMS`, else NCCL's
 /// `NCCL_IB_QPS_PER_CONNECTION`, else 1; 1 to [`MAX_STREAMS`].
 pub fn qps_from(var: impl Fn(&str) -> Option<String>) -> Result<u32, String> {
-    for name in ["BRAID_NET_STREAMS", "NCCL_IB_QPS_PER_CONNECTION"] {
-        match var(name) {
-            Some(v) if !v.trim().is_empty() => {
-                return v
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=MAX_STREAMS).contains(n))
-                    .ok_or_else(|| format!("{name}={v}: expected a count from 1 to {MAX_STREAMS}"))
-            }
-            _ => {}
-        }
+    match count_var(&var, "BRAID_NET_STREAMS")? {
+        Some(n) => Ok(n),
+        None => Ok(count_var(&var, "NCCL_IB_QPS_PER_CONNECTION")?.unwrap_or(1)),
     }
-    Ok(1)
 }
 
 /// What carries the network connections.
