@@ -10,6 +10,8 @@
 # Usage: bench/model_check.sh [OUT_DIR]
 #   BRAID=path/to/braid   the braid binary (default: target/release/braid, built if missing)
 #   BACKEND=cuda|host     cuda (default; ranks placed r % GPUs) or host (threads)
+#   PROCS=1               host: one process per rank, tuned and timed that way (over
+#                         shared memory; over TCP with BRAID_SHM_DISABLE=1)
 #   RANKS=N               ranks (default 4)
 #   COLLECTIVES="..."     default: allreduce allgather reduce_scatter
 #   MIN=8 MAX=1G FACTOR=8 the sweep; ITERS=10, WARMUP=2, RUNS=3
@@ -25,15 +27,17 @@ fi
 ranks="${RANKS:-4}"
 topo="nvswitch:$ranks"
 profile="$out/profile.json"
+procs=()
+if [ "${PROCS:-0}" = 1 ]; then procs=(--procs); fi
 if [ "$backend" = cuda ]; then
     "$braid" tune --backend cuda --topo "$topo" -o "$profile" 2>"$out/tune.err"
 else
-    "$braid" tune -o "$profile" 2>"$out/tune.err"
+    "$braid" tune "${procs[@]}" -o "$profile" 2>"$out/tune.err"
 fi
 cat "$out/tune.err"
 export BRAID_PROFILE="$profile"
 sweep=(--backend "$backend" --topo "$topo" -e "${MAX:-1G}" -f "${FACTOR:-8}"
-    -n "${ITERS:-10}" -w "${WARMUP:-2}" --runs "${RUNS:-3}" --predict)
+    -n "${ITERS:-10}" -w "${WARMUP:-2}" --runs "${RUNS:-3}" --predict "${procs[@]}")
 for c in ${COLLECTIVES:-allreduce allgather reduce_scatter}; do
     # The smallest call: MIN bytes (default 8), at least one f32 element per rank where
     # the buffer is split among the ranks.

@@ -5,7 +5,9 @@
 //! block, with the cores the blocks share), and a 2-rank chain broadcast of a large
 //! message (what one block moves). No plan the model is later scored on is timed.
 //!
-//! This file calibrates the host backend; `--backend cuda` measures the GPUs instead
+//! This file calibrates the host backend, its ranks as threads of one process or, with
+//! `--procs`, one process per rank (`braid perf --procs` times the micro-benchmarks, over
+//! shared memory or, with `BRAID_SHM_DISABLE=1`, TCP); `--backend cuda` measures the GPUs instead
 //! (`tune_cuda.rs`), for the topology `--topo` names (the profile is keyed by its
 //! fingerprint, which the runtime checks).
 
@@ -36,27 +38,33 @@ pub struct TuneArgs {
     /// Calls per timed run (the median of 5 runs is used).
     #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = crate::sizes::parse_positive)]
     pub iters: u32,
+    /// Host backend: one process per rank, as `braid perf --procs` runs them (over shared
+    /// memory, or TCP with `BRAID_SHM_DISABLE=1`), instead of threads of one process.
+    #[arg(long)]
+    pub procs: bool,
+}
+
+/// How the micro-benchmarks' ranks run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ranks {
+    Threads,
+    Procs,
+}
+
+/// The one plan a micro-benchmark runs: a shipped one by name, or one compiled here.
+enum Bench {
+    Shipped(&'static str),
+    Compiled(braid_plan::Verified),
 }
 
 /// The median time per call of a chain broadcast of `count` f32 on `n` ranks.
-fn chain_time(n: u32, count: usize, iters: u32) -> Result<Duration, CliError> {
-    let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
-    let library = braid_library::Library::new(topo);
-    let registry = Registry::new();
-    crate::plans::register_shipped(
-        &registry,
-        &library,
-        Collective::Broadcast,
-        Some(0),
-        "chain_broadcast",
-        &format!("nvswitch:{n}"),
-    )?;
-    broadcast_time(registry, n, count, iters)
+fn chain_time(ranks: Ranks, n: u32, count: usize, iters: u32) -> Result<Duration, CliError> {
+    broadcast_time(ranks, Bench::Shipped("chain_broadcast"), n, count, iters)
 }
 
 /// The same for a direct broadcast (the root sends to every rank at once: one message
 /// deep, 2(n-1) blocks), the program `braid synth broadcast --objective latency` writes.
-fn direct_time(n: u32, iters: u32) -> Result<Duration, CliError> {
+fn direct_time(ranks: Ranks, n: u32, iters: u32) -> Result<Duration, CliError> {
     let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
     let program = braid_synth::synthesize(
         Collective::Broadcast,
@@ -66,22 +74,39 @@ fn direct_time(n: u32, iters: u32) -> Result<Duration, CliError> {
     .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
     let mut plans = braid_library::compile_file("direct_broadcast.braid", &program.text, &topo)
         .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
-    let registry = Registry::new();
-    registry.add_verified(
-        Arc::new(plans.remove(0)),
-        braid_runtime::registry::Origin::User("braid tune".into()),
-    );
-    broadcast_time(registry, n, 1, iters)
+    broadcast_time(ranks, Bench::Compiled(plans.remove(0)), n, 1, iters)
 }
 
 /// The median time per call of a broadcast of `count` f32 from rank 0 on `n` ranks with
-/// the one plan of `registry`.
+/// `bench`'s plan.
 fn broadcast_time(
-    registry: Registry,
+    ranks: Ranks,
+    bench: Bench,
     n: u32,
     count: usize,
     iters: u32,
 ) -> Result<Duration, CliError> {
+    if ranks == Ranks::Procs {
+        return broadcast_time_procs(bench, n, count, iters);
+    }
+    let registry = Registry::new();
+    match bench {
+        Bench::Shipped(name) => {
+            let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
+            crate::plans::register_shipped(
+                &registry,
+                &braid_library::Library::new(topo),
+                Collective::Broadcast,
+                Some(0),
+                name,
+                &format!("nvswitch:{n}"),
+            )?;
+        }
+        Bench::Compiled(plan) => registry.add_verified(
+            Arc::new(plan),
+            braid_runtime::registry::Origin::User("braid tune".into()),
+        ),
+    }
     let comms = Communicator::create_local(
         n,
         Arc::new(registry),
@@ -111,8 +136,89 @@ fn broadcast_time(
     Ok(m.time())
 }
 
+/// [`broadcast_time`] with one process per rank: `braid perf --procs` (this executable)
+/// runs the calls and reports their median time.
+fn broadcast_time_procs(
+    bench: Bench,
+    n: u32,
+    count: usize,
+    iters: u32,
+) -> Result<Duration, CliError> {
+    let rt = |what: String| CliError::Runtime(format!("error: braid tune --procs: {what}"));
+    let dir = std::env::temp_dir().join(format!("braid-tune-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| rt(format!("{}: {e}", dir.display())))?;
+    let report = dir.join("report.json");
+    let bytes = (count * 4).to_string();
+    let exe = std::env::current_exe().map_err(|e| rt(format!("this executable: {e}")))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([
+        "perf",
+        "broadcast",
+        "--procs",
+        "--mode",
+        "outofplace",
+        "-w",
+        "3",
+        "--runs",
+        "5",
+    ])
+    .args([
+        "--topo",
+        &format!("nvswitch:{n}"),
+        "-b",
+        &bytes,
+        "-e",
+        &bytes,
+    ])
+    .args(["-n", &iters.to_string(), "--json"])
+    .arg(&report)
+    // The plan is forced: the model has nothing to choose.
+    .env_remove("BRAID_PROFILE");
+    match &bench {
+        Bench::Shipped(name) => {
+            cmd.args(["--algo", name]);
+        }
+        Bench::Compiled(plan) => {
+            let file = dir.join("plan.json");
+            std::fs::write(&file, plan.to_json_pretty())
+                .map_err(|e| rt(format!("{}: {e}", file.display())))?;
+            cmd.arg("--plan").arg(file);
+        }
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| rt(format!("starting braid perf: {e}")))?;
+    let text = std::fs::read_to_string(&report);
+    let _ = std::fs::remove_dir_all(&dir);
+    if !out.status.success() {
+        return Err(rt(format!(
+            "braid perf failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let v: serde_json::Value = text
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .ok_or_else(|| rt("braid perf wrote no report".into()))?;
+    let row = &v["rows"][0];
+    if row["wrong"].as_u64() != Some(0) {
+        return Err(rt("a calibration call gave a wrong result".into()));
+    }
+    let us = row["time_us"]
+        .as_f64()
+        .ok_or_else(|| rt("braid perf's report has no time".into()))?;
+    Ok(Duration::from_secs_f64(us / 1e6))
+}
+
 pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     if args.backend == crate::cmd_run::Backend::Cuda {
+        if args.procs {
+            return Err(CliError::Usage(
+                "error: braid tune --procs measures the host backend's processes; the GPU \
+                 calibration runs its ranks in one process"
+                    .into(),
+            ));
+        }
         let spec = match &args.topo {
             Some(t) => t.clone(),
             None if braid_cuda::driver_present() => {
@@ -136,9 +242,14 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     // on 8 (one message deep, 14 blocks, more than the cores run at once). With c cores:
     //   t2 = call + hop + block, t8 = call + 7 hop + block, td = call + 14 block / c.
     let cores = std::thread::available_parallelism().map_or(1, |p| p.get()) as u32;
-    let t2 = us(chain_time(2, 1, args.iters)?);
-    let t8 = us(chain_time(8, 1, args.iters)?);
-    let td = us(direct_time(8, args.iters)?);
+    let ranks = if args.procs {
+        Ranks::Procs
+    } else {
+        Ranks::Threads
+    };
+    let t2 = us(chain_time(ranks, 2, 1, args.iters)?);
+    let t8 = us(chain_time(ranks, 8, 1, args.iters)?);
+    let td = us(direct_time(ranks, 8, args.iters)?);
     let hop = ((t8 - t2) / 6.0).max(0.0);
     // td - t2 = 14 block / c - hop - block.
     let block = ((td - t2 + hop) / (14.0 / f64::from(cores) - 1.0).max(0.5)).max(0.0);
@@ -146,14 +257,22 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     // What one block moves: 2 ranks, 64 MiB, one hop; the chain pipelines its chunks, so
     // the time is the bytes over one block's rate plus the fixed costs.
     let big = 16 << 20; // f32 elements: 64 MiB
-    let tb = us(chain_time(2, big, args.iters.min(5))?);
+    let tb = us(chain_time(ranks, 2, big, args.iters.min(5))?);
     let gbps = (big as f64 * 4.0) / ((tb - call - hop).max(1.0) * 1e3);
     // What one thread copies locally (a block's copies and reductions that cross no link).
     let copy = braid_runtime::bench::copy_rate(big * 4, 1) / 1e9;
     let profile = Profile {
         version: PROFILE_VERSION,
         source: format!(
-            "braid tune, host backend, {} cores",
+            "braid tune, host backend{}, {} cores",
+            match (
+                args.procs,
+                std::env::var("BRAID_SHM_DISABLE").is_ok_and(|v| v == "1"),
+            ) {
+                (false, _) => "",
+                (true, false) => " (a process per rank, shared memory)",
+                (true, true) => " (a process per rank, TCP)",
+            },
             std::thread::available_parallelism().map_or(1, |p| p.get())
         ),
         // Keyed to a topology only when one is named (the host's constants are the

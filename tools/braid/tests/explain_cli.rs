@@ -335,3 +335,37 @@ fn explain_selects_what_the_runtime_selects_within_its_block_budget() {
     let r: u32 = first[2].trim_start_matches('x').parse().unwrap();
     assert!(r <= 4, "{}", few.stdout);
 }
+
+/// `braid tune --procs` times the micro-benchmarks with one process per rank (through
+/// `braid perf --procs`), over TCP here, and says so in the profile; the GPU calibration
+/// refuses it.
+#[test]
+fn tune_over_processes_says_how_its_ranks_ran() {
+    let dir = std::env::temp_dir().join(format!("braid-tune-procs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tcp.profile");
+    let out = braid(
+        &["tune", "--procs", "-n", "1", "-o", file.to_str().unwrap()],
+        &[("BRAID_SHM_DISABLE", "1")],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(
+        v["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("braid tune, host backend (a process per rank, TCP)"),
+        "{v}"
+    );
+    // Messages between processes cost something, and a block moves something.
+    assert!(
+        v["hop_us"]["nvlink"]["simple"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+    assert!(v["block_gbps"]["simple"].as_f64().unwrap() > 0.0, "{v}");
+    let cuda = braid(&["tune", "--backend", "cuda", "--procs"], &[]);
+    assert_eq!(cuda.code, 2, "{}", cuda.stderr);
+    assert!(cuda.stderr.contains("--procs"), "{}", cuda.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+}
