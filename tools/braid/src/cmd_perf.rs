@@ -283,13 +283,6 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
                 .into(),
         ));
     }
-    if args.procs && args.predict {
-        return Err(CliError::Usage(
-            "error: --predict prices what each call ran, which --procs leaves to the ranks: \
-             give one of them"
-                .into(),
-        ));
-    }
     let modes = modes(args, collective)?;
     let topo = topo_arg::load(&args.topo)?;
     let model = if args.predict {
@@ -720,12 +713,24 @@ fn run_procs(
             wrong,
             (first.plan.clone(), first.replicas, protocol),
         );
-        // The roofline of the plan the ranks ran, found again in the registry.
-        if let Ok(plan) = registry.select(collective, n, root, job.case.mode, bytes) {
-            if plan.name == first.plan {
-                let roof = bytes_moved(&plan, args.dtype, count)
-                    / braid_runtime::bench::copy_rate(bytes, threads);
-                r.set_roofline(roof * 1e6);
+        // The plan the ranks ran, found again in the registry: its roofline, and the
+        // model's price for it with the replicas and protocol they reported.
+        let ran = registry
+            .candidates(collective, n, root, job.case.mode, bytes, None)
+            .ok()
+            .and_then(|c| c.into_iter().find(|(p, _)| p.name == first.plan))
+            .map(|(p, _)| p);
+        if let Some(plan) = ran {
+            let roof = bytes_moved(&plan, args.dtype, count)
+                / braid_runtime::bench::copy_rate(bytes, threads);
+            r.set_roofline(roof * 1e6);
+            if let Ok(plan) = replicated(plan, Some(first.replicas)) {
+                let proto = if protocol == "ll" {
+                    braid_ir::Protocol::Ll
+                } else {
+                    braid_ir::Protocol::Simple
+                };
+                predict_row(sweep, &mut r, &plan, proto);
             }
         }
         report.rows.push(r);

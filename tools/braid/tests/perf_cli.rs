@@ -501,6 +501,14 @@ fn with_a_host_profile_calls_choose_what_explain_selects() {
         .unwrap()
         .split_whitespace()
         .collect();
+    // explain's price for its choice: `  PLAN xR PROTO   123.45 us  selected: ...`.
+    let price: f64 = ex
+        .stdout
+        .lines()
+        .find(|l| l.contains("selected: the fastest"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{}", ex.stdout));
     let ran = |procs: bool, env: &[(&str, &str)]| {
         let mut a = vec![
             "perf",
@@ -520,6 +528,7 @@ fn with_a_host_profile_calls_choose_what_explain_selects() {
             "--mode",
             "outofplace",
             "--json",
+            "--predict",
         ];
         if procs {
             a.push("--procs");
@@ -529,6 +538,12 @@ fn with_a_host_profile_calls_choose_what_explain_selects() {
         let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         let r = &v["rows"][0];
         assert_eq!(r["wrong"], 0, "{r}");
+        // The model's price for what ran, with --procs too: explain's, with the profile.
+        assert!(r["predicted_us"].as_f64().is_some(), "{r}");
+        if !env.is_empty() {
+            let p = r["predicted_us"].as_f64().unwrap();
+            assert!((p - price).abs() < 0.01, "{r} against {price}");
+        }
         (
             r["plan"].as_str().unwrap().to_string(),
             format!("x{}", r["replicas"]),
