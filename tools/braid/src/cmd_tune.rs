@@ -2,8 +2,9 @@
 //! micro-benchmarks and writes a profile (docs/costmodel.md). The constants come from the
 //! micro-benchmarks alone: a chain broadcast of one element over 2 and 8 ranks and a
 //! direct broadcast over 8 (the fixed cost of a call, of each message and of starting a
-//! block, with the cores the blocks share), and a 2-rank chain broadcast of a large
-//! message (what one block moves). No plan the model is later scored on is timed.
+//! block, with the cores the blocks share; each the median of three interleaved
+//! measurements), and a 2-rank chain broadcast of a large message (what one block
+//! moves). No plan the model is later scored on is timed.
 //!
 //! This file calibrates the host backend, its ranks as threads of one process or, with
 //! `--procs`, one process per rank (`braid perf --procs` times the micro-benchmarks, over
@@ -247,9 +248,16 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     } else {
         Ranks::Threads
     };
-    let t2 = us(chain_time(ranks, 2, 1, args.iters)?);
-    let t8 = us(chain_time(ranks, 8, 1, args.iters)?);
-    let td = us(direct_time(ranks, 8, args.iters)?);
+    // Each small call is measured three times, interleaved, and its median kept: every
+    // constant comes from differences of these, so one disturbed measurement (a busy
+    // scheduler, say) would otherwise move them all.
+    let (mut t2s, mut t8s, mut tds) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..3 {
+        t2s.push(us(chain_time(ranks, 2, 1, args.iters)?));
+        t8s.push(us(chain_time(ranks, 8, 1, args.iters)?));
+        tds.push(us(direct_time(ranks, 8, args.iters)?));
+    }
+    let (t2, t8, td) = (median(t2s), median(t8s), median(tds));
     let hop = ((t8 - t2) / 6.0).max(0.0);
     // td - t2 = 14 block / c - hop - block.
     let block = ((td - t2 + hop) / (14.0 / f64::from(cores) - 1.0).max(0.5)).max(0.0);
@@ -332,6 +340,11 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores, a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)"
     );
     emit(args, &profile)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// Writes the profile to `-o` (atomically), or returns it for stdout.
