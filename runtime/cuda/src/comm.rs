@@ -136,11 +136,6 @@ impl Options {
     }
 }
 
-/// The RDMA device this rank's network connections use and the TCP streams or queue pairs
-/// per connection, agreed by every rank (one exchange): RDMA when every rank opens a device,
-/// TCP streams when any cannot, and an error on every rank when one forces RDMA
-/// (`BRAID_NET_FORCE=ib`) and some rank has none; the most TCP streams and queue pairs per
-/// connection any rank asks for.
 /// What the ranks agreed on for their network connections.
 struct Agreed {
     rdma: Option<Arc<dyn braid_ib::rdma::Device>>,
@@ -148,6 +143,11 @@ struct Agreed {
     qps: u32,
 }
 
+/// The RDMA device this rank's network connections use and the TCP streams or queue pairs
+/// per connection, agreed by every rank (one exchange): RDMA when every rank opens a device,
+/// TCP streams when any cannot, and an error on every rank when one forces RDMA
+/// (`BRAID_NET_FORCE=ib`) and some rank has none; the most TCP streams and queue pairs per
+/// connection any rank asks for.
 fn agree_network(
     boot: &Bootstrap,
     rank: u32,

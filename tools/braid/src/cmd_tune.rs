@@ -53,9 +53,9 @@ enum Ranks {
 }
 
 /// The one plan a micro-benchmark runs: a shipped one by name, or one compiled here.
-enum Bench {
+enum Bench<'a> {
     Shipped(&'static str),
-    Compiled(braid_plan::Verified),
+    Compiled(&'a Arc<braid_plan::Verified>),
 }
 
 /// The median time per call of a chain broadcast of `count` f32 on `n` ranks.
@@ -63,9 +63,9 @@ fn chain_time(ranks: Ranks, n: u32, count: usize, iters: u32) -> Result<Duration
     broadcast_time(ranks, Bench::Shipped("chain_broadcast"), n, count, iters)
 }
 
-/// The same for a direct broadcast (the root sends to every rank at once: one message
+/// A direct broadcast on `n` ranks (the root sends to every rank at once: one message
 /// deep, 2(n-1) blocks), the program `braid synth broadcast --objective latency` writes.
-fn direct_time(ranks: Ranks, n: u32, iters: u32) -> Result<Duration, CliError> {
+fn direct_plan(n: u32) -> Result<Arc<braid_plan::Verified>, CliError> {
     let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
     let program = braid_synth::synthesize(
         Collective::Broadcast,
@@ -75,7 +75,7 @@ fn direct_time(ranks: Ranks, n: u32, iters: u32) -> Result<Duration, CliError> {
     .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
     let mut plans = braid_library::compile_file("direct_broadcast.braid", &program.text, &topo)
         .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
-    broadcast_time(ranks, Bench::Compiled(plans.remove(0)), n, 1, iters)
+    Ok(Arc::new(plans.remove(0)))
 }
 
 /// The median time per call of a broadcast of `count` f32 from rank 0 on `n` ranks with
@@ -104,7 +104,7 @@ fn broadcast_time(
             )?;
         }
         Bench::Compiled(plan) => registry.add_verified(
-            Arc::new(plan),
+            plan.clone(),
             braid_runtime::registry::Origin::User("braid tune".into()),
         ),
     }
@@ -252,10 +252,17 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     // constant comes from differences of these, so one disturbed measurement (a busy
     // scheduler, say) would otherwise move them all.
     let (mut t2s, mut t8s, mut tds) = (Vec::new(), Vec::new(), Vec::new());
+    let direct = direct_plan(8)?;
     for _ in 0..3 {
         t2s.push(us(chain_time(ranks, 2, 1, args.iters)?));
         t8s.push(us(chain_time(ranks, 8, 1, args.iters)?));
-        tds.push(us(direct_time(ranks, 8, args.iters)?));
+        tds.push(us(broadcast_time(
+            ranks,
+            Bench::Compiled(&direct),
+            8,
+            1,
+            args.iters,
+        )?));
     }
     let (t2, t8, td) = (median(t2s), median(t8s), median(tds));
     let hop = ((t8 - t2) / 6.0).max(0.0);

@@ -283,8 +283,7 @@ mod unit {
     }
 
     #[test]
-    fn the_force_variable_names_the_transport() {
-        assert_eq!(parse_force(None), (false, NetTransport::Auto));
+    fn the_stream_and_queue_pair_counts_come_from_braid_or_nccl_variables() {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
         };
@@ -329,6 +328,11 @@ mod unit {
             let why = streams_from(env(bad)).unwrap_err();
             assert!(why.contains(bad[0].0), "{why}");
         }
+    }
+
+    #[test]
+    fn the_force_variable_names_the_transport() {
+        assert_eq!(parse_force(None), (false, NetTransport::Auto));
         assert_eq!(parse_force(Some(" 0")), (false, NetTransport::Auto));
         assert_eq!(parse_force(Some("1")), (true, NetTransport::Auto));
         assert_eq!(parse_force(Some("socket")), (true, NetTransport::Socket));

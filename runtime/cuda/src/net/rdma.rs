@@ -388,7 +388,7 @@ impl Inner {
                         self.arrived(q, v, bytes, &mut t.mark, &mut t.early)?;
                         path.qp.post_recv(wr_id).map_err(|e| e.0)?;
                     }
-                    None if self.send && wr_id != u64::MAX => {
+                    None if self.send => {
                         // Completions of one queue pair come in posting order: this
                         // write's slice is out, and every slice is whose queue pairs all
                         // completed past it.
