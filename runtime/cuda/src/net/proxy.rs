@@ -24,8 +24,10 @@
 //! NCCL's `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS`), so that one connection is
 //! several flows (paths that balance per flow, per-flow rate limits) and the receiving
 //! copies run on several threads: slice `k` (1-based) goes on stream `(k - 1) % S`, each
-//! stream has its own reader, and a slice is announced to the kernel only after the one
-//! before it, so the kernel still sees its slices in order. Credits go on stream 0.
+//! stream has its own sender thread (the poller hands it the slices; the sending copies
+//! then run in parallel too) and its own reader, and a slice is announced to the kernel
+//! only after the one before it, so the kernel still sees its slices in order. Credits go
+//! on stream 0. With one stream the poller sends itself.
 //!
 //! Dropping a proxy first forwards what its kernel already published (a send end's last
 //! slices may still sit in the FIFO when the kernel has finished), then stops its threads.
@@ -36,6 +38,7 @@ use super::wire::{Credit, Data, HEADER};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -54,8 +57,16 @@ struct Inner {
     timeout: Duration,
     /// Closing (threads stop, failures are no longer reported), failed, and the name.
     health: Health,
-    /// Send end: slices forwarded per lane. Receive end: slices credited per lane.
+    /// Send end: slices forwarded per lane (every slice up to it has gone). Receive end:
+    /// slices credited per lane.
     out: [AtomicU64; 2],
+    /// Send end: slices handed to their stream per lane (the poller's position).
+    next: [AtomicU64; 2],
+    /// Send end with several streams: slices each stream's sender has sent, per lane.
+    sent: Vec<[AtomicU64; 2]>,
+    /// Send end with several streams: each stream's sender thread's queue (taken when
+    /// the end closes, which ends those threads).
+    queues: Mutex<Vec<mpsc::Sender<Job>>>,
     /// Send end: credits received per lane. Receive end: slices received per lane.
     got: [AtomicU64; 2],
     /// Slices whose frame has started per lane (sent, or arriving): the bound a peer's
@@ -68,7 +79,18 @@ struct Inner {
 /// One proxied connection end; dropping it flushes and stops it.
 pub struct Proxy {
     inner: Arc<Inner>,
-    readers: Vec<JoinHandle<()>>,
+    /// Reader threads, and a send end's sender threads.
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// A slice for a stream's sender thread: its frame's header and where its bytes lie in
+/// the FIFO (an address: the slot stays the kernel's to rewrite only after the credit
+/// for it, which follows this send).
+struct Job {
+    lane: usize,
+    header: [u8; HEADER],
+    at: usize,
+    bytes: usize,
 }
 
 enum Io {
@@ -239,8 +261,9 @@ impl Inner {
 
     fn forward(&self) -> Result<bool, String> {
         let mut busy = false;
+        let streams = self.streams.len() as u64;
         for lane in 0..2 {
-            let mut f = self.out[lane].load(Ordering::Relaxed);
+            let mut f = self.next[lane].load(Ordering::Relaxed);
             let Some(head) = self.fifo.published(lane, f, &self.got[lane])? else {
                 continue;
             };
@@ -253,20 +276,66 @@ impl Inner {
                     seq: f + 1,
                 };
                 self.started[lane].store(f + 1, Ordering::Release);
-                // SAFETY: inside the slot; the kernel writes this slot again only after the
-                // credit for it, which follows this send.
-                let stream = (f % self.streams.len() as u64) as usize;
-                let r = unsafe { self.send_frame(stream, &h.encode(), at, bytes as usize) };
-                match r {
-                    Io::Done => {}
-                    Io::Stopped | Io::Closed => return Ok(busy),
-                    Io::Failed(why) => return Err(why),
+                let stream = (f % streams) as usize;
+                if streams > 1 {
+                    // The stream's sender thread copies it out, beside the others.
+                    let job = Job {
+                        lane,
+                        header: h.encode(),
+                        at: at as usize,
+                        bytes: bytes as usize,
+                    };
+                    let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+                    match queues.get(stream) {
+                        Some(q) if q.send(job).is_ok() => {}
+                        // Closing: the senders are gone.
+                        _ => return Ok(busy),
+                    }
+                } else {
+                    // SAFETY: inside the slot; the kernel writes this slot again only after
+                    // the credit for it, which follows this send.
+                    let r = unsafe { self.send_frame(0, &h.encode(), at, bytes as usize) };
+                    match r {
+                        Io::Done => {}
+                        Io::Stopped | Io::Closed => return Ok(busy),
+                        Io::Failed(why) => return Err(why),
+                    }
+                    self.out[lane].store(f + 1, Ordering::Release);
                 }
                 f += 1;
-                self.out[lane].store(f, Ordering::Release);
+                self.next[lane].store(f, Ordering::Relaxed);
             }
         }
         Ok(busy)
+    }
+
+    /// A send end's sender thread for stream `stream`: sends the slices the poller hands
+    /// it, in order, and raises the end's count of forwarded slices to the longest run
+    /// that every stream has sent.
+    fn send_slices(&self, stream: usize, jobs: mpsc::Receiver<Job>) -> Result<(), String> {
+        let streams = self.streams.len() as u64;
+        while let Ok(job) = jobs.recv() {
+            // SAFETY: the job's slot, as `forward` found it; see `Job`.
+            let r = unsafe { self.send_frame(stream, &job.header, job.at as *const u8, job.bytes) };
+            match r {
+                Io::Done => {}
+                Io::Stopped | Io::Closed => return Ok(()),
+                Io::Failed(why) => return Err(why),
+            }
+            let lane = job.lane;
+            self.sent[stream][lane].fetch_add(1, Ordering::AcqRel);
+            // Stream j's first unsent slice is sent_j * S + j + 1: every slice before the
+            // earliest of those has gone.
+            let prefix = self
+                .sent
+                .iter()
+                .enumerate()
+                .map(|(j, c)| c[lane].load(Ordering::Acquire) * streams + j as u64)
+                .min()
+                .unwrap_or(0);
+            self.out[lane].fetch_max(prefix, Ordering::AcqRel);
+        }
+        Ok(())
     }
 
     fn credit(&self) -> Result<bool, String> {
@@ -433,6 +502,7 @@ impl Proxy {
             stream.set_read_timeout(Some(POLL))?;
             stream.set_write_timeout(Some(POLL))?;
         }
+        let n = streams.len();
         let inner = Arc::new(Inner {
             fifo,
             streams,
@@ -440,13 +510,35 @@ impl Proxy {
             timeout,
             health: Health::new(what, on_fail),
             out: Default::default(),
+            next: Default::default(),
+            sent: (0..n).map(|_| Default::default()).collect(),
+            queues: Mutex::new(Vec::new()),
             got: Default::default(),
             started: Default::default(),
         });
         let mut proxy = Proxy {
             inner: inner.clone(),
-            readers: Vec::new(),
+            threads: Vec::new(),
         };
+        if send && n > 1 {
+            // One sender thread per stream.
+            let mut queues = Vec::with_capacity(n);
+            for stream in 0..n {
+                let (tx, rx) = mpsc::channel();
+                queues.push(tx);
+                let me = inner.clone();
+                let sender = std::thread::Builder::new()
+                    .name("braid-net-send".into())
+                    .stack_size(256 << 10)
+                    .spawn(move || {
+                        if let Err(why) = me.send_slices(stream, rx) {
+                            me.fail(why);
+                        }
+                    })?;
+                proxy.threads.push(sender);
+            }
+            *inner.queues.lock().unwrap_or_else(|p| p.into_inner()) = queues;
+        }
         // A send end reads credits on its first stream; a receive end data on each.
         let readers = if send { 1 } else { inner.streams.len() };
         for stream in 0..readers {
@@ -471,7 +563,7 @@ impl Proxy {
                         me.fail(why);
                     }
                 })?;
-            proxy.readers.push(reader);
+            proxy.threads.push(reader);
         }
         // Without a poller the proxy drops (and its reader stops) here.
         register(inner)?;
@@ -493,7 +585,13 @@ impl Drop for Proxy {
         for stream in &self.inner.streams {
             let _ = stream.shutdown(Shutdown::Both);
         }
-        for r in self.readers.drain(..) {
+        // The sender threads end when their queues go.
+        self.inner
+            .queues
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        for r in self.threads.drain(..) {
             let _ = r.join();
         }
     }

@@ -211,6 +211,77 @@ fn both_lanes_whole_and_in_order(n_streams: usize) {
     );
 }
 
+/// Shrinks a stream's kernel buffers (send and receive) to about `bytes`.
+fn small_buffers(s: &TcpStream, bytes: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: a live socket; an int option.
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
+    }
+}
+
+#[test]
+fn over_several_streams_a_stalled_stream_does_not_hold_up_the_others() {
+    // Each stream has its own sender: while stream 1's peer reads nothing (and its
+    // buffers hold a few KiB, far less than a slice), the slices dealt to stream 0 still
+    // go. One thread sending for every stream would stay stuck in slice 2.
+    let (a, mut b) = streams(2);
+    small_buffers(&a[1], 4096);
+    small_buffers(&b[1], 4096);
+    let (on_fail, seen) = failures();
+    let sf = fifo();
+    let t = Duration::from_secs(3);
+    let sp = Proxy::start(sf.clone(), a, true, "0->1".into(), t, on_fail).unwrap();
+    // Four full slices (the FIFO's slots): 1 and 3 on stream 0, 2 and 4 on stream 1.
+    for k in 0..u64::from(SLOTS) {
+        let (at, cap) = sf.slot(0, k as u32);
+        assert_eq!(cap as usize, SIMPLE_SLOT_BYTES);
+        // SAFETY: inside the slot, which the proxy does not read until `head` moves.
+        unsafe { std::ptr::write_bytes(at, k as u8 + 1, SIMPLE_SLOT_BYTES) };
+        sf.size(0, k as u32)
+            .store(SIMPLE_SLOT_BYTES as u64, Ordering::Relaxed);
+    }
+    let start = Instant::now();
+    sf.head(0).store(u64::from(SLOTS), Ordering::Release);
+    b[0].set_read_timeout(Some(t)).unwrap();
+    for seq in [1u64, 3] {
+        let mut h = [0u8; HEADER];
+        b[0].read_exact(&mut h).unwrap();
+        let d = Data::decode(&h).unwrap();
+        assert_eq!(
+            (d.lane, d.seq, d.bytes as usize),
+            (0, seq, SIMPLE_SLOT_BYTES)
+        );
+        let mut body = vec![0u8; SIMPLE_SLOT_BYTES];
+        b[0].read_exact(&mut body).unwrap();
+        assert!(body.iter().all(|&x| x == seq as u8));
+    }
+    assert!(
+        start.elapsed() < t / 2,
+        "stream 0's slices took {:?}",
+        start.elapsed()
+    );
+    // Stream 1 never drained: the end reports it stalled (named), not a hang.
+    spin_until("the stalled stream's failure", || {
+        !seen.lock().unwrap().is_empty()
+    });
+    assert!(
+        seen.lock().unwrap()[0].contains("BRAID_TIMEOUT"),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    drop(sp);
+}
+
 #[test]
 fn dropping_a_send_end_first_forwards_what_its_kernel_published() {
     let (a, mut b) = loopback_pair().unwrap();
