@@ -29,6 +29,8 @@ pub fn preference(collective: Collective, bytes: usize) -> &'static [&'static st
     let small = bytes <= SMALL_MESSAGE;
     match (collective, small) {
         (Collective::Allreduce, true) => &[
+            // Out of place only; in place the next one serves.
+            "one_shot_oop_allreduce",
             "one_shot_allreduce",
             "tree_allreduce",
             "two_shot_allreduce",

@@ -307,9 +307,33 @@ fn explain_selects_what_the_runtime_selects_within_its_block_budget() {
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
-        out.stdout.starts_with("selected: one_shot_allreduce x1 ll"),
+        out.stdout
+            .starts_with("selected: one_shot_oop_allreduce x1 ll"),
         "{}",
         out.stdout
+    );
+    // In place the out-of-place-only plan is not a candidate.
+    let inplace = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "8",
+            "--topo",
+            "nvswitch:2",
+            "--mode",
+            "inplace",
+        ],
+        &[],
+    );
+    assert_eq!(inplace.code, 0, "{}", inplace.stderr);
+    assert!(
+        inplace
+            .stdout
+            .starts_with("selected: one_shot_allreduce x1 ll")
+            && !inplace.stdout.contains("one_shot_oop_allreduce x1"),
+        "{}",
+        inplace.stdout
     );
     let few = braid(
         &[
