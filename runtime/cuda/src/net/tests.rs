@@ -244,7 +244,7 @@ fn over_several_streams_a_stalled_stream_does_not_hold_up_the_others() {
     // Four full slices (the FIFO's slots): 1 and 3 on stream 0, 2 and 4 on stream 1.
     for k in 0..u64::from(SLOTS) {
         let (at, cap) = sf.slot(0, k as u32);
-        assert_eq!(cap as usize, SIMPLE_SLOT_BYTES);
+        assert_eq!(cap, SIMPLE_SLOT_BYTES);
         // SAFETY: inside the slot, which the proxy does not read until `head` moves.
         unsafe { std::ptr::write_bytes(at, k as u8 + 1, SIMPLE_SLOT_BYTES) };
         sf.size(0, k as u32)
