@@ -23,11 +23,14 @@
 //! **Several streams.** A connection may run over several streams (`BRAID_NET_STREAMS`, as
 //! NCCL's `NCCL_NSOCKS_PERTHREAD` x `NCCL_SOCKET_NTHREADS`), so that one connection is
 //! several flows (paths that balance per flow, per-flow rate limits) and the receiving
-//! copies run on several threads: slice `k` (1-based) goes on stream `(k - 1) % S`, each
-//! stream has its own sender thread (the poller hands it the slices; the sending copies
-//! then run in parallel too) and its own reader, and a slice is announced to the kernel
-//! only after the one before it, so the kernel still sees its slices in order. Credits go
-//! on stream 0. With one stream the poller sends itself.
+//! copies run on several threads: Simple slice `k` (1-based) goes on stream `(k - 1) % S`,
+//! each stream has its own sender thread (the poller hands it the slices; the sending
+//! copies then run in parallel too) and its own reader, and a slice is announced to the
+//! kernel only after the one before it, so the kernel still sees its slices in order.
+//! LL slices (small messages, where latency is what counts) all go on stream 0, sent by
+//! the poller itself: handing them to a thread, or waiting at the receiver for a
+//! predecessor on another stream, would cost more than the copy. Credits go on stream 0.
+//! With one stream the poller sends everything itself.
 //!
 //! Dropping a proxy first forwards what its kernel already published (a send end's last
 //! slices may still sit in the FIFO when the kernel has finished), then stops its threads.
@@ -67,6 +70,8 @@ struct Inner {
     /// Send end with several streams: each stream's sender thread's queue (taken when
     /// the end closes, which ends those threads).
     queues: Mutex<Vec<mpsc::Sender<Job>>>,
+    /// One writer at a time per stream (a sender thread and the poller share stream 0).
+    writing: Vec<Mutex<()>>,
     /// Send end: credits received per lane. Receive end: slices received per lane.
     got: [AtomicU64; 2],
     /// Slices whose frame has started per lane (sent, or arriving): the bound a peer's
@@ -91,6 +96,16 @@ struct Job {
     header: [u8; HEADER],
     at: usize,
     bytes: usize,
+}
+
+/// The stream that carries slice `seq` (1-based) of `lane` over `streams` streams: Simple
+/// slices in turn, LL slices all on the first (see the module's comment).
+pub fn stream_of(lane: usize, seq: u64, streams: usize) -> usize {
+    if lane == 1 || streams <= 1 {
+        0
+    } else {
+        ((seq - 1) % streams as u64) as usize
+    }
 }
 
 enum Io {
@@ -203,6 +218,9 @@ impl Inner {
         body: *const u8,
         len: usize,
     ) -> Io {
+        let _one_writer = self.writing[stream]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let mut iov = [
             libc::iovec {
                 iov_base: h.as_ptr() as *mut libc::c_void,
@@ -261,7 +279,7 @@ impl Inner {
 
     fn forward(&self) -> Result<bool, String> {
         let mut busy = false;
-        let streams = self.streams.len() as u64;
+        let streams = self.streams.len();
         for lane in 0..2 {
             let mut f = self.next[lane].load(Ordering::Relaxed);
             let Some(head) = self.fifo.published(lane, f, &self.got[lane])? else {
@@ -276,8 +294,8 @@ impl Inner {
                     seq: f + 1,
                 };
                 self.started[lane].store(f + 1, Ordering::Release);
-                let stream = (f % streams) as usize;
-                if streams > 1 {
+                let stream = stream_of(lane, f + 1, streams);
+                if streams > 1 && lane == 0 {
                     // The stream's sender thread copies it out, beside the others.
                     let job = Job {
                         lane,
@@ -322,6 +340,7 @@ impl Inner {
                 Io::Stopped | Io::Closed => return Ok(()),
                 Io::Failed(why) => return Err(why),
             }
+            // Only Simple slices come here (LL ones go inline on stream 0).
             let lane = job.lane;
             self.sent[stream][lane].fetch_add(1, Ordering::AcqRel);
             // Stream j's first unsent slice is sent_j * S + j + 1: every slice before the
@@ -394,19 +413,25 @@ impl Inner {
     /// Receive end's reader of stream `stream`: its data frames into the FIFO.
     fn take_data(&self, stream: usize) -> Result<(), String> {
         let mut lines: Vec<u64> = Vec::new();
-        let streams = self.streams.len() as u64;
-        // The next slice per lane this stream carries.
-        let mut due = [stream as u64 + 1; 2];
+        let streams = self.streams.len();
+        // The next slice per lane this stream carries (see `stream_of`).
+        let mut due = [stream as u64 + 1, 1];
         while let Some(h) = self.read_header(stream)? {
             let d = Data::decode(&h)?;
             let lane = d.lane;
+            if stream_of(lane, d.seq, streams) != stream {
+                return Err(format!(
+                    "slice {} of lane {lane} arrived on stream {stream}, which does not carry it",
+                    d.seq
+                ));
+            }
             if d.seq != due[lane] {
                 return Err(format!(
                     "slice {} arrived on lane {lane} of stream {stream} where slice {} was due",
                     d.seq, due[lane]
                 ));
             }
-            due[lane] += streams;
+            due[lane] += if lane == 0 { streams as u64 } else { 1 };
             let bytes = d.bytes as usize;
             let at = self.fifo.admit(lane, d.seq, bytes)?;
             self.started[lane].fetch_max(d.seq, Ordering::AcqRel);
@@ -512,6 +537,7 @@ impl Proxy {
             out: Default::default(),
             next: Default::default(),
             sent: (0..n).map(|_| Default::default()).collect(),
+            writing: (0..n).map(|_| Mutex::new(())).collect(),
             queues: Mutex::new(Vec::new()),
             got: Default::default(),
             started: Default::default(),
