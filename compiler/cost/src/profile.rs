@@ -9,7 +9,9 @@ use braid_topo::PathClass;
 use serde::{Deserialize, Serialize};
 
 /// The profile format this build reads and writes.
-pub const PROFILE_VERSION: u32 = 1;
+/// Version 2: `shared_gbps` counts memory accesses (2 to 4 per byte a step moves), where
+/// version 1 counted the bytes; a version-1 profile would be read as half as fast.
+pub const PROFILE_VERSION: u32 = 2;
 
 /// Costs that depend on the protocol, Simple and LL.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -85,10 +87,11 @@ pub struct Profile {
     /// What one block copies or reduces locally (no link), GB/s; 0: as `block_gbps`.
     #[serde(default)]
     pub copy_gbps: PerProtocol,
-    /// What all the call's blocks together move, GB/s, where its ranks share one memory
-    /// (several ranks on one GPU): a call takes at least the bytes every step of every
-    /// block moves over this rate, and the topology's links bound no connection (the
-    /// data never crosses them). 0: no shared memory (a rank per GPU).
+    /// The rate of the memory accesses of all the call's blocks together, GB/s, where its
+    /// ranks share one memory (several ranks on one GPU): a call takes at least the bytes
+    /// every step of every block reads and writes (`sim::memory_accesses` per byte moved)
+    /// over this rate, and the topology's links bound no connection (the data never
+    /// crosses them). 0: no shared memory (a rank per GPU).
     #[serde(default)]
     pub shared_gbps: PerProtocol,
 }
@@ -244,8 +247,8 @@ mod tests {
     fn a_profile_round_trips_and_another_version_is_refused() {
         let p = Profile::default();
         assert_eq!(Profile::from_json(&p.to_json()).unwrap(), p);
-        let old = p.to_json().replace("\"version\": 1", "\"version\": 0");
-        assert!(Profile::from_json(&old).unwrap_err().contains("version 0"));
+        let old = p.to_json().replace("\"version\": 2", "\"version\": 1");
+        assert!(Profile::from_json(&old).unwrap_err().contains("version 1"));
         let bad = p
             .to_json()
             .replace("\"simple\": 131072.0", "\"simple\": 0.0");

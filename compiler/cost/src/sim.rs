@@ -16,8 +16,9 @@
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
 //!   (a start cost per block, its slices) divided by the cores; where its ranks share
-//!   one memory (several on one GPU), at least the bytes all its steps move over the
-//!   profile's shared rate, and the topology's links then bound no connection (they
+//!   one memory (several on one GPU), at least the memory accesses all its steps make
+//!   (each byte a step moves, read or written 2 to 4 times: [`memory_accesses`]) over
+//!   the profile's shared rate, and the topology's links then bound no connection (they
 //!   are not what carries the data).
 //!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
@@ -100,6 +101,22 @@ pub fn kind_name(k: braid_plan::StepKind) -> &'static str {
         K::Copy => "copy",
         K::Reduce => "reduce",
         K::Nop => "nop",
+    }
+}
+
+/// Times a step touches each byte it moves in the memory the ranks share: a send reads
+/// its source and writes the FIFO, a receive reads the FIFO and writes its destination,
+/// a reduction reads one more operand, a forward writes the next FIFO too. Where ranks
+/// share one memory this, not the step's bytes, is what the call's traffic is made of
+/// (a one-shot all-reduce on 2 ranks sends and reduces its whole input, 5 accesses per
+/// byte; a two-shot one sends, reduces, sends and receives halves, 4.5).
+pub fn memory_accesses(k: braid_plan::StepKind) -> f64 {
+    use braid_plan::StepKind as K;
+    match k {
+        K::Nop => 0.0,
+        K::Send | K::Recv | K::Copy => 2.0,
+        K::RecvCopySend | K::RecvReduceSend | K::RecvReduceCopy | K::Reduce => 3.0,
+        K::RecvReduceCopySend => 4.0,
     }
 }
 
@@ -230,8 +247,8 @@ pub fn predict(
     let block_us = profile.block_us.get(proto);
     // The blocks' whole work (a lower bound on the time when cores are few).
     let mut work = 0f64;
-    // The bytes every step of one replica moves (a lower bound on the time when the
-    // ranks share one memory).
+    // The memory accesses of every step of one replica, in bytes (a lower bound on the
+    // time when the ranks share one memory).
     let mut moved = 0f64;
     // Every replica posts its own copy of each network message through the same proxy.
     let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
@@ -259,7 +276,7 @@ pub fn predict(
             .ceil()
             .max(1.0) as usize;
         let slice = bytes as f64 / n_slices as f64;
-        moved += bytes as f64;
+        moved += bytes as f64 * memory_accesses(step.kind);
         let mut t = preds[i]
             .iter()
             .filter(|&&j| Some(j) != matched[i])

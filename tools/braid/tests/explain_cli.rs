@@ -185,7 +185,7 @@ fn tune_writes_a_profile_that_explain_uses() {
     );
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!(v["version"], 1);
+    assert_eq!(v["version"], 2);
     // No topology named: the profile serves any (the runtime checks the fingerprint).
     assert!(v["fingerprint"].is_null(), "{v}");
     // A topology that does not parse is refused before anything is measured or written.

@@ -468,7 +468,7 @@ fn with_a_host_profile_calls_choose_what_explain_selects() {
     // so plans with many blocks cost more than on a GPU.
     let per = |v: f64| format!(r#"{{"simple": {v}, "ll": {v}}}"#);
     let profile = format!(
-        r#"{{"version": 1, "source": "braid tune, host backend, 2 cores", "fingerprint": null,
+        r#"{{"version": 2, "source": "braid tune, host backend, 2 cores", "fingerprint": null,
         "call_us": {z}, "hop_us": {{"nvlink": {hop}, "pci": {hop}, "net": {hop}}},
         "block_gbps": {}, "efficiency": {}, "slice_bytes": {}, "slice_us": {z},
         "net_post_us": {z}, "block_us": {}, "cores": 2, "copy_gbps": {}, "shared_gbps": {z}}}"#,
