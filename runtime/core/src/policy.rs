@@ -24,14 +24,25 @@ use std::sync::Arc;
 /// Messages up to this size prefer latency-bound algorithms.
 pub const SMALL_MESSAGE: usize = 256 * 1024;
 
-/// Shipped algorithms in order of preference for a collective and message size.
-pub fn preference(collective: Collective, bytes: usize) -> &'static [&'static str] {
+/// Shipped algorithms in order of preference for a collective, rank count and message
+/// size.
+pub fn preference(collective: Collective, n: u32, bytes: usize) -> &'static [&'static str] {
     let small = bytes <= SMALL_MESSAGE;
     match (collective, small) {
-        (Collective::Allreduce, true) => &[
-            // Out of place only; in place the next one serves.
+        // On 2 ranks the one-shot without staging (out of place only) is the fastest
+        // small all-reduce and two-shot the fastest in place; on more ranks the staged
+        // one-shot is, since the unstaged one's receives add up one after another
+        // (docs/perf.md, 2026-12-03).
+        (Collective::Allreduce, true) if n == 2 => &[
             "one_shot_oop_allreduce",
+            "two_shot_allreduce",
             "one_shot_allreduce",
+            "tree_allreduce",
+            "ring_allreduce",
+        ],
+        (Collective::Allreduce, true) => &[
+            "one_shot_allreduce",
+            "one_shot_oop_allreduce",
             "tree_allreduce",
             "two_shot_allreduce",
             "ring_allreduce",

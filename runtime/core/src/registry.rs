@@ -121,7 +121,7 @@ impl Registry {
             tracing::info!(plan = %p.name, ?origin, "{collective} of {bytes} bytes: user plan selected");
             return Ok(p.clone());
         }
-        for name in preference(collective, bytes) {
+        for name in preference(collective, n, bytes) {
             if let Some((p, _)) = fitting.iter().find(|(p, _)| p.name == *name) {
                 tracing::info!(plan = %p.name, "{collective} of {bytes} bytes: shipped plan selected by preference");
                 return Ok(p.clone());

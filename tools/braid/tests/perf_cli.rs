@@ -361,7 +361,7 @@ fn algorithm_filters_choose_and_exclude_plans() {
         v["rows"][0]["plan"].as_str().unwrap().to_string()
     };
     let default = plan_of(&[]);
-    assert_eq!(default, "one_shot_oop_allreduce");
+    assert_eq!(default, "one_shot_allreduce");
     assert_eq!(plan_of(&[("BRAID_ALGO", "ring")]), "ring_allreduce");
     assert_eq!(plan_of(&[("NCCL_ALGO", "Tree")]), "tree_allreduce");
     // `^one_shot` excludes every plan whose name has the word.

@@ -28,7 +28,19 @@ fn shipped_plans_are_chosen_by_message_size() {
     let small = reg
         .select(Collective::Allreduce, 4, None, Mode::OutOfPlace, 4096)
         .unwrap();
-    assert_eq!(small.name, preference(Collective::Allreduce, 4096)[0]);
+    assert_eq!(small.name, preference(Collective::Allreduce, 4, 4096)[0]);
+    assert_eq!(small.name, "one_shot_allreduce");
+    // On 2 ranks, out of place: the one-shot without staging; in place (where it cannot
+    // serve) two-shot.
+    let two = Registry::new().with_provider(library("nvswitch:2"));
+    let oop = two
+        .select(Collective::Allreduce, 2, None, Mode::OutOfPlace, 4096)
+        .unwrap();
+    assert_eq!(oop.name, "one_shot_oop_allreduce");
+    let inplace = two
+        .select(Collective::Allreduce, 2, None, Mode::InPlace, 4096)
+        .unwrap();
+    assert_eq!(inplace.name, "two_shot_allreduce");
     let large = reg
         .select(
             Collective::Allreduce,
