@@ -4,22 +4,13 @@
 
 use braid_ir::Collective;
 use braid_library::Library;
-use braid_plan::Verified;
 use braid_runtime::comm::{Buffers, Communicator};
 use braid_runtime::dtype::{DType, RedOp};
-use braid_runtime::policy::{AlgoFilter, Policy};
-use braid_runtime::registry::{PlanProvider, Registry};
+use braid_runtime::policy::Policy;
+use braid_runtime::registry::{Origin, Registry};
 use braid_topo::Topology;
 use std::sync::Arc;
 use std::time::Duration;
-
-struct Lib(Library);
-
-impl PlanProvider for Lib {
-    fn plans(&self, c: Collective, root: Option<u32>) -> Vec<Arc<Verified>> {
-        self.0.plans(c, root)
-    }
-}
 
 /// Rank `r`'s input: values of very different magnitudes, so that a sum's rounding
 /// depends on the order of its terms.
@@ -42,13 +33,21 @@ fn the_out_of_place_one_shot_all_reduce_gives_every_rank_the_same_bits() {
         (0..count).any(|i| sum(&[0, 1, 2, 3], i).to_bits() != sum(&[2, 3, 1, 0], i).to_bits()),
         "the inputs sum to the same bits in any order"
     );
+    // The shipped plan alone in the registry.
     let topo = Topology::from_arg(&format!("nvswitch:{n}")).unwrap();
-    let registry = Arc::new(Registry::new().with_provider(Box::new(Lib(Library::new(topo)))));
-    let policy = Policy {
-        algo: Some(AlgoFilter::parse("BRAID_ALGO", "one_shot_oop").unwrap()),
-        ..Policy::default()
-    };
-    let comms = Communicator::create_local_with(n, registry, Duration::from_secs(60), policy);
+    let plan = Library::new(topo)
+        .plans(Collective::Allreduce, None)
+        .into_iter()
+        .find(|p| p.name == "one_shot_oop_allreduce")
+        .expect("the shipped plan applies to nvswitch:4");
+    let registry = Registry::new();
+    registry.add_verified(plan, Origin::User("test".into()));
+    let comms = Communicator::create_local_with(
+        n,
+        Arc::new(registry),
+        Duration::from_secs(60),
+        Policy::default(),
+    );
     let outs: Vec<Vec<u8>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .iter()

@@ -699,11 +699,12 @@ fn run_procs(
             crate::perf_procs::merge(&job.case, job.step, mode, &lines, n)?;
         let count = job.case.spec.count;
         let bytes = job.case.spec.sizes(0, n).larger;
-        let protocol = if first.protocol == "ll" {
-            "ll"
+        let proto = if first.protocol == "ll" {
+            braid_ir::Protocol::Ll
         } else {
-            "simple"
+            braid_ir::Protocol::Simple
         };
+        let protocol = protocol_name(proto);
         let mut r = row(
             sweep,
             job.case.mode,
@@ -725,11 +726,6 @@ fn run_procs(
                 / braid_runtime::bench::copy_rate(bytes, threads);
             r.set_roofline(roof * 1e6);
             if let Ok(plan) = replicated(plan, Some(first.replicas)) {
-                let proto = if protocol == "ll" {
-                    braid_ir::Protocol::Ll
-                } else {
-                    braid_ir::Protocol::Simple
-                };
                 predict_row(sweep, &mut r, &plan, proto);
             }
         }

@@ -254,17 +254,18 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     let (mut t2s, mut t8s, mut tds) = (Vec::new(), Vec::new(), Vec::new());
     let direct = direct_plan(8)?;
     for _ in 0..3 {
-        t2s.push(us(chain_time(ranks, 2, 1, args.iters)?));
-        t8s.push(us(chain_time(ranks, 8, 1, args.iters)?));
-        tds.push(us(broadcast_time(
+        t2s.push(chain_time(ranks, 2, 1, args.iters)?);
+        t8s.push(chain_time(ranks, 8, 1, args.iters)?);
+        tds.push(broadcast_time(
             ranks,
             Bench::Compiled(&direct),
             8,
             1,
             args.iters,
-        )?));
+        )?);
     }
-    let (t2, t8, td) = (median(t2s), median(t8s), median(tds));
+    let median = |v: &[Duration]| us(braid_runtime::bench::median(v));
+    let (t2, t8, td) = (median(&t2s), median(&t8s), median(&tds));
     let hop = ((t8 - t2) / 6.0).max(0.0);
     // td - t2 = 14 block / c - hop - block.
     let block = ((td - t2 + hop) / (14.0 / f64::from(cores) - 1.0).max(0.5)).max(0.0);
@@ -347,11 +348,6 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores, a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)"
     );
     emit(args, &profile)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Writes the profile to `-o` (atomically), or returns it for stdout.

@@ -65,8 +65,9 @@ struct Inner {
     out: [AtomicU64; 2],
     /// Send end: slices handed to their stream per lane (the poller's position).
     next: [AtomicU64; 2],
-    /// Send end with several streams: slices each stream's sender has sent, per lane.
-    sent: Vec<[AtomicU64; 2]>,
+    /// Send end with several streams: Simple slices each stream's sender has sent (LL
+    /// slices all go on the first stream, sent by the poller).
+    sent: Vec<AtomicU64>,
     /// Send end with several streams: each stream's sender thread's queue (taken when
     /// the end closes, which ends those threads).
     queues: Mutex<Vec<mpsc::Sender<Job>>>,
@@ -88,11 +89,10 @@ pub struct Proxy {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// A slice for a stream's sender thread: its frame's header and where its bytes lie in
-/// the FIFO (an address: the slot stays the kernel's to rewrite only after the credit
-/// for it, which follows this send).
+/// A Simple slice for a stream's sender thread: its frame's header and where its bytes
+/// lie in the FIFO (an address: the slot stays the kernel's to rewrite only after the
+/// credit for it, which follows this send).
 struct Job {
-    lane: usize,
     header: [u8; HEADER],
     at: usize,
     bytes: usize,
@@ -298,7 +298,6 @@ impl Inner {
                 if streams > 1 && lane == 0 {
                     // The stream's sender thread copies it out, beside the others.
                     let job = Job {
-                        lane,
                         header: h.encode(),
                         at: at as usize,
                         bytes: bytes as usize,
@@ -312,7 +311,7 @@ impl Inner {
                 } else {
                     // SAFETY: inside the slot; the kernel writes this slot again only after
                     // the credit for it, which follows this send.
-                    let r = unsafe { self.send_frame(0, &h.encode(), at, bytes as usize) };
+                    let r = unsafe { self.send_frame(stream, &h.encode(), at, bytes as usize) };
                     match r {
                         Io::Done => {}
                         Io::Stopped | Io::Closed => return Ok(busy),
@@ -327,9 +326,9 @@ impl Inner {
         Ok(busy)
     }
 
-    /// A send end's sender thread for stream `stream`: sends the slices the poller hands
-    /// it, in order, and raises the end's count of forwarded slices to the longest run
-    /// that every stream has sent.
+    /// A send end's sender thread for stream `stream`: sends the Simple slices the poller
+    /// hands it, in order, and raises the lane's count of forwarded slices to the longest
+    /// run that every stream has sent.
     fn send_slices(&self, stream: usize, jobs: mpsc::Receiver<Job>) -> Result<(), String> {
         let streams = self.streams.len() as u64;
         while let Ok(job) = jobs.recv() {
@@ -340,19 +339,17 @@ impl Inner {
                 Io::Stopped | Io::Closed => return Ok(()),
                 Io::Failed(why) => return Err(why),
             }
-            // Only Simple slices come here (LL ones go inline on stream 0).
-            let lane = job.lane;
-            self.sent[stream][lane].fetch_add(1, Ordering::AcqRel);
+            self.sent[stream].fetch_add(1, Ordering::AcqRel);
             // Stream j's first unsent slice is sent_j * S + j + 1: every slice before the
             // earliest of those has gone.
             let prefix = self
                 .sent
                 .iter()
                 .enumerate()
-                .map(|(j, c)| c[lane].load(Ordering::Acquire) * streams + j as u64)
+                .map(|(j, c)| c.load(Ordering::Acquire) * streams + j as u64)
                 .min()
                 .unwrap_or(0);
-            self.out[lane].fetch_max(prefix, Ordering::AcqRel);
+            self.out[0].fetch_max(prefix, Ordering::AcqRel);
         }
         Ok(())
     }
