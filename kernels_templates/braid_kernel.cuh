@@ -36,7 +36,7 @@ constexpr u32 GPU_SCOPE = 1u << 31;
 // so the proxy knows what to forward and when; the receiver's side is unchanged.
 constexpr u32 NET = 1u << 30;
 
-struct BlockDesc {    // one grid block: 152 bytes
+struct BlockDesc {    // one grid block: 160 bytes
   u32 block;          // plan block id
   u32 replica;
   u32 first_step;     // into the step array
@@ -45,22 +45,32 @@ struct BlockDesc {    // one grid block: 152 bytes
   End recv[2];
   u32 first_dep;      // the block's dependencies: [first_dep, first_dep + ndeps)
   u32 ndeps;
+  u32 send_rank;      // the rank the block sends to (NO_RANK: none)
+  u32 recv_rank;      // the rank it receives from
 };
+constexpr u32 NO_RANK = 0xffffffffu;
 
 enum Kind { NOP = 0, S = 1, R = 2, RCS = 3, RRS = 4, RRC = 5, RRCS = 6, CPY = 7, RE = 8 };
 // `StepDesc.kind`'s flag: another block waits for this step (or it is the block's last),
 // so its end is published in the block's progress counter. Other steps skip the fence
 // and the store; a later published step covers them (counters only grow).
 constexpr u32 PUBLISH = 1u << 8;
+// `StepDesc.kind`'s flag: the step may bypass the FIFO when the peer's call is in this
+// launch (`direct_pair`). On a send (whose source is `in`, never written by the sender):
+// skipped, since the receiver reads the sender's `in` itself. On its matching receive
+// (R or RRC): the received operand is the sender's `in` at chunk `poff` onwards.
+constexpr u32 DIRECT = 1u << 9;
 constexpr u32 KIND_MASK = 0xff;
 
-struct StepDesc {     // 24 bytes
-  u32 kind;           // Kind | PUBLISH
+struct StepDesc {     // 32 bytes
+  u32 kind;           // Kind | PUBLISH | DIRECT
   int sbuf;           // 0 in, 1 out, 2 scratch, -1 none
   int dbuf;
   u32 soff;           // first chunk
   u32 doff;
   u32 count;          // chunks
+  u32 poff;           // DIRECT receive: first chunk of the sender's `in`
+  u32 pad;
 };
 
 struct StepDeps {     // 8 bytes, parallel to the steps
@@ -95,15 +105,32 @@ struct Table {        // one rank's prepared plan: 120 bytes
   u64 trace;          // 0, or u64 pairs per step of replica 0: start and end (ns)
 };
 
-struct CallArgs {     // 48 bytes
+struct CallArgs {     // 64 bytes
   u64 in;             // the caller's `in` (0: none on this rank)
   u64 out;
   u64 count;          // NCCL's count: elements of one segment
   u64 chunk_elems;
   u64 round_elems;
+  u64 plan;           // the prepared plan's digest (with its replicas)
   u32 per_segment;
   u32 avg_n;          // avg: divide by this at the end (0: not avg)
+  u32 rank;           // the call's rank
+  u32 flags;          // IN_UNTOUCHED
 };
+// `CallArgs.flags`: the call leaves `in` as it was (out of place: `in` and `out` do not
+// overlap), so the ranks of its launch may read it while it runs.
+constexpr u32 IN_UNTOUCHED = 1;
+
+// Whether the send of `s`'s rank and the receive of `r`'s rank of one launch go without
+// the FIFO: both ends compute it from the same launch arguments, so they agree. The
+// sender's `in` is ready when the launch starts and untouched until it ends, and both
+// calls have the same plan and geometry, so the chunks the receiver reads lie where the
+// sender's program (checked against its buffers) would have read them.
+__device__ __forceinline__ bool direct_pair(const CallArgs& s, const CallArgs& r) {
+  return (s.flags & IN_UNTOUCHED) != 0 && s.in != 0 && s.plan == r.plan && s.count == r.count &&
+         s.chunk_elems == r.chunk_elems && s.round_elems == r.round_elems &&
+         s.per_segment == r.per_segment;
+}
 
 struct Launch {
   u32 n;                          // ranks in this launch
@@ -148,6 +175,8 @@ struct Ctx {
   u64 sent;
   Port rcv;               // the receive end
   u64 received;
+  char* peer_in;          // the receive peer's `in` when DIRECT receives read it (else null)
+  bool skip_send;         // the send peer reads this rank's `in` itself: DIRECT sends skip
 };
 
 __device__ __forceinline__ void set_port(Port& p, const End& e) {
@@ -168,22 +197,32 @@ struct Span {
   u64 valid;
 };
 
-__device__ __forceinline__ Span span(const Ctx& c, int b, u32 chunk) {
+// Chunk `chunk` of a caller's buffer at `base` with this call's geometry (also a peer's
+// `in`, for a DIRECT receive: same plan, same geometry).
+__device__ __forceinline__ Span span_at(const Ctx& c, char* base, u32 chunk) {
+  const u64 seg = chunk / c.per_segment, pos = chunk % c.per_segment;
+  const u64 first = pos * c.chunk_elems;
+  const u64 len = c.count > first ? min64(c.chunk_elems, c.count - first) : 0;
   Span s;
+  s.ptr = reinterpret_cast<T*>(base) + (seg * c.count + first + c.lo);
+  s.valid = valid_in(len, c.lo, c.hi - c.lo);
+  return s;
+}
+
+__device__ __forceinline__ Span span(const Ctx& c, int b, u32 chunk) {
   if (b < 0) {
+    Span s;
     s.ptr = nullptr;
     s.valid = 0;
-  } else if (b == 2) {
+    return s;
+  }
+  if (b == 2) {
+    Span s;
     s.ptr = reinterpret_cast<T*>(c.buf[2]) + ((u64)chunk * c.round_elems + (c.lo - c.w0));
     s.valid = c.hi - c.lo;
-  } else {
-    const u64 seg = chunk / c.per_segment, pos = chunk % c.per_segment;
-    const u64 first = pos * c.chunk_elems;
-    const u64 len = c.count > first ? min64(c.chunk_elems, c.count - first) : 0;
-    s.ptr = reinterpret_cast<T*>(c.buf[b]) + (seg * c.count + first + c.lo);
-    s.valid = valid_in(len, c.lo, c.hi - c.lo);
+    return s;
   }
-  return s;
+  return span_at(c, c.buf[b], chunk);
 }
 
 // Counters only grow, so a value read earlier is a lower bound: a wait that an earlier
@@ -272,11 +311,30 @@ __device__ bool ll_move(Ctx& c, T* d, u64 dv, const T* s, u64 sv, u64 n, const c
 // [lo, hi) cut into pieces of one FIFO slot, exactly as the host executor slices
 // messages. Returns false when the rank failed (the caller stops the block).
 template <int KIND>
-__device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count) {
+__device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count, bool direct, u32 poff) {
   const bool recv = KIND == R || KIND == RCS || KIND == RRS || KIND == RRC || KIND == RRCS;
   const bool send = KIND == S || KIND == RCS || KIND == RRS || KIND == RRCS;
   const u64 piece = BRAID_PIECE_BYTES / sizeof(T);
   const u64 len = c.hi - c.lo;
+  if (direct) {
+    // Without the FIFO (see DIRECT): the receiver reads the sender's `in` where the
+    // sender's step would have read it, in the same operand order as through the FIFO
+    // (so the bits are the same); the sender has nothing to do.
+    if (KIND == S && c.skip_send) return true;
+    if ((KIND == R || KIND == RRC) && c.peer_in != nullptr) {
+      for (u32 i = 0; i < count; i++) {
+        const Span p = span_at(c, c.peer_in, poff + i);
+        const Span d = span(c, db, doff + i);
+        if (KIND == R) {
+          move(d.ptr, d.valid, nullptr, 0, p.ptr, p.valid, nullptr, 0, len);
+        } else {
+          const Span l = span(c, sb, so + i);
+          move(d.ptr, d.valid, nullptr, 0, l.ptr, l.valid, p.ptr, p.valid, len);
+        }
+      }
+      return true;
+    }
+  }
   for (u32 i = 0; i < count; i++) {
     const Span s = span(c, sb, so + i);
     const Span d = span(c, db, doff + i);
@@ -326,15 +384,16 @@ __device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count) {
 }
 
 __device__ bool dispatch(Ctx& c, const StepDesc& st) {
+  const bool d = (st.kind & DIRECT) != 0;
   switch (st.kind & KIND_MASK) {
-    case S: return step<S>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
-    case R: return step<R>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
-    case RCS: return step<RCS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
-    case RRS: return step<RRS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
-    case RRC: return step<RRC>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
-    case RRCS: return step<RRCS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
-    case CPY: return step<CPY>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
-    case RE: return step<RE>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count);
+    case S: return step<S>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count, d, st.poff);
+    case R: return step<R>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count, d, st.poff);
+    case RCS: return step<RCS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count, false, 0);
+    case RRS: return step<RRS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count, false, 0);
+    case RRC: return step<RRC>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count, d, st.poff);
+    case RRCS: return step<RRCS>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count, false, 0);
+    case CPY: return step<CPY>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count, false, 0);
+    case RE: return step<RE>(c, st.sbuf, st.soff, st.dbuf, st.doff, st.count, false, 0);
     default: return true;
   }
 }
@@ -415,7 +474,8 @@ __device__ __forceinline__ void share(u64 lo, u64 hi, u64 k, u64 parts, u64& a, 
   b = lo + min64(len, (k + 1) * units / parts * UNIT);
 }
 
-__device__ void run(const Table& t, const CallArgs& a, u32 g) {
+__device__ void run(const Table& t, const Launch& L, u32 s, u32 g) {
+  const CallArgs& a = L.call[s];
   // The block descriptors follow the table at a fixed offset: loading ours does not wait
   // for the table's fields.
   const BlockDesc bd = reinterpret_cast<const BlockDesc*>(
@@ -441,6 +501,18 @@ __device__ void run(const Table& t, const CallArgs& a, u32 g) {
   c.sent = se.slots != 0 ? counters[se.counter] : 0;
   set_port(c.rcv, re);
   c.received = re.slots != 0 ? counters[re.counter] : 0;
+  // DIRECT steps: whether this block's peers run in this launch with the same call.
+  // (Every index constant: a launch argument indexed at run time, or its address taken,
+  // would be copied to local memory by every thread.)
+  c.peer_in = nullptr;
+  c.skip_send = false;
+#pragma unroll
+  for (u32 j = 0; j < BRAID_MAX_LOCAL; j++) {
+    if (j < L.n && L.call[j].rank == bd.recv_rank && direct_pair(L.call[j], a))
+      c.peer_in = reinterpret_cast<char*>(L.call[j].in);
+    if (j < L.n && L.call[j].rank == bd.send_rank && direct_pair(a, L.call[j]))
+      c.skip_send = true;
+  }
   // The step program: into shared memory with one load per thread when it is small,
   // else read where it lies, step by step.
   __shared__ StepDesc prog_steps[PROG_MAX];
@@ -665,5 +737,5 @@ extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_kernel(const b
   unsigned s = 0;
   while (s + 1 < L.n && blockIdx.x >= L.first[s + 1]) s++;
   const braid::Table& t = *reinterpret_cast<const braid::Table*>(L.table[s]);
-  braid::run(t, L.call[s], blockIdx.x - L.first[s]);
+  braid::run(t, L, s, blockIdx.x - L.first[s]);
 }

@@ -28,6 +28,9 @@ pub struct Request {
     pub mode: Mode,
     pub bytes: u64,
     pub elem: u64,
+    /// The ranks run in one launch (several ranks of one process on one GPU): out of
+    /// place, receivers read their senders' `in` where a plan allows ([`Call::direct`]).
+    pub direct: bool,
 }
 
 /// One candidate plan, as the registry offers it.
@@ -160,6 +163,7 @@ pub fn rank_with(
                     elem: req.elem,
                     protocol: proto,
                     replicas: r,
+                    direct: req.direct && req.mode == Mode::OutOfPlace,
                 };
                 let result = predict(p, topo, profile, &call).map(|x| x.total_us);
                 let better = match (&best, &result) {

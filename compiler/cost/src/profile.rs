@@ -162,6 +162,13 @@ impl Default for Profile {
 }
 
 impl Profile {
+    /// Whether the profile was measured with several ranks on one GPU: a shared memory
+    /// rate and no cores to share (the host backend's profiles count cores). Such ranks
+    /// run in one launch when they are one process's.
+    pub fn one_gpu(&self) -> bool {
+        self.cores == 0 && (self.shared_gbps.simple > 0.0 || self.shared_gbps.ll > 0.0)
+    }
+
     /// The profile the runtime prices calls with on a topology of `fingerprint`: the file
     /// `BRAID_PROFILE` names (what `braid tune -o FILE` wrote), else the defaults. A
     /// profile measured for another topology is refused, not silently used.

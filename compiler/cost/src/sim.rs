@@ -21,6 +21,10 @@
 //!   the profile's shared rate, and the topology's links then bound no connection (they
 //!   are not what carries the data).
 //!
+//! - A direct pair ([`Call::direct`]): the send takes no time and moves nothing; its
+//!   receive waits for nothing of it and runs as a local step (a copy or a reduction
+//!   reading the peer's memory).
+//!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
 //! plans are simulated as one pass over the whole message.
 
@@ -40,6 +44,10 @@ pub struct Call {
     pub protocol: Protocol,
     /// Replicas of the plan, each on its share of every chunk.
     pub replicas: u32,
+    /// The ranks run in one launch and the call is out of place: where the plan allows
+    /// ([`braid_plan::direct`]), a receiver reads its sender's `in` itself and the send
+    /// costs nothing.
+    pub direct: bool,
 }
 
 /// When one step of one block ran, in the simulation (µs from the call's start).
@@ -140,6 +148,12 @@ pub fn predict(
     let replicas = call.replicas.max(1);
     let chunk = chunk_bytes(plan, call.bytes, call.elem).div_ceil(u64::from(replicas));
     let wiring = braid_plan::wiring::links(plan);
+    let direct = if call.direct {
+        braid_plan::direct::direct(plan)
+    } else {
+        braid_plan::direct::Direct::default()
+    };
+    let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
 
     // Directed links and how many connections of the call cross each.
     let link_gbps = topo.directed_bandwidths();
@@ -209,6 +223,10 @@ pub fn predict(
             continue;
         };
         for (&s, &r) in l.sends.iter().zip(&l.recvs) {
+            if direct.recvs.contains_key(&at(rr, rb, r)) {
+                // The receiver reads the sender's `in`: it waits for nothing of the send.
+                continue;
+            }
             let (si, ri) = (index[&(sr, sb, s)], index[&(rr, rb, r)]);
             preds[ri].push(si);
             matched[ri] = Some(si);
@@ -270,8 +288,9 @@ pub fn predict(
         let (ri, bi, si) = ids[i];
         let b = &plan.ranks[ri].blocks[bi];
         let step = &b.steps[si];
+        let skipped = direct.sends.contains(&at(ri, bi, si));
         let chunks = step.src.or(step.dst).map_or(0, |s| u64::from(s.count));
-        let bytes = chunks * chunk;
+        let bytes = if skipped { 0 } else { chunks * chunk };
         let n_slices = (bytes as f64 / profile.slice_bytes.get(proto))
             .ceil()
             .max(1.0) as usize;
@@ -288,7 +307,7 @@ pub fn predict(
             work += block_us;
         }
         let start = t;
-        let sends = step.kind.sends();
+        let sends = step.kind.sends() && !skipped;
         let gbps = if sends {
             conns.get(&(ri, bi)).map_or(local_gbps, |c| c.gbps)
         } else {
@@ -306,7 +325,7 @@ pub fn predict(
             conns.get(&(sr, sb)).is_some_and(|c| c.net)
         });
         let mut out = Vec::with_capacity(if sends { n_slices } else { 0 });
-        for k in 0..n_slices {
+        for k in 0..if skipped { 0 } else { n_slices } {
             if let Some(a) = &incoming {
                 // The sender's slicing may differ: take the arrival of the same share.
                 let idx = if a.is_empty() {

@@ -34,6 +34,7 @@ fn time(p: &Verified, t: &Topology, bytes: u64, protocol: Protocol, replicas: u3
             elem: 4,
             protocol,
             replicas,
+            direct: false,
         },
     )
     .unwrap()
@@ -55,6 +56,7 @@ fn winner(topo: &str, c: Collective, bytes: u64) -> String {
         mode: Mode::OutOfPlace,
         bytes,
         elem: 4,
+        direct: false,
     };
     let r = rank(&cands, &t, &Profile::default(), &req);
     assert!(r[0].result.is_ok(), "{r:?}");
@@ -138,6 +140,7 @@ fn the_timeline_has_every_step_once_and_receives_after_their_sends() {
             elem: 4,
             protocol: Protocol::Simple,
             replicas: 1,
+            direct: false,
         },
     )
     .unwrap();
@@ -197,6 +200,7 @@ fn excluded_candidates_say_why() {
         mode: Mode::OutOfPlace,
         bytes: 4096,
         elem: 4,
+        direct: false,
     };
     let r = rank(&cands, &t, &Profile::default(), &req);
     let last = r.last().unwrap();
@@ -246,6 +250,7 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
             elem: 4,
             protocol: Protocol::Simple,
             replicas,
+            direct: false,
         };
         predict(ring, &t, profile, &call).unwrap().total_us
     };
@@ -270,4 +275,74 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
     // A rate so high it never binds changes nothing.
     shared.shared_gbps.simple = 1e8;
     assert_eq!(price(&shared, 2), price(&free, 2));
+}
+
+/// Ranks of one launch, out of place: a one-shot all-reduce's sends cost nothing, its
+/// receives wait for no message and touch each byte 3 times (read the peer's input and
+/// the own, write the output) instead of 2 + 3 through the FIFO; the shared-memory floor
+/// says so, and selection sees it only for out-of-place calls of ranks that launch
+/// together.
+#[test]
+fn direct_reads_skip_the_sends_and_their_memory_traffic() {
+    let (t, ps) = plans("nvswitch:2", Collective::Allreduce);
+    let oop = plan(&ps, "one_shot_oop_allreduce");
+    let mut profile = Profile::default();
+    profile.shared_gbps.simple = 100.0;
+    let bytes = 256u64 << 20;
+    let call = |direct: bool| Call {
+        bytes,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct,
+    };
+    let fifo = predict(oop, &t, &profile, &call(false)).unwrap();
+    let direct = predict(oop, &t, &profile, &call(true)).unwrap();
+    // Each rank: send (2 accesses per byte) and rrc (3) through the FIFO; rrc (3) alone.
+    let floor = |accesses: f64| 2.0 * accesses * bytes as f64 / (100.0 * 1e3);
+    assert!(fifo.total_us >= floor(5.0) * 0.999, "{}", fifo.total_us);
+    assert!(direct.total_us >= floor(3.0) * 0.999, "{}", direct.total_us);
+    assert!(direct.total_us < floor(5.0) * 0.8, "{}", direct.total_us);
+    for s in direct.timeline.iter().filter(|s| s.kind == "send") {
+        assert_eq!(s.start_us, s.end_us, "a skipped send takes no time: {s:?}");
+    }
+    // At 8 bytes, no message to wait for: faster than through the FIFO.
+    let small = |direct: bool| Call {
+        bytes: 8,
+        protocol: Protocol::Ll,
+        ..call(direct)
+    };
+    let a = predict(oop, &t, &profile, &small(false)).unwrap().total_us;
+    let b = predict(oop, &t, &profile, &small(true)).unwrap().total_us;
+    assert!(b < a, "{b} >= {a}");
+    // Selection: out of place with ranks launched together gets the direct price; in
+    // place (the staged one-shot serves both modes), or ranks that do not launch
+    // together, the FIFO's.
+    let priced = |name: &str, mode: Mode, direct: bool| {
+        let cand = [Candidate {
+            plan: plan(&ps, name),
+            origin: "shipped".into(),
+        }];
+        let req = Request {
+            collective: Collective::Allreduce,
+            root: None,
+            mode,
+            bytes,
+            elem: 4,
+            direct,
+        };
+        braid_cost::rank_with(&cand, &t, &profile, &req, Some(1), Some(Protocol::Simple))[0]
+            .result
+            .clone()
+            .unwrap()
+    };
+    let oop = "one_shot_oop_allreduce";
+    assert_eq!(priced(oop, Mode::OutOfPlace, true), direct.total_us);
+    assert_eq!(priced(oop, Mode::OutOfPlace, false), fifo.total_us);
+    let staged = "one_shot_allreduce";
+    assert!(priced(staged, Mode::OutOfPlace, true) < priced(staged, Mode::OutOfPlace, false));
+    assert_eq!(
+        priced(staged, Mode::InPlace, true),
+        priced(staged, Mode::InPlace, false)
+    );
 }

@@ -11,6 +11,7 @@
 //! `docs/plan-format.md` documents the format and the verifier for users.
 
 pub mod diag;
+pub mod direct;
 pub mod dot;
 pub mod explain;
 pub mod json;

@@ -113,6 +113,9 @@ pub struct CallArgs {
     pub geometry: Geometry,
     /// `avg`: the rank count the sum is divided by at the end; 0 otherwise.
     pub avg_ranks: u32,
+    /// The call leaves `in` as it found it while it runs (out of place: `in` and `out`
+    /// do not overlap), so other ranks' calls of the same launch may read it directly.
+    pub in_untouched: bool,
 }
 
 /// What an engine prepared for one choice, with the plan it prepared.
@@ -503,6 +506,7 @@ impl<E: Engine> DeviceComm<E> {
             } else {
                 0
             },
+            in_untouched: mode == Mode::OutOfPlace,
         };
         tracing::info!(
             rank,

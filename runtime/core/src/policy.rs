@@ -53,11 +53,15 @@ pub fn preference(collective: Collective, n: u32, bytes: usize) -> &'static [&'s
             "double_binary_tree_allreduce",
             "two_shot_allreduce",
         ],
-        (Collective::Allgather, _) => &["ring_allgather"],
-        (Collective::ReduceScatter, _) => &["ring_reduce_scatter"],
-        (Collective::Broadcast, true) => &["binomial_broadcast", "chain_broadcast"],
-        (Collective::Broadcast, false) => &["chain_broadcast", "binomial_broadcast"],
-        (Collective::Reduce, _) => &["tree_reduce"],
+        (Collective::Allgather, _) => &["ring_allgather", "direct_allgather"],
+        (Collective::ReduceScatter, _) => &["ring_reduce_scatter", "direct_reduce_scatter"],
+        (Collective::Broadcast, true) => {
+            &["binomial_broadcast", "chain_broadcast", "direct_broadcast"]
+        }
+        (Collective::Broadcast, false) => {
+            &["chain_broadcast", "binomial_broadcast", "direct_broadcast"]
+        }
+        (Collective::Reduce, _) => &["tree_reduce", "direct_reduce"],
         (Collective::Alltoall, _) => &["direct_alltoall", "hierarchical_alltoall"],
     }
 }
@@ -79,6 +83,10 @@ pub struct Target {
     pub size_replicas: bool,
     /// Whether the backend has the LL protocol.
     pub ll: bool,
+    /// Whether the communicator's ranks run in one launch (several ranks of one process
+    /// on one GPU), so that out-of-place calls read peers' `in` directly where a plan
+    /// allows ([`braid_plan::direct`]): what the cost model prices.
+    pub direct: bool,
 }
 
 impl Target {
@@ -87,6 +95,7 @@ impl Target {
         block_budget: u32::MAX,
         size_replicas: false,
         ll: false,
+        direct: false,
     };
 }
 
@@ -447,6 +456,7 @@ mod tests {
         block_budget: 99,
         size_replicas: true,
         ll: true,
+        direct: false,
     };
 
     fn req(bytes: usize) -> Request {

@@ -186,6 +186,7 @@ pub fn choose(
         mode: req.mode,
         bytes: req.bytes as u64,
         elem: req.elem as u64,
+        direct: target.direct,
     };
     let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
     let options = price(

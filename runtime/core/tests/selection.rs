@@ -31,6 +31,7 @@ const GPU: Target = Target {
     block_budget: 66,
     size_replicas: true,
     ll: true,
+    direct: false,
 };
 
 fn req(c: Collective, n: u32, bytes: usize) -> Request {
@@ -55,6 +56,7 @@ fn predict(t: &Topology, plan: &Verified, r: &Request, replicas: u32, p: Protoco
         mode: r.mode,
         bytes: r.bytes as u64,
         elem: r.elem as u64,
+        direct: false,
     };
     braid_cost::rank_with(
         &cand,

@@ -119,6 +119,8 @@ pub struct Clique {
     pub scratch_bytes: usize,
     /// `BRAID_TRACE`: prepared plans record their step times.
     pub trace: bool,
+    /// Ranks of one launch may read each other's `in` (`Options::direct`).
+    pub direct: bool,
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: Arc<HostAlloc>,
     conns: Mutex<Conns>,
@@ -205,6 +207,7 @@ impl Clique {
             timeout: opts.timeout,
             scratch_bytes: opts.scratch_bytes,
             trace: opts.trace,
+            direct: opts.direct,
             words,
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),
@@ -212,6 +215,19 @@ impl Clique {
             join: Mutex::new(HashMap::new()),
             abort_reason: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// Whether every rank of the communicator is here, on one GPU, with direct reads on:
+    /// each call of all ranks is one launch, and out-of-place calls read peers' `in`
+    /// where the plan allows.
+    pub fn launches_together(&self) -> bool {
+        self.direct
+            && self.oob.is_none()
+            && self.locals.len() == self.n as usize
+            && self
+                .locals
+                .iter()
+                .all(|l| l.ctx.ordinal() == self.locals[0].ctx.ordinal())
     }
 
     /// The position of `rank` among the local ranks.

@@ -78,6 +78,9 @@ pub struct Options {
     /// Queue pairs per RDMA connection (`BRAID_NET_STREAMS`, or NCCL's
     /// `NCCL_IB_QPS_PER_CONNECTION`); the ranks use the most any asks.
     pub net_qps: u32,
+    /// Ranks of one launch read each other's `in` directly where the plan allows it
+    /// ([`braid_plan::direct`]); `BRAID_DIRECT=0` sends everything through the FIFOs.
+    pub direct: bool,
 }
 
 impl Default for Options {
@@ -93,6 +96,7 @@ impl Default for Options {
             net_transport: NetTransport::Auto,
             net_streams: 1,
             net_qps: 1,
+            direct: true,
         }
     }
 }
@@ -100,7 +104,7 @@ impl Default for Options {
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
     /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`, `BRAID_NET_FORCE`,
-    /// `BRAID_NET_STREAMS`.
+    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -132,6 +136,7 @@ impl Options {
             )
             .map_err(CudaError::Invalid)?,
             trace: std::env::var_os("BRAID_TRACE").is_some_and(|v| !v.is_empty()),
+            direct: std::env::var("BRAID_DIRECT").map_or(true, |v| v.trim() != "0"),
         })
     }
 }
@@ -612,6 +617,12 @@ impl CudaComm {
 
     pub fn context(&self) -> &Arc<CudaContext> {
         self.engine().context()
+    }
+
+    /// Whether every rank's call is one launch, with direct reads between them
+    /// ([`crate::clique::Clique::launches_together`]).
+    pub fn launches_together(&self) -> bool {
+        self.engine().clique().launches_together()
     }
 
     /// Whether connections go peer to peer (`false`: host-staged).

@@ -82,7 +82,10 @@ pub const LAUNCH_LAYOUT: &[(&str, &str, usize)] = &[
         "per_segment",
         std::mem::offset_of!(KernelCall, per_segment),
     ),
+    ("CallArgs", "plan", std::mem::offset_of!(KernelCall, plan)),
     ("CallArgs", "avg_n", std::mem::offset_of!(KernelCall, avg_n)),
+    ("CallArgs", "rank", std::mem::offset_of!(KernelCall, rank)),
+    ("CallArgs", "flags", std::mem::offset_of!(KernelCall, flags)),
     ("CallArgs", "sizeof", std::mem::size_of::<KernelCall>()),
     ("Launch", "n", std::mem::offset_of!(LaunchParams, n)),
     ("Launch", "first", std::mem::offset_of!(LaunchParams, first)),
@@ -99,12 +102,20 @@ struct KernelCall {
     count: u64,
     chunk_elems: u64,
     round_elems: u64,
+    plan: u64,
     per_segment: u32,
     avg_n: u32,
+    rank: u32,
+    flags: u32,
 }
 
+/// `CallArgs.flags`: the call leaves its `in` untouched (see the kernel's `direct_pair`).
+const IN_UNTOUCHED: u32 = 1;
+
 impl KernelCall {
-    fn of(a: &CallArgs) -> KernelCall {
+    /// Rank `rank`'s call `a` of the prepared plan with digest `plan`; `direct`: other
+    /// ranks of the launch may read its `in` (`BRAID_DIRECT` not off).
+    fn of(a: &CallArgs, plan: u64, rank: u32, direct: bool) -> KernelCall {
         let g = &a.geometry;
         KernelCall {
             input: a.input,
@@ -112,8 +123,15 @@ impl KernelCall {
             count: g.count as u64,
             chunk_elems: g.chunk_elems as u64,
             round_elems: g.round_elems as u64,
+            plan,
             per_segment: g.per_segment as u32,
             avg_n: a.avg_ranks,
+            rank,
+            flags: if direct && a.in_untouched {
+                IN_UNTOUCHED
+            } else {
+                0
+            },
         }
     }
 }
@@ -265,6 +283,7 @@ impl Engine for CudaEngine {
             block_budget: (self.multiprocessors() / 2 / share).max(1),
             size_replicas: true,
             ll: true,
+            direct: self.clique.launches_together(),
         }
     }
 
@@ -603,7 +622,12 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>], members: &[Member<'_>]) ->
     for (i, c) in g.iter().enumerate() {
         p.first[i] = total;
         p.table[i] = c.prepared.inner.table.ptr();
-        p.call[i] = KernelCall::of(&c.args);
+        p.call[i] = KernelCall::of(
+            &c.args,
+            c.prepared.plan.digest(),
+            c.engine.rank(),
+            c.engine.clique().direct,
+        );
         total += c.prepared.inner.grid;
     }
     p.first[g.len()] = total;
@@ -724,11 +748,11 @@ mod tests {
 
     #[test]
     fn launch_params_have_the_kernels_layout() {
-        assert_eq!(std::mem::size_of::<KernelCall>(), 48);
+        assert_eq!(std::mem::size_of::<KernelCall>(), 64);
         assert_eq!(std::mem::offset_of!(LaunchParams, first), 4);
         assert_eq!(std::mem::offset_of!(LaunchParams, table), 40);
         assert_eq!(std::mem::offset_of!(LaunchParams, call), 104);
-        assert_eq!(std::mem::size_of::<LaunchParams>(), 104 + 48 * MAX_LOCAL);
+        assert_eq!(std::mem::size_of::<LaunchParams>(), 104 + 64 * MAX_LOCAL);
     }
 
     #[test]

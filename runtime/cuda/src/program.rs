@@ -9,8 +9,8 @@
 //! call's buffers, its scratch and its FIFOs.
 //!
 //! Layout of one rank's table (one allocation, sections 16-byte aligned):
-//! `Table` (120 bytes) | `BlockDesc` x grid (152 bytes each, from [`BLOCKS_AT`]) |
-//! `StepDesc` x steps (24) | `StepDeps` x steps (8) | `DepDesc` x deps (12). Grid block
+//! `Table` (120 bytes) | `BlockDesc` x grid (160 bytes each, from [`BLOCKS_AT`]) |
+//! `StepDesc` x steps (32) | `StepDeps` x steps (8) | `DepDesc` x deps (12). Grid block
 //! `g = replica * nblocks + block`.
 
 use crate::error::{CudaError, Result};
@@ -48,6 +48,8 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
     ("BlockDesc", "recv", 16 + 2 * END_BYTES),
     ("BlockDesc", "first_dep", 16 + 4 * END_BYTES),
     ("BlockDesc", "ndeps", 20 + 4 * END_BYTES),
+    ("BlockDesc", "send_rank", 24 + 4 * END_BYTES),
+    ("BlockDesc", "recv_rank", 28 + 4 * END_BYTES),
     ("BlockDesc", "sizeof", BLOCK_BYTES),
     ("End", "slots", 0),
     ("End", "head", 8),
@@ -61,6 +63,7 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
     ("StepDesc", "soff", 12),
     ("StepDesc", "doff", 16),
     ("StepDesc", "count", 20),
+    ("StepDesc", "poff", 24),
     ("StepDesc", "sizeof", STEP_BYTES),
     ("StepDeps", "first", 0),
     ("StepDeps", "n", 4),
@@ -74,13 +77,19 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
 /// Bytes of one lane of one connection end (`End`).
 pub const END_BYTES: usize = 32;
 pub const TABLE_BYTES: usize = 120;
-pub const BLOCK_BYTES: usize = 152;
+pub const BLOCK_BYTES: usize = 160;
 /// Where the block descriptors start in a table: the kernel finds its block's
 /// descriptor from the table's address alone (`BRAID_BLOCKS_AT`).
 pub const BLOCKS_AT: usize = TABLE_BYTES.div_ceil(16) * 16;
 /// `StepDesc.kind`'s flag for a step whose end the block publishes in its progress
 /// counter: a dependency of another step of the rank, or the block's last step.
 pub const PUBLISH: u32 = 1 << 8;
+/// `StepDesc.kind`'s flag: a send the receiver may read from this rank's `in` itself, or
+/// the receive that may read it (`StepDesc.poff`: the sender's first chunk), when both
+/// ranks' calls are in one launch ([`braid_plan::direct`]).
+pub const DIRECT: u32 = 1 << 9;
+/// `BlockDesc.send_rank` / `recv_rank` of a block without that peer.
+pub const NO_RANK: u32 = u32::MAX;
 /// `End.nslots`'s flag: both ends of the connection run on this GPU in one process and
 /// the FIFO is in its memory, so GPU-scope fences order the protocol.
 pub const GPU_SCOPE: u32 = 1 << 31;
@@ -90,7 +99,7 @@ pub const GPU_SCOPE: u32 = 1 << 31;
 pub const NET: u32 = 1 << 30;
 /// The most slots a proxied lane has: its slice sizes share the head's 128-byte line.
 pub const NET_MAX_SLOTS: u32 = 15;
-pub const STEP_BYTES: usize = 24;
+pub const STEP_BYTES: usize = 32;
 pub const STEP_DEPS_BYTES: usize = 8;
 pub const DEP_BYTES: usize = 12;
 
@@ -458,24 +467,35 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
         }
         w.u32(deps_of[b as usize].0);
         w.u32(deps_of[b as usize].1);
+        let blk = &rp.blocks[b as usize];
+        w.u32(blk.send_peer.unwrap_or(NO_RANK));
+        w.u32(blk.recv_peer.unwrap_or(NO_RANK));
     }
     w.at = sec.steps;
     let published = published(plan, rank);
+    let direct = braid_plan::direct::direct(plan);
     for (bi, b) in rp.blocks.iter().enumerate() {
         for (si, s) in b.steps.iter().enumerate() {
+            let at = (rank, bi as u32, si as u32);
             let (sb, so) = buf_code(s.src);
             let (db, doff) = buf_code(s.dst);
-            let flag = if published.contains(&(bi as u32, si as u32)) {
+            let mut flag = if published.contains(&(bi as u32, si as u32)) {
                 PUBLISH
             } else {
                 0
             };
+            let poff = direct.recvs.get(&at).copied();
+            if poff.is_some() || direct.sends.contains(&at) {
+                flag |= DIRECT;
+            }
             w.u32(kind_code(s.kind) | flag);
             w.u32(sb as u32);
             w.u32(db as u32);
             w.u32(so);
             w.u32(doff);
             w.u32(s.count());
+            w.u32(poff.unwrap_or(0));
+            w.u32(0);
         }
     }
     w.at = sec.step_deps;
@@ -606,6 +626,46 @@ mod tests {
         let s = &p.ranks[1].blocks[0].steps[0];
         assert_eq!(u32_at(&t, steps) & 0xff, kind_code(s.kind));
         assert_eq!(u32_at(&t, steps + 20), s.count());
+    }
+
+    /// The exchange allgather sends its `in` and receives into `out`: both steps are
+    /// marked DIRECT, the receive with the sender's chunk; the blocks name their peers.
+    #[test]
+    fn direct_pairs_are_marked_with_the_senders_chunk_and_blocks_name_their_peers() {
+        let p = fixture();
+        let field = |s: &str, f: &str| LAYOUT.iter().find(|x| x.0 == s && x.1 == f).unwrap().2;
+        let d = braid_plan::direct::direct(&p);
+        assert_eq!((d.sends.len(), d.recvs.len()), (2, 2), "{d:?}");
+        for rank in 0..2u32 {
+            let ends = vec![BlockEnds::default(); grid(&p, rank) as usize];
+            let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+            let steps = u64_at(&t, field("Table", "steps")) as usize;
+            let mut i = 0;
+            for (bi, b) in p.ranks[rank as usize].blocks.iter().enumerate() {
+                let bd = BLOCKS_AT + bi * BLOCK_BYTES;
+                let peer = |x: Option<u32>| x.unwrap_or(NO_RANK);
+                assert_eq!(
+                    u32_at(&t, bd + field("BlockDesc", "send_rank")),
+                    peer(b.send_peer)
+                );
+                assert_eq!(
+                    u32_at(&t, bd + field("BlockDesc", "recv_rank")),
+                    peer(b.recv_peer)
+                );
+                for si in 0..b.steps.len() {
+                    let at = (rank, bi as u32, si as u32);
+                    let sd = steps + i * STEP_BYTES;
+                    let kind = u32_at(&t, sd);
+                    assert_eq!(kind & DIRECT != 0, d.contains(at), "{at:?}");
+                    let poff = u32_at(&t, sd + field("StepDesc", "poff"));
+                    assert_eq!(poff, d.recvs.get(&at).copied().unwrap_or(0), "{at:?}");
+                    i += 1;
+                }
+            }
+        }
+        // Rank 0's receive takes the chunk rank 1 sends: its `in`, chunk 0.
+        assert_eq!(d.recvs.get(&(0, 0, 1)), Some(&0));
+        assert!(d.sends.contains(&(1, 0, 1)));
     }
 
     #[test]

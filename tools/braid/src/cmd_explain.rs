@@ -141,6 +141,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         mode,
         bytes: args.size,
         elem: args.dtype.size() as u64,
+        direct: profile.one_gpu(),
     };
     let proto = match args.proto.as_deref() {
         None => None,
@@ -159,6 +160,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         block_budget: args.blocks,
         size_replicas: true,
         ll: true,
+        direct: profile.one_gpu(),
     };
     let plans: Vec<&braid_plan::Plan> = cands.iter().map(|c| c.plan).collect();
     let options = braid_runtime::selection::price(
@@ -270,6 +272,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             elem: args.dtype.size() as u64,
             protocol: best_p,
             replicas: best_r,
+            direct: req.direct && mode == Mode::OutOfPlace,
         };
         let pred = braid_cost::predict(plan, &topo, &profile, &call)
             .map_err(|e| CliError::Runtime(format!("error: {e}")))?;

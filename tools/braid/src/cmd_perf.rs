@@ -471,8 +471,15 @@ struct Sweep<'a> {
 }
 
 /// With `--predict`, the model's time for the row's call: `plan` (replicated as it ran)
-/// with `protocol`, for the row's size.
-fn predict_row(sweep: &Sweep, r: &mut Row, plan: &braid_plan::Plan, protocol: braid_ir::Protocol) {
+/// with `protocol`, for the row's size; `direct`: the ranks ran in one launch, out of
+/// place (receivers read their senders' `in` where the plan allows).
+fn predict_row(
+    sweep: &Sweep,
+    r: &mut Row,
+    plan: &braid_plan::Plan,
+    protocol: braid_ir::Protocol,
+    direct: bool,
+) {
     let Some((topo, profile)) = sweep.model else {
         return;
     };
@@ -481,6 +488,7 @@ fn predict_row(sweep: &Sweep, r: &mut Row, plan: &braid_plan::Plan, protocol: br
         elem: sweep.args.dtype.size() as u64,
         protocol,
         replicas: plan.channels.max(1),
+        direct,
     };
     match braid_cost::predict(plan, topo, profile, &call) {
         Ok(p) => r.set_predicted(p.total_us),
@@ -631,7 +639,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 *rate.get_or_insert_with(|| braid_runtime::bench::copy_rate(m.bytes, threads));
             let roof = bytes_moved(&m.plan, args.dtype, count) / rate;
             r.set_roofline(roof * 1e6);
-            predict_row(sweep, &mut r, &m.plan, m.protocol);
+            predict_row(sweep, &mut r, &m.plan, m.protocol, false);
             report.rows.push(r);
         }
     }
@@ -726,7 +734,7 @@ fn run_procs(
                 / braid_runtime::bench::copy_rate(bytes, threads);
             r.set_roofline(roof * 1e6);
             if let Ok(plan) = replicated(plan, Some(first.replicas)) {
-                predict_row(sweep, &mut r, &plan, proto);
+                predict_row(sweep, &mut r, &plan, proto, false);
             }
         }
         report.rows.push(r);
@@ -887,7 +895,8 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
             }
             r.set_roofline(roof.as_secs_f64() * 1e6);
             if n > 1 {
-                predict_row(sweep, &mut r, &plan, proto);
+                let direct = mode == Mode::OutOfPlace && comms[0].launches_together();
+                predict_row(sweep, &mut r, &plan, proto, direct);
             }
             if let Some(nc) = &nccl {
                 let t = nc

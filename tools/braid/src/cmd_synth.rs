@@ -120,6 +120,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
         mode: Mode::OutOfPlace,
         bytes: size,
         elem: 4,
+        direct: false,
     };
     let mut scored: Vec<Scored> = Vec::new();
     for obj in &objectives {

@@ -112,6 +112,9 @@ fn measure(
     opts.policy.replicas = Some(replicas);
     opts.policy.protocol = Some(protocol);
     opts.trace = true;
+    // The constants describe the FIFO path; direct reads are priced from them (a local
+    // copy or reduction), so the micro-benchmarks never take that path.
+    opts.direct = false;
     let (comms, streams) = crate::cmd_run::open_cuda_with(n, Arc::new(registry), &opts)?;
     let case = braid_cuda::check::Case {
         collective: Collective::Broadcast,
@@ -158,6 +161,7 @@ fn model(b: &Bench, topo: &Topology, profile: &Profile) -> f64 {
         elem: 4,
         protocol: b.protocol,
         replicas: b.replicas,
+        direct: false,
     };
     predict(&b.plan, topo, profile, &call).map_or(f64::INFINITY, |p| p.total_us)
 }

@@ -12,7 +12,7 @@ fn main() {
     let geometry = Geometry::new(plan.collective, 2, plan.chunks, 0, 4, 4, 1, 0);
     let job = Job {
         plan: &plan,
-        args: CallArgs { input: 0, output: 0, geometry, avg_ranks: 0 },
+        args: CallArgs { input: 0, output: 0, geometry, avg_ranks: 0, in_untouched: false },
         dtype: DType::F32,
         op: RedOp::Sum,
         mem: Mem { base: [std::ptr::null_mut(); 3], len: [0; 3] },
