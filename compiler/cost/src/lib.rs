@@ -163,7 +163,12 @@ pub fn rank_with(
                     elem: req.elem,
                     protocol: proto,
                     replicas: r,
-                    direct: req.direct && req.mode == Mode::OutOfPlace,
+                    // Every rank must price a call alike, and of a rooted collective only
+                    // the root knows whether its call is in place: direct reads are
+                    // priced for the others only.
+                    direct: req.direct
+                        && req.mode == Mode::OutOfPlace
+                        && !req.collective.is_rooted(),
                 };
                 let result = predict(p, topo, profile, &call).map(|x| x.total_us);
                 let better = match (&best, &result) {

@@ -346,3 +346,37 @@ fn direct_reads_skip_the_sends_and_their_memory_traffic() {
         priced(staged, Mode::InPlace, false)
     );
 }
+
+/// Of a broadcast or a reduce only the root knows whether its call is in place (the
+/// others have one buffer), and every rank must choose the same plan: the price of a
+/// rooted collective does not depend on the mode, direct reads or not.
+#[test]
+fn rooted_collectives_are_priced_alike_in_both_modes() {
+    let mut profile = Profile::default();
+    profile.shared_gbps.simple = 100.0;
+    for c in [Collective::Broadcast, Collective::Reduce] {
+        let (t, ps) = plans("nvswitch:2", c);
+        let cands: Vec<Candidate> = ps
+            .iter()
+            .map(|p| Candidate {
+                plan: p,
+                origin: "shipped".into(),
+            })
+            .collect();
+        let price = |mode: Mode| {
+            let req = Request {
+                collective: c,
+                root: Some(0),
+                mode,
+                bytes: 64 << 20,
+                elem: 4,
+                direct: true,
+            };
+            rank(&cands, &t, &profile, &req)
+                .into_iter()
+                .map(|r| (r.name, r.result.ok()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(price(Mode::InPlace), price(Mode::OutOfPlace), "{c}");
+    }
+}

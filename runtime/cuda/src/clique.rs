@@ -182,6 +182,9 @@ impl Clique {
                 }
             }
         }
+        // Connections over the network are meant to carry the data (BRAID_NET_FORCE
+        // tests the network with ranks of one machine): no direct reads then.
+        let direct = opts.direct && !net.any();
         let words = Arc::new(HostAlloc::new(&locals[0].1, 4 * (1 + locals.len()))?);
         stats.allocated(1);
         let mut out = Vec::with_capacity(locals.len());
@@ -207,7 +210,7 @@ impl Clique {
             timeout: opts.timeout,
             scratch_bytes: opts.scratch_bytes,
             trace: opts.trace,
-            direct: opts.direct,
+            direct,
             words,
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),

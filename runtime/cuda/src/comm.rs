@@ -619,6 +619,20 @@ impl CudaComm {
         self.engine().context()
     }
 
+    /// Slices this rank has sent and received through the FIFOs of its connections so
+    /// far (every lane of every connection end it holds): calls whose pairs all go
+    /// direct leave it unchanged. For tests and diagnostics; read it when this rank's
+    /// streams have finished.
+    pub fn fifo_slices(&self) -> Result<u64> {
+        let e = self.engine();
+        let local = &e.clique().locals[e.local_index()];
+        let bytes = local.counters.download(local.counters.len())?;
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .sum())
+    }
+
     /// Whether every rank's call is one launch, with direct reads between them
     /// ([`crate::clique::Clique::launches_together`]).
     pub fn launches_together(&self) -> bool {

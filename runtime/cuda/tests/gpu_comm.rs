@@ -6,7 +6,8 @@
 //! starts itself twice, as torchrun would, both on GPU 0 when there is one). Also: CUDA
 //! graph capture and replay, two communicators in flight at once, sends and receives
 //! (`gpu_comm/p2p.rs`), PreMulSum (`gpu_comm/premul.rs`), synthesized schedules
-//! (`gpu_comm/synth.rs`), nothing set up per call (counters), abort, and a dead peer. Every result is compared with the host reference
+//! (`gpu_comm/synth.rs`), direct reads between ranks of one launch (`gpu_comm/direct.rs`),
+//! nothing set up per call (counters), abort, and a dead peer. Every result is compared with the host reference
 //! bit for bit (the reference inputs make every floating-point reduction exact in any
 //! order, so there is no tolerance to state).
 //!
@@ -15,6 +16,8 @@
 //! `BRAID_GPU_BENCH=FILE` also measures the per-call cost and writes JSON lines to FILE;
 //! the soak of two processes runs only when `BRAID_GPU_SECTIONS` names `soak`.
 
+#[path = "gpu_comm/direct.rs"]
+mod direct;
 #[path = "gpu_comm/p2p.rs"]
 mod p2p;
 #[path = "gpu_comm/premul.rs"]
@@ -96,6 +99,10 @@ fn main() -> ExitCode {
         section(&mut t, "synthesized schedules", || {
             synth::section(gpus, quick)
         });
+    }
+    if want("direct") {
+        // Ranks of one launch read each other's input (one GPU: one launch).
+        section(&mut t, "direct reads", direct::section);
     }
     if want("trace") {
         section(&mut t, "step times (BRAID_TRACE)", || trace(gpus));

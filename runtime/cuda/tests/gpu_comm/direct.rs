@@ -1,0 +1,133 @@
+//! Direct reads between ranks of one launch (docs/cuda.md): two ranks on one GPU, each
+//! plan the only one of its communicator, checked against the reference, and the slices
+//! that went through the FIFOs counted (`CudaComm::fifo_slices`): none for a call whose
+//! pairs all go direct; some where a pair may not (in place, ranks in separate launches,
+//! `BRAID_DIRECT=0`), with the same results.
+
+use super::{
+    check_outputs, group_call, open_with, opts, run_between_app_kernels, Cases, RankCall, Ranks,
+};
+use super::support::Kind;
+use braid_cuda::{Bufs, Options};
+use braid_ir::{Collective, Mode};
+use braid_runtime::call::CallSpec;
+use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::reference::{inputs, reference};
+use braid_runtime::registry::{Origin, Registry};
+use braid_topo::Topology;
+use std::sync::Arc;
+
+/// Two ranks on GPU 0 with `plan` (shipped, for two ranks) as their only plan.
+fn ranks(plan: &str, c: Collective, root: Option<u32>, opts: &Options) -> Result<Ranks, String> {
+    let lib = braid_library::Library::new(Topology::from_arg("nvswitch:2").unwrap());
+    let p = lib
+        .plans(c, root)
+        .into_iter()
+        .find(|p| p.name == plan)
+        .ok_or_else(|| format!("no shipped {plan} for 2 ranks"))?;
+    let registry = Registry::new();
+    registry.add_verified(p, Origin::User(plan.into()));
+    open_with(2, 1, opts, Arc::new(registry))
+}
+
+/// How the ranks' calls are enqueued.
+#[derive(Clone, Copy, PartialEq)]
+enum Launch {
+    /// One group: one launch holds both ranks.
+    Together,
+    /// Each rank on its own: one launch each.
+    Apart,
+}
+
+/// Runs `spec` in `mode` once, checks it, and returns the slices every rank moved
+/// through its FIFOs in that call.
+fn slices(r: &Ranks, spec: &CallSpec, mode: Mode, how: Launch) -> Result<Vec<u64>, String> {
+    let before: Vec<u64> = r
+        .comms
+        .iter()
+        .map(|c| c.fifo_slices().map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    let ins = inputs(spec.collective, spec.dtype, spec.op, 2, spec.count, 9);
+    let calls = run_between_app_kernels(r, spec, mode, Kind::Plain, &ins, |calls| {
+        let views: Vec<_> = calls.iter().map(RankCall::views).collect();
+        match how {
+            Launch::Together => group_call(&r.comms, &r.streams, &views, spec),
+            Launch::Apart => {
+                for ((comm, stream), (send, recv)) in r.comms.iter().zip(&r.streams).zip(&views)
+                {
+                    let bufs = match recv {
+                        Some(recv) => Bufs::OutOfPlace { send, recv },
+                        None => Bufs::InPlace(send),
+                    };
+                    comm.call(
+                        spec.collective,
+                        bufs,
+                        spec.count,
+                        spec.dtype,
+                        spec.op,
+                        spec.root,
+                        stream,
+                    )
+                    .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+        }
+    })?;
+    let expected = reference(spec.collective, spec.dtype, spec.op, spec.root, &ins);
+    check_outputs(spec, &calls, &expected)?;
+    r.comms
+        .iter()
+        .zip(&before)
+        .map(|(c, b)| Ok(c.fifo_slices().map_err(|e| e.to_string())? - b))
+        .collect()
+}
+
+pub fn section() -> Result<Cases, String> {
+    let mut cases = Vec::new();
+    let on = opts(10);
+    let off = Options {
+        direct: false,
+        ..opts(10)
+    };
+    // (plan, collective, root, count, mode, launch, options, FIFO expected)
+    let runs: [(&str, Collective, Option<u32>, usize, Mode, Launch, bool, bool); 10] = [
+        ("one_shot_oop_allreduce", Collective::Allreduce, None, 1 << 20, Mode::OutOfPlace, Launch::Together, true, false),
+        ("one_shot_oop_allreduce", Collective::Allreduce, None, 1 << 20, Mode::OutOfPlace, Launch::Together, false, true),
+        ("one_shot_oop_allreduce", Collective::Allreduce, None, 1001, Mode::OutOfPlace, Launch::Apart, true, true),
+        ("one_shot_allreduce", Collective::Allreduce, None, 1001, Mode::InPlace, Launch::Together, true, true),
+        ("one_shot_allreduce", Collective::Allreduce, None, 1001, Mode::OutOfPlace, Launch::Together, true, false),
+        ("direct_allgather", Collective::Allgather, None, 333, Mode::OutOfPlace, Launch::Together, true, false),
+        ("direct_allgather", Collective::Allgather, None, 333, Mode::InPlace, Launch::Together, true, true),
+        ("direct_reduce_scatter", Collective::ReduceScatter, None, 4097, Mode::OutOfPlace, Launch::Together, true, false),
+        ("direct_broadcast", Collective::Broadcast, Some(1), 77, Mode::OutOfPlace, Launch::Together, true, false),
+        ("direct_alltoall", Collective::Alltoall, None, 50, Mode::OutOfPlace, Launch::Together, true, false),
+    ];
+    for (plan, c, root, count, mode, how, direct, fifo) in runs {
+        let what = format!(
+            "{plan} {count} {mode}{}{}",
+            if how == Launch::Apart { ", ranks apart" } else { "" },
+            if direct { "" } else { ", BRAID_DIRECT=0" }
+        );
+        let res = (|| {
+            let r = ranks(plan, c, root, if direct { &on } else { &off })?;
+            let spec = CallSpec {
+                collective: c,
+                count,
+                dtype: if c == Collective::Allreduce { DType::F32 } else { DType::I32 },
+                op: RedOp::Sum,
+                root,
+            };
+            // Twice: the first call also sets up; the second is the usual one.
+            slices(&r, &spec, mode, how)?;
+            let moved = slices(&r, &spec, mode, how)?;
+            match (fifo, moved.iter().all(|&m| m == 0)) {
+                (false, false) => Err(format!("slices went through the FIFOs: {moved:?}")),
+                (true, true) => Err("no slice went through the FIFOs".into()),
+                _ => Ok(()),
+            }
+        })();
+        cases.push((what, res));
+    }
+    Ok(cases)
+}
