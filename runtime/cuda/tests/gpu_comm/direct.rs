@@ -4,10 +4,10 @@
 //! pairs all go direct; some where a pair may not (in place, ranks in separate launches,
 //! `BRAID_DIRECT=0`), with the same results.
 
+use super::support::Kind;
 use super::{
     check_outputs, group_call, open_with, opts, run_between_app_kernels, Cases, RankCall, Ranks,
 };
-use super::support::Kind;
 use braid_cuda::{Bufs, Options};
 use braid_ir::{Collective, Mode};
 use braid_runtime::call::CallSpec;
@@ -53,8 +53,7 @@ fn slices(r: &Ranks, spec: &CallSpec, mode: Mode, how: Launch) -> Result<Vec<u64
         match how {
             Launch::Together => group_call(&r.comms, &r.streams, &views, spec),
             Launch::Apart => {
-                for ((comm, stream), (send, recv)) in r.comms.iter().zip(&r.streams).zip(&views)
-                {
+                for ((comm, stream), (send, recv)) in r.comms.iter().zip(&r.streams).zip(&views) {
                     let bufs = match recv {
                         Some(recv) => Bufs::OutOfPlace { send, recv },
                         None => Bufs::InPlace(send),
@@ -83,38 +82,59 @@ fn slices(r: &Ranks, spec: &CallSpec, mode: Mode, how: Launch) -> Result<Vec<u64
         .collect()
 }
 
+/// One case: a plan run on two ranks (plan, collective, root, count, mode, how the ranks
+/// launch, direct reads on), and whether its slices must go through the FIFOs.
+type Row = (
+    &'static str,
+    Collective,
+    Option<u32>,
+    usize,
+    Mode,
+    Launch,
+    bool,
+    bool,
+);
+
 pub fn section() -> Result<Cases, String> {
-    let mut cases = Vec::new();
+    use Collective::*;
+    use Launch::*;
+    use Mode::*;
     let on = opts(10);
     let off = Options {
         direct: false,
         ..opts(10)
     };
-    // (plan, collective, root, count, mode, launch, options, FIFO expected)
-    let runs: [(&str, Collective, Option<u32>, usize, Mode, Launch, bool, bool); 10] = [
-        ("one_shot_oop_allreduce", Collective::Allreduce, None, 1 << 20, Mode::OutOfPlace, Launch::Together, true, false),
-        ("one_shot_oop_allreduce", Collective::Allreduce, None, 1 << 20, Mode::OutOfPlace, Launch::Together, false, true),
-        ("one_shot_oop_allreduce", Collective::Allreduce, None, 1001, Mode::OutOfPlace, Launch::Apart, true, true),
-        ("one_shot_allreduce", Collective::Allreduce, None, 1001, Mode::InPlace, Launch::Together, true, true),
-        ("one_shot_allreduce", Collective::Allreduce, None, 1001, Mode::OutOfPlace, Launch::Together, true, false),
-        ("direct_allgather", Collective::Allgather, None, 333, Mode::OutOfPlace, Launch::Together, true, false),
-        ("direct_allgather", Collective::Allgather, None, 333, Mode::InPlace, Launch::Together, true, true),
-        ("direct_reduce_scatter", Collective::ReduceScatter, None, 4097, Mode::OutOfPlace, Launch::Together, true, false),
-        ("direct_broadcast", Collective::Broadcast, Some(1), 77, Mode::OutOfPlace, Launch::Together, true, false),
-        ("direct_alltoall", Collective::Alltoall, None, 50, Mode::OutOfPlace, Launch::Together, true, false),
+    let (oop, big) = ("one_shot_oop_allreduce", 1 << 20);
+    #[rustfmt::skip]
+    let runs: [Row; 10] = [
+        (oop, Allreduce, None, big, OutOfPlace, Together, true, false),
+        (oop, Allreduce, None, big, OutOfPlace, Together, false, true),
+        (oop, Allreduce, None, 1001, OutOfPlace, Apart, true, true),
+        ("one_shot_allreduce", Allreduce, None, 1001, InPlace, Together, true, true),
+        ("one_shot_allreduce", Allreduce, None, 1001, OutOfPlace, Together, true, false),
+        ("direct_allgather", Allgather, None, 333, OutOfPlace, Together, true, false),
+        ("direct_allgather", Allgather, None, 333, InPlace, Together, true, true),
+        ("direct_reduce_scatter", ReduceScatter, None, 4097, OutOfPlace, Together, true, false),
+        ("direct_broadcast", Broadcast, Some(1), 77, OutOfPlace, Together, true, false),
+        ("direct_alltoall", Alltoall, None, 50, OutOfPlace, Together, true, false),
     ];
-    for (plan, c, root, count, mode, how, direct, fifo) in runs {
+    let mut cases = Vec::new();
+    for (plan, collective, root, count, mode, how, direct, fifo) in runs {
         let what = format!(
             "{plan} {count} {mode}{}{}",
-            if how == Launch::Apart { ", ranks apart" } else { "" },
+            if how == Apart { ", ranks apart" } else { "" },
             if direct { "" } else { ", BRAID_DIRECT=0" }
         );
         let res = (|| {
-            let r = ranks(plan, c, root, if direct { &on } else { &off })?;
+            let r = ranks(plan, collective, root, if direct { &on } else { &off })?;
             let spec = CallSpec {
-                collective: c,
+                collective,
                 count,
-                dtype: if c == Collective::Allreduce { DType::F32 } else { DType::I32 },
+                dtype: if collective == Allreduce {
+                    DType::F32
+                } else {
+                    DType::I32
+                },
                 op: RedOp::Sum,
                 root,
             };
