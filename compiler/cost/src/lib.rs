@@ -33,6 +33,16 @@ pub struct Request {
     pub direct: bool,
 }
 
+impl Request {
+    /// Whether the call's prices assume direct reads ([`Call::direct`]): ranks that launch
+    /// together, out of place. Every rank must price a call alike, and of a rooted
+    /// collective only the root knows whether its call is in place (the others have one
+    /// buffer), so rooted collectives are priced without them.
+    pub fn direct_reads(&self) -> bool {
+        self.direct && self.mode == Mode::OutOfPlace && !self.collective.is_rooted()
+    }
+}
+
 /// One candidate plan, as the registry offers it.
 pub struct Candidate<'a> {
     pub plan: &'a Plan,
@@ -163,12 +173,7 @@ pub fn rank_with(
                     elem: req.elem,
                     protocol: proto,
                     replicas: r,
-                    // Every rank must price a call alike, and of a rooted collective only
-                    // the root knows whether its call is in place: direct reads are
-                    // priced for the others only.
-                    direct: req.direct
-                        && req.mode == Mode::OutOfPlace
-                        && !req.collective.is_rooted(),
+                    direct: req.direct_reads(),
                 };
                 let result = predict(p, topo, profile, &call).map(|x| x.total_us);
                 let better = match (&best, &result) {

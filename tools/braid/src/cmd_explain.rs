@@ -257,13 +257,18 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         ));
     }
     eprintln!(
-        "note: predicted by the cost model (constants: {}; docs/costmodel.md) for {collective} of {} bytes of {} on {} ({n} ranks), {}; each plan with the replica count and protocol the runtime would run it with (within {} thread blocks per rank; near ties to the fewest blocks)",
+        "note: predicted by the cost model (constants: {}; docs/costmodel.md) for {collective} of {} bytes of {} on {} ({n} ranks), {}; each plan with the replica count and protocol the runtime would run it with (within {} thread blocks per rank; near ties to the fewest blocks){}",
         profile.source,
         args.size,
         args.dtype.name(),
         args.topo,
         if mode == Mode::InPlace { "in place" } else { "out of place" },
-        args.blocks
+        args.blocks,
+        if req.direct_reads() {
+            "; the ranks share one GPU (as the profile was measured), so receivers that may read their senders' input directly are priced so (docs/cuda.md)"
+        } else {
+            ""
+        }
     );
     if let Some(path) = &args.trace {
         let plan = cands[best_i].plan;
@@ -272,7 +277,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             elem: args.dtype.size() as u64,
             protocol: best_p,
             replicas: best_r,
-            direct: req.direct && mode == Mode::OutOfPlace,
+            direct: req.direct_reads(),
         };
         let pred = braid_cost::predict(plan, &topo, &profile, &call)
             .map_err(|e| CliError::Runtime(format!("error: {e}")))?;

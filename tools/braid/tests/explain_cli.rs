@@ -393,3 +393,57 @@ fn tune_over_processes_says_how_its_ranks_ran() {
     assert!(cuda.stderr.contains("--procs"), "{}", cuda.stderr);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// With a profile measured with several ranks on one GPU, an out-of-place call prices
+/// receivers that read their senders' input directly (docs/cuda.md), and says so: a large
+/// all-reduce on 2 ranks then goes to the out-of-place one-shot, which reads each input
+/// once; in place nothing is read directly and two-shot wins.
+#[test]
+fn a_one_gpu_profile_prices_direct_reads_out_of_place_only() {
+    let dir = std::env::temp_dir().join(format!("braid-direct-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("one_gpu.profile");
+    let mut p = braid_cost::Profile::default();
+    p.shared_gbps.simple = 3400.0;
+    p.shared_gbps.ll = 850.0;
+    assert!(p.one_gpu());
+    std::fs::write(&file, p.to_json()).unwrap();
+    let explain = |mode: &str| {
+        let out = braid(
+            &[
+                "explain",
+                "allreduce",
+                "--size",
+                "64M",
+                "--topo",
+                "nvswitch:2",
+                "--profile",
+                file.to_str().unwrap(),
+                "--mode",
+                mode,
+            ],
+            &[],
+        );
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    let oop = explain("outofplace");
+    assert!(
+        oop.stdout.starts_with("selected: one_shot_oop_allreduce"),
+        "{}",
+        oop.stdout
+    );
+    assert!(
+        oop.stderr.contains("read their senders' input directly"),
+        "{}",
+        oop.stderr
+    );
+    let inplace = explain("inplace");
+    assert!(
+        inplace.stdout.starts_with("selected: two_shot_allreduce"),
+        "{}",
+        inplace.stdout
+    );
+    assert!(!inplace.stderr.contains("directly"), "{}", inplace.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+}
