@@ -212,9 +212,32 @@ pub(crate) fn judge_join(
     }
 }
 
-/// Best-effort `REFUSED` reply.
+/// Best-effort `REFUSED` reply, then a graceful close: closing with the joiner's bytes
+/// still unread would reset the connection, and the reset can reach the joiner before the
+/// reply does (it then reads "connection reset" instead of the reason; seen in CI). So
+/// the root says it is done writing and reads whatever the joiner still sends until it
+/// closes, for at most `LINGER`.
 pub(crate) fn refuse(stream: &TcpStream, why: &str, w: &Wait) {
-    let _ = Frame::new(kind::REFUSED, 0, why.as_bytes().to_vec()).write(stream, w);
+    use std::io::Read;
+    const LINGER: Duration = Duration::from_millis(250);
+    if Frame::new(kind::REFUSED, 0, why.as_bytes().to_vec())
+        .write(stream, w)
+        .is_err()
+    {
+        return;
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let end = Instant::now() + LINGER;
+    let mut sink = [0u8; 512];
+    while let Some(left) = end.checked_duration_since(Instant::now()) {
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match (&*stream).read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// Best-effort `ERROR` to every joined rank, then closes them.
