@@ -508,8 +508,14 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
             stream: c.stream,
         })?;
     }
-    // The usual case, one call or the ranks of one GPU together: one launch, no sorting.
-    let one_launch = calls.len() <= MAX_LOCAL && calls.iter().all(|c| same_launch(&calls[0], c));
+    // The usual case, one call per rank, the ranks of one GPU together: one launch, no
+    // sorting.
+    let distinct = calls
+        .iter()
+        .enumerate()
+        .all(|(i, c)| calls[..i].iter().all(|d| !std::ptr::eq(d.engine, c.engine)));
+    let one_launch =
+        distinct && calls.len() <= MAX_LOCAL && calls.iter().all(|c| same_launch(&calls[0], c));
     if one_launch {
         let g: Vec<&Launch<'_, CudaEngine>> = calls.iter().collect();
         let members = members_of(&g);
@@ -517,16 +523,24 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
         // SAFETY: passed on.
         return unsafe { launch_group(&g, &members) };
     }
-    let mut groups: Vec<Vec<&Launch<'_, CudaEngine>>> = Vec::new();
-    for c in calls {
-        let fits = groups
-            .iter_mut()
-            .find(|g| g.len() < MAX_LOCAL && same_launch(g[0], c));
-        match fits {
-            Some(g) => g.push(c),
-            None => groups.push(vec![c]),
-        }
-    }
+    // Identities of each call's rank and of the launch it could share.
+    let rank: Vec<usize> = calls
+        .iter()
+        .map(|c| c.engine as *const CudaEngine as usize)
+        .collect();
+    let kernel: Vec<usize> = calls
+        .iter()
+        .map(|c| {
+            calls
+                .iter()
+                .position(|d| same_launch(d, c))
+                .expect("a call can share its own launch")
+        })
+        .collect();
+    let groups: Vec<Vec<&Launch<'_, CudaEngine>>> = launch_groups(&rank, &kernel, MAX_LOCAL)
+        .into_iter()
+        .map(|g| g.into_iter().map(|i| &calls[i]).collect())
+        .collect();
     let members: Vec<Vec<Member<'_>>> = groups.iter().map(|g| members_of(g)).collect();
     for m in &members {
         check_streams(m)?;
@@ -536,6 +550,32 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
         unsafe { launch_group(g, m)? };
     }
     Ok(())
+}
+
+/// Which calls go in each launch, in launch order: a rank's calls keep their issue order
+/// and never share a launch (two calls of one rank in one kernel would use its
+/// connections at once, and a peer could not tell them apart), the k-th call of every
+/// rank goes with the other ranks' k-th (the calls that meet it), and a launch holds
+/// calls of one kernel, at most `max`. `rank[i]` and `kernel[i]` identify call i's rank
+/// and the launch it can share (equal values: the same).
+fn launch_groups(rank: &[usize], kernel: &[usize], max: usize) -> Vec<Vec<usize>> {
+    let round: Vec<usize> = (0..rank.len())
+        .map(|i| rank[..i].iter().filter(|&&r| r == rank[i]).count())
+        .collect();
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for k in 0..=round.iter().copied().max().unwrap_or(0) {
+        let first = out.len();
+        for i in (0..rank.len()).filter(|&i| round[i] == k) {
+            match out[first..]
+                .iter_mut()
+                .find(|g| g.len() < max && kernel[g[0]] == kernel[i])
+            {
+                Some(g) => g.push(i),
+                None => out.push(vec![i]),
+            }
+        }
+    }
+    out
 }
 
 /// Streams one launch may join besides its own (every rank of a launch on its own
@@ -745,6 +785,38 @@ pub(crate) unsafe fn launch_joined<P>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two collectives of two ranks in one group, in either order of issue: each rank's
+    /// calls in order, never two of one rank together, the k-th calls of the ranks
+    /// together; different kernels apart; at most `max` a launch.
+    #[test]
+    fn a_ranks_calls_keep_their_order_and_meet_their_peers() {
+        // Collective by collective: (r0, r1), then (r0, r1).
+        assert_eq!(
+            launch_groups(&[0, 1, 0, 1], &[0, 0, 0, 0], 8),
+            vec![vec![0, 1], vec![2, 3]]
+        );
+        // Rank by rank: r0's two calls, then r1's: r0's first with r1's first.
+        assert_eq!(
+            launch_groups(&[0, 0, 1, 1], &[0, 0, 0, 0], 8),
+            vec![vec![0, 2], vec![1, 3]]
+        );
+        // The second collective on another kernel: apart from the first round.
+        assert_eq!(
+            launch_groups(&[0, 1, 0, 1], &[0, 0, 2, 2], 8),
+            vec![vec![0, 1], vec![2, 3]]
+        );
+        // Mixed kernels in one round, and a launch limit of 2.
+        assert_eq!(
+            launch_groups(&[0, 1, 2, 3], &[0, 1, 0, 0], 2),
+            vec![vec![0, 2], vec![1], vec![3]]
+        );
+        // One call per rank, one kernel: one launch.
+        assert_eq!(
+            launch_groups(&[5, 6, 7], &[0, 0, 0], 8),
+            vec![vec![0, 1, 2]]
+        );
+    }
 
     #[test]
     fn launch_params_have_the_kernels_layout() {

@@ -6,9 +6,10 @@
 
 use super::support::Kind;
 use super::{
-    check_outputs, group_call, open_with, opts, run_between_app_kernels, Cases, RankCall, Ranks,
+    bufs, check_outputs, group_call, open_with, opts, run_between_app_kernels, Cases, RankCall,
+    Ranks,
 };
-use braid_cuda::{Bufs, Options};
+use braid_cuda::{group, Bufs, GroupItem, Options};
 use braid_ir::{Collective, Mode};
 use braid_runtime::call::CallSpec;
 use braid_runtime::dtype::{DType, RedOp};
@@ -149,5 +150,91 @@ pub fn section() -> Result<Cases, String> {
         })();
         cases.push((what, res));
     }
+    for rank_major in [false, true] {
+        let what = format!(
+            "two all-reduces of one size per rank in one group, issued {}",
+            if rank_major {
+                "rank by rank"
+            } else {
+                "collective by collective"
+            }
+        );
+        cases.push((what, two_per_rank(rank_major)));
+    }
     Ok(cases)
+}
+
+/// A group holding two all-reduces of the same size per rank (their own buffers), issued
+/// collective by collective or rank by rank: each rank's calls run in order, each meets
+/// its peers' matching call, and each result is its own (two calls of one rank in one
+/// launch would share its connections, and a direct read could take the other call's
+/// input).
+fn two_per_rank(rank_major: bool) -> Result<(), String> {
+    let r = ranks(
+        "one_shot_oop_allreduce",
+        Collective::Allreduce,
+        None,
+        &opts(10),
+    )?;
+    let spec = CallSpec {
+        collective: Collective::Allreduce,
+        count: 4097,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        root: None,
+    };
+    let mut sets = Vec::new();
+    for seed in [3, 4] {
+        let ins = inputs(spec.collective, spec.dtype, spec.op, 2, spec.count, seed);
+        let calls = r
+            .comms
+            .iter()
+            .zip(&r.streams)
+            .zip(&ins)
+            .map(|((c, s), i)| RankCall::new(c, s, &spec, Mode::OutOfPlace, Kind::Plain, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        for ((c, app), s) in calls.iter().zip(&r.apps).zip(&r.streams) {
+            c.before(app, s)?;
+        }
+        sets.push((ins, calls));
+    }
+    let views: Vec<Vec<_>> = sets
+        .iter()
+        .map(|(_, calls)| calls.iter().map(RankCall::views).collect())
+        .collect();
+    let item = |set: usize, rank: usize| GroupItem {
+        comm: &r.comms[rank],
+        collective: spec.collective,
+        bufs: bufs(&views[set][rank]),
+        count: spec.count,
+        dtype: spec.dtype,
+        op: spec.op,
+        root: None,
+        stream: &r.streams[rank],
+    };
+    let order: [(usize, usize); 4] = if rank_major {
+        [(0, 0), (1, 0), (0, 1), (1, 1)]
+    } else {
+        [(0, 0), (0, 1), (1, 0), (1, 1)]
+    };
+    let items: Vec<GroupItem> = order.iter().map(|&(set, rank)| item(set, rank)).collect();
+    group(&items).map_err(|e| e.to_string())?;
+    for (_, calls) in &sets {
+        for ((c, app), s) in calls.iter().zip(&r.apps).zip(&r.streams) {
+            c.after(app, s)?;
+        }
+    }
+    for s in &r.streams {
+        s.synchronize().map_err(|e| e.to_string())?;
+    }
+    for c in &r.comms {
+        if let Some(e) = c.async_error() {
+            return Err(e);
+        }
+    }
+    for (ins, calls) in &sets {
+        let expected = reference(spec.collective, spec.dtype, spec.op, None, ins);
+        check_outputs(&spec, calls, &expected)?;
+    }
+    Ok(())
 }
