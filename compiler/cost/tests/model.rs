@@ -41,15 +41,19 @@ fn time(p: &Verified, t: &Topology, bytes: u64, protocol: Protocol, replicas: u3
     .total_us
 }
 
-fn winner(topo: &str, c: Collective, bytes: u64) -> String {
-    let (t, ps) = plans(topo, c);
-    let cands: Vec<Candidate> = ps
-        .iter()
+/// The shipped plans `ps` as candidates.
+fn shipped(ps: &[Arc<Verified>]) -> Vec<Candidate<'_>> {
+    ps.iter()
         .map(|p| Candidate {
             plan: p,
             origin: "shipped".into(),
         })
-        .collect();
+        .collect()
+}
+
+fn winner(topo: &str, c: Collective, bytes: u64) -> String {
+    let (t, ps) = plans(topo, c);
+    let cands = shipped(&ps);
     let req = Request {
         collective: c,
         root: c.is_rooted().then_some(0),
@@ -183,13 +187,7 @@ fn the_timeline_has_every_step_once_and_receives_after_their_sends() {
 fn excluded_candidates_say_why() {
     let (t, ps) = plans("nvswitch:4", Collective::Allreduce);
     let (_, gathers) = plans("nvswitch:4", Collective::Allgather);
-    let mut cands: Vec<Candidate> = ps
-        .iter()
-        .map(|p| Candidate {
-            plan: p,
-            origin: "shipped".into(),
-        })
-        .collect();
+    let mut cands = shipped(&ps);
     cands.push(Candidate {
         plan: &gathers[0],
         origin: "user x.json".into(),
@@ -356,13 +354,7 @@ fn rooted_collectives_are_priced_alike_in_both_modes() {
     profile.shared_gbps.simple = 100.0;
     for c in [Collective::Broadcast, Collective::Reduce] {
         let (t, ps) = plans("nvswitch:2", c);
-        let cands: Vec<Candidate> = ps
-            .iter()
-            .map(|p| Candidate {
-                plan: p,
-                origin: "shipped".into(),
-            })
-            .collect();
+        let cands = shipped(&ps);
         let price = |mode: Mode| {
             let req = Request {
                 collective: c,
