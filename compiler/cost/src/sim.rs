@@ -149,7 +149,7 @@ pub fn predict(
     let chunk = chunk_bytes(plan, call.bytes, call.elem).div_ceil(u64::from(replicas));
     let wiring = braid_plan::wiring::links(plan);
     let direct = if call.direct {
-        braid_plan::direct::direct(plan)
+        braid_plan::direct::direct_over(plan, &wiring)
     } else {
         braid_plan::direct::Direct::default()
     };

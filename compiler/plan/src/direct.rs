@@ -14,6 +14,7 @@
 //! other slice where it was.
 
 use crate::plan::{Plan, StepKind};
+use crate::wiring::Link;
 use braid_ir::{Buf, Collective};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,8 +52,13 @@ fn lends_in(plan: &Plan, rank: usize) -> bool {
 
 /// The pairs of `plan` that qualify (see the module docs).
 pub fn direct(plan: &Plan) -> Direct {
+    direct_over(plan, &crate::wiring::links(plan))
+}
+
+/// [`direct`], for a caller that has the plan's links already.
+pub fn direct_over(plan: &Plan, links: &[Link]) -> Direct {
     let mut out = Direct::default();
-    for l in crate::wiring::links(plan) {
+    for l in links {
         let (Some((sr, sb)), Some((rr, rb))) = (l.sender, l.receiver) else {
             continue;
         };
