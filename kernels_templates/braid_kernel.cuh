@@ -35,6 +35,9 @@ constexpr u32 GPU_SCOPE = 1u << 31;
 // `head[1 + slot]` before publishing `head`, and publishes `head` on the LL lane too,
 // so the proxy knows what to forward and when; the receiver's side is unchanged.
 constexpr u32 NET = 1u << 30;
+// `End.nslots`'s flag: every step of the block that uses this end is DIRECT, so a call
+// whose peer is in the launch (`direct_pair`) never touches the end.
+constexpr u32 DIRECT_ONLY = 1u << 29;
 
 struct BlockDesc {    // one grid block: 160 bytes
   u32 block;          // plan block id
@@ -60,16 +63,32 @@ constexpr u32 PUBLISH = 1u << 8;
 // skipped, since the receiver reads the sender's `in` itself. On its matching receive
 // (R or RRC): the received operand is the sender's `in` at chunk `poff` onwards.
 constexpr u32 DIRECT = 1u << 9;
+// `StepDesc.kind`'s flags: the first step of a chain of reductions into one destination,
+// and each later one (program.rs's `CHAIN_HEAD`). When every peer operand of the chain
+// can be read directly in this launch (`chain_ready`), the head runs the whole chain as
+// one pass (`fused`) and the later steps do nothing and wait for nothing; else every
+// step runs as it stands. `StepDesc.chain`: `first << 8 | n`, the chain's operands.
+constexpr u32 CHAIN_HEAD = 1u << 10;
+constexpr u32 CHAIN_LINK = 1u << 11;
 constexpr u32 KIND_MASK = 0xff;
+// The most operands a chain run as one pass has (program.rs's `CHAIN_MAX`).
+constexpr u32 FUSE_MAX = BRAID_MAX_LOCAL;
 
 struct StepDesc {     // 32 bytes
-  u32 kind;           // Kind | PUBLISH | DIRECT
+  u32 kind;           // Kind | PUBLISH | DIRECT | CHAIN_HEAD | CHAIN_LINK
   int sbuf;           // 0 in, 1 out, 2 scratch, -1 none
   int dbuf;
   u32 soff;           // first chunk
   u32 doff;
   u32 count;          // chunks
   u32 poff;           // DIRECT receive: first chunk of the sender's `in`
+  u32 chain;          // CHAIN_*: first operand << 8 | operands
+};
+
+struct ChainOp {      // 16 bytes: one operand of a chain, in the order they combine
+  u32 rank;           // the peer whose `in` it is (NO_RANK: this rank's own buffer)
+  int buf;            // own buffer: 0 in, 1 out, 2 scratch
+  u32 off;            // first chunk
   u32 pad;
 };
 
@@ -101,8 +120,9 @@ struct Table {        // one rank's prepared plan: 120 bytes
   u32 replicas;
   u32 tiled;          // 1: replay per tile (MSCCL's model)
   u32 out_chunks;     // chunks of `out` (avg divides them)
-  u32 pad;
+  u32 sync;           // 1: a step waits for another block's (progress is published)
   u64 trace;          // 0, or u64 pairs per step of replica 0: start and end (ns)
+  u64 chains;         // ChainOp[]
 };
 
 struct CallArgs {     // 64 bytes
@@ -177,13 +197,17 @@ struct Ctx {
   u64 received;
   char* peer_in;          // the receive peer's `in` when DIRECT receives read it (else null)
   bool skip_send;         // the send peer reads this rank's `in` itself: DIRECT sends skip
+  const ChainOp* chain_ops;
+  const u32* launch_rank; // shared: the rank of each call of the launch
+  char* const* launch_in; // shared: its `in` where this call may read it directly, else null
+  u32 launch_n;
 };
 
 __device__ __forceinline__ void set_port(Port& p, const End& e) {
   p.slots = reinterpret_cast<char*>(e.slots);
   p.head = reinterpret_cast<volatile u64*>(e.head);
   p.tail = reinterpret_cast<volatile u64*>(e.tail);
-  p.nslots = e.nslots & ~(GPU_SCOPE | NET);
+  p.nslots = e.nslots & ~(GPU_SCOPE | NET | DIRECT_ONLY);
   p.sys = (e.nslots & GPU_SCOPE) == 0;
   p.net = (e.nslots & NET) != 0;
   p.seen = 0;
@@ -222,7 +246,8 @@ __device__ __forceinline__ Span span(const Ctx& c, int b, u32 chunk) {
     s.valid = c.hi - c.lo;
     return s;
   }
-  return span_at(c, c.buf[b], chunk);
+  // (A select, not an index: an array indexed at run time would live in local memory.)
+  return span_at(c, b == 0 ? c.buf[0] : c.buf[1], chunk);
 }
 
 // Counters only grow, so a value read earlier is a lower bound: a wait that an earlier
@@ -398,6 +423,93 @@ __device__ bool dispatch(Ctx& c, const StepDesc& st) {
   }
 }
 
+// Whether the chain whose operands `word` names runs as one pass in this call: every
+// peer operand's call is in this launch and may be read directly (as its DIRECT receive
+// would). Thread 0 decides and leaves each operand's buffer in `fbase`; block-wide.
+__shared__ char* fbase[FUSE_MAX];
+__shared__ int fbuf[FUSE_MAX];
+__shared__ u32 foff[FUSE_MAX];
+__device__ bool chain_ready(const Ctx& c, u32 word) {
+  __shared__ int ok;
+  const u32 first = word >> 8, n = word & 0xff;
+  if (threadIdx.x == 0) {
+    bool all = n >= 2 && n <= FUSE_MAX;
+    for (u32 k = 0; all && k < n; k++) {
+      const ChainOp op = c.chain_ops[first + k];
+      char* base = nullptr;
+      if (op.rank == NO_RANK) {
+        base = op.buf == 0 ? c.buf[0] : op.buf == 1 ? c.buf[1] : c.buf[2];
+      } else {
+        for (u32 j = 0; j < c.launch_n; j++)
+          if (c.launch_rank[j] == op.rank) base = c.launch_in[j];
+      }
+      all = base != nullptr;
+      fbase[k] = base;
+      fbuf[k] = op.rank == NO_RANK ? op.buf : -1;
+      foff[k] = op.off;
+    }
+    ok = all;
+  }
+  __syncthreads();
+  return ok != 0;
+}
+
+// A chain as one pass (after `chain_ready`): chunk by chunk, `dst = op0 (+) op1 (+) ...`
+// element by element in the chain's order (so the bits are those of its steps one after
+// another), every operand's loads in flight at once. An operand's padding reads as zero,
+// as in `move`. The operands' spans come through shared memory.
+__shared__ const T* fp[FUSE_MAX];
+__shared__ u64 fv[FUSE_MAX];
+__device__ __forceinline__ void fused_pass(T* d, u64 dv, u32 n) {
+  u64 full = dv;
+  bool vec = aligned16(d);
+  for (u32 k = 0; k < n; k++) {
+    full = min64(full, fv[k]);
+    vec = vec && aligned16(fp[k]);
+  }
+  u64 done = 0;
+  if (vec) {
+    const u64 m = full / UNIT;
+    done = m * UNIT;
+    // Operands FUSE_GROUP at a time in flight (registers are few where this inlines).
+    constexpr u32 FUSE_GROUP = 4;
+    for (u64 v = threadIdx.x; v < m; v += blockDim.x) {
+      uint4 acc;
+      for (u32 k0 = 0; k0 < n; k0 += FUSE_GROUP) {
+        uint4 x[FUSE_GROUP];
+#pragma unroll
+        for (u32 k = 0; k < FUSE_GROUP; k++)
+          if (k0 + k < n) x[k] = BRAID_LD(reinterpret_cast<const uint4*>(fp[k0 + k]) + v);
+#pragma unroll
+        for (u32 k = 0; k < FUSE_GROUP; k++)
+          if (k0 + k < n) acc = k0 + k == 0 ? x[0] : apply_pack<T, OP>(acc, x[k]);
+      }
+      reinterpret_cast<uint4*>(d)[v] = acc;
+    }
+  }
+  for (u64 e = done + threadIdx.x; e < dv; e += blockDim.x) {
+    T acc = e < fv[0] ? ldcg(fp[0] + e) : Num<T>::zero();
+    for (u32 k = 1; k < n; k++)
+      acc = apply<T, OP>(acc, e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero());
+    d[e] = acc;
+  }
+}
+
+__device__ __forceinline__ void fused(Ctx& c, int db, u32 doff, u32 count, u32 n) {
+  for (u32 i = 0; i < count; i++) {
+    const Span d = span(c, db, doff + i);
+    if (threadIdx.x < n) {
+      const u32 k = threadIdx.x;
+      const Span o = fbuf[k] == 2 ? span(c, 2, foff[k] + i) : span_at(c, fbase[k], foff[k] + i);
+      fp[k] = o.ptr;
+      fv[k] = o.valid;
+    }
+    __syncthreads();
+    fused_pass(d.ptr, d.valid, n);
+    __syncthreads();
+  }
+}
+
 // Waits until plan block `b` of this replica has published `target` steps; what it
 // reads is remembered in `c.known` (when the replica has few enough blocks) so later
 // waits that it already satisfies read nothing.
@@ -411,7 +523,10 @@ __device__ __forceinline__ bool wait_dep(Ctx& c, u32 b, u64 target) {
 }
 
 // Runs the block's steps once over [c.lo, c.hi) as tile number `tile` of this call.
-__device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile) {
+// `publish_last`: the block's last step is published too (a barrier over the replica
+// waits for every block's last step), else only the steps another block waits for.
+__device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile,
+                          bool publish_last) {
   const StepDesc* steps = c.steps;
   const StepDeps* sdeps = c.sdeps;
   const DepDesc* deps = c.deps;
@@ -423,16 +538,28 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile)
   for (u32 i = 0; i < bd.nsteps; i++) {
     const StepDesc st = steps[i];
     const StepDeps sd = sdeps[i];
-    if (trace != nullptr && tile == 0) trace[2 * i] = now_ns();
-    for (u32 j = 0; j < sd.n; j++) {
-      const DepDesc dep = deps[sd.first - c.dep0 + j];
-      if (!wait_dep(c, dep.block, tile * dep.nsteps + dep.step)) return false;
+    const u64 started = trace != nullptr && tile == 0 ? now_ns() : 0;
+    if (started != 0) trace[2 * i] = started;
+    // A chain run as one pass: its head does it all; its later links wait for nothing.
+    const bool fuse = (st.kind & (CHAIN_HEAD | CHAIN_LINK)) != 0 && chain_ready(c, st.chain);
+    const bool idle = fuse && (st.kind & CHAIN_LINK) != 0;
+    if (!idle) {
+      for (u32 j = 0; j < sd.n; j++) {
+        const DepDesc dep = deps[sd.first - c.dep0 + j];
+        if (!wait_dep(c, dep.block, tile * dep.nsteps + dep.step)) return false;
+      }
     }
-    if (!dispatch(c, st)) return false;
+    if (fuse) {
+      if (st.kind & CHAIN_HEAD) fused(c, st.dbuf, st.doff, st.count, st.chain & 0xff);
+    } else if (!dispatch(c, st)) {
+      return false;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (trace != nullptr) trace[2 * i + 1] = now_ns();
-      if (st.kind & PUBLISH) {
+      // (A link its chain's head ran did nothing: it ends as it started.)
+      if (trace != nullptr && !idle) trace[2 * i + 1] = now_ns();
+      if (started != 0 && idle) trace[2 * i + 1] = started;
+      if ((st.kind & PUBLISH) || (publish_last && i + 1 == bd.nsteps)) {
         // Release at GPU scope: the block's writes before its progress (cumulative
         // after the barrier).
         fence_acq_rel_gpu();
@@ -474,12 +601,48 @@ __device__ __forceinline__ void share(u64 lo, u64 hi, u64 k, u64 parts, u64& a, 
   b = lo + min64(len, (k + 1) * units / parts * UNIT);
 }
 
-__device__ void run(const Table& t, const Launch& L, u32 s, u32 g) {
+__device__ void run(const Table* tp, const Launch& L, u32 s, u32 g) {
   const CallArgs& a = L.call[s];
-  // The block descriptors follow the table at a fixed offset: loading ours does not wait
-  // for the table's fields.
-  const BlockDesc bd = reinterpret_cast<const BlockDesc*>(
-      reinterpret_cast<const char*>(&t) + BRAID_BLOCKS_AT)[g];
+  // The table and the block's descriptor (which follows it at a fixed offset, so both
+  // load at once), copied to shared memory: read there, they cost no global round trip
+  // after the fences and barriers below, which would otherwise make the compiler read
+  // them again.
+  __shared__ Table t;
+  __shared__ BlockDesc bd;
+  {
+    constexpr u32 NT = sizeof(Table) / 8, NB = sizeof(BlockDesc) / 8;
+    const u64* st = reinterpret_cast<const u64*>(tp);
+    const u64* sb =
+        reinterpret_cast<const u64*>(reinterpret_cast<const char*>(tp) + BRAID_BLOCKS_AT) + g * NB;
+    if (threadIdx.x < NT) {
+      reinterpret_cast<u64*>(&t)[threadIdx.x] = __ldg(st + threadIdx.x);
+    } else if (threadIdx.x < NT + NB) {
+      reinterpret_cast<u64*>(&bd)[threadIdx.x - NT] = __ldg(sb + (threadIdx.x - NT));
+    }
+  }
+  // DIRECT steps: whether this block's peers run in this launch with the same call
+  // (from the launch arguments alone, while the descriptors load).
+  // (Every index constant: a launch argument indexed at run time, or its address taken,
+  // would be copied to local memory by every thread.)
+  // The launch's calls as chains look them up (`chain_ready`): each one's rank, and its
+  // `in` where this call may read it directly.
+  char* peer_in = nullptr;
+  bool skip_send = false;
+  __shared__ u32 launch_rank[BRAID_MAX_LOCAL];
+  __shared__ char* launch_in[BRAID_MAX_LOCAL];
+  __syncthreads();
+#pragma unroll
+  for (u32 j = 0; j < BRAID_MAX_LOCAL; j++) {
+    if (j < L.n) {
+      const bool reads = direct_pair(L.call[j], a);
+      if (L.call[j].rank == bd.recv_rank && reads) peer_in = reinterpret_cast<char*>(L.call[j].in);
+      if (L.call[j].rank == bd.send_rank && direct_pair(a, L.call[j])) skip_send = true;
+      if (threadIdx.x == 0) {
+        launch_rank[j] = L.call[j].rank;
+        launch_in[j] = reads ? reinterpret_cast<char*>(L.call[j].in) : nullptr;
+      }
+    }
+  }
   Ctx c;
   c.w.fail = reinterpret_cast<volatile u32*>(t.fail);
   c.w.report = reinterpret_cast<volatile u32*>(t.report);
@@ -494,25 +657,21 @@ __device__ void run(const Table& t, const Launch& L, u32 s, u32 g) {
   c.round_elems = a.round_elems;
   c.per_segment = a.per_segment;
   c.progress = reinterpret_cast<volatile u64*>(t.progress) + (u64)bd.replica * t.nblocks;
+  c.peer_in = peer_in;
+  c.skip_send = skip_send;
+  c.chain_ops = reinterpret_cast<const ChainOp*>(t.chains);
+  c.launch_rank = launch_rank;
+  c.launch_in = launch_in;
+  c.launch_n = L.n;
   u64* counters = reinterpret_cast<u64*>(t.counters);
   const End& se = bd.send[BRAID_LL];
   const End& re = bd.recv[BRAID_LL];
   set_port(c.snd, se);
-  c.sent = se.slots != 0 ? counters[se.counter] : 0;
   set_port(c.rcv, re);
-  c.received = re.slots != 0 ? counters[re.counter] : 0;
-  // DIRECT steps: whether this block's peers run in this launch with the same call.
-  // (Every index constant: a launch argument indexed at run time, or its address taken,
-  // would be copied to local memory by every thread.)
-  c.peer_in = nullptr;
-  c.skip_send = false;
-#pragma unroll
-  for (u32 j = 0; j < BRAID_MAX_LOCAL; j++) {
-    if (j < L.n && L.call[j].rank == bd.recv_rank && direct_pair(L.call[j], a))
-      c.peer_in = reinterpret_cast<char*>(L.call[j].in);
-    if (j < L.n && L.call[j].rank == bd.send_rank && direct_pair(a, L.call[j]))
-      c.skip_send = true;
-  }
+  // An end whose every step reads (or is read) directly is not touched by this call
+  // when its peer is in the launch: neither its counter nor the peer's is read.
+  const bool use_snd = se.slots != 0 && !((se.nslots & DIRECT_ONLY) != 0 && skip_send);
+  const bool use_rcv = re.slots != 0 && !((re.nslots & DIRECT_ONLY) != 0 && peer_in != nullptr);
   // The step program: into shared memory with one load per thread when it is small,
   // else read where it lies, step by step.
   __shared__ StepDesc prog_steps[PROG_MAX];
@@ -534,27 +693,35 @@ __device__ void run(const Table& t, const Launch& L, u32 s, u32 g) {
   for (u32 i = threadIdx.x; i < KNOWN_MAX; i += blockDim.x) known[i] = 0;
   // A rank that failed stays failed (the host refuses its later calls); the abort word
   // lives in host memory, so it is read in waits only, not on every block's start.
-  // The peers' counters are read here too, while the program loads: the first wait of
-  // the call then usually finds its answer in hand (both ends of the previous call are
-  // done, so the FIFO is drained) instead of starting its own round trip.
-  __shared__ u64 seen0[2];
+  // The connection counters, and the peers' (with acquire: the first wait of the call
+  // then usually finds its answer in hand, both ends of the previous call being done
+  // and the FIFO drained, instead of starting its own round trip), load meanwhile.
+  __shared__ u64 seen0[4];
   if (threadIdx.x == 0) {
     failed = *c.w.fail != 0;
-    const bool st = se.slots != 0, rh = re.slots != 0 && !BRAID_LL;
-    seen0[0] = st ? *c.snd.tail : 0;
-    seen0[1] = rh ? *c.rcv.head : 0;
-    if (st || rh) fence_acq_rel((st && c.snd.sys) || (rh && c.rcv.sys));
+    const bool rh = use_rcv && !BRAID_LL;
+    seen0[0] = use_snd ? load_acquire(c.snd.tail, c.snd.sys) : 0;
+    seen0[1] = rh ? load_acquire(c.rcv.head, c.rcv.sys) : 0;
+    seen0[2] = use_snd ? counters[se.counter] : 0;
+    seen0[3] = use_rcv ? counters[re.counter] : 0;
   }
   __syncthreads();
   if (failed) return;
   c.snd.seen = seen0[0];
   c.rcv.seen = seen0[1];
+  c.sent = seen0[2];
+  c.received = seen0[3];
   c.steps = small ? prog_steps : gsteps;
   c.sdeps = small ? prog_sdeps : gsdeps;
   c.deps = small ? prog_deps : gdeps;
   c.dep0 = small ? bd.first_dep : 0;
   c.known = t.nblocks <= KNOWN_MAX ? known : nullptr;
   const u64 piece = BRAID_PIECE_BYTES / sizeof(T);
+  // The last steps are published only for the barriers over the replica below: between
+  // rounds that reuse scratch, and before avg's division.
+  const bool avg = OP == AVG && a.avg_n > 1 && a.out != 0;
+  const bool rounds = t.scratch != 0 && a.round_elems < a.chunk_elems;
+  const bool publish_last = avg || rounds;
   u64 tiles = 0;
   for (u64 w0 = 0; w0 < a.chunk_elems; w0 += a.round_elems) {
     const u64 w1 = min64(w0 + a.round_elems, a.chunk_elems);
@@ -566,22 +733,20 @@ __device__ void run(const Table& t, const Launch& L, u32 s, u32 g) {
     lo = min64(lo, w1);
     hi = min64(hi, w1);
     c.w0 = w0;
-    if (t.tiled) {
-      for (u64 t0 = lo; t0 < hi; t0 += piece) {
-        c.lo = t0;
-        c.hi = min64(t0 + piece, hi);
-        if (!run_steps(c, t, bd, tiles)) return;
-        tiles++;
-      }
-    } else {
-      c.lo = lo;
-      c.hi = hi;
-      if (!run_steps(c, t, bd, tiles)) return;
+    // Streaming: the steps run once over [lo, hi). Tiled: once per tile of a piece (none
+    // when the share is empty). One call site, so the interpreter is compiled once.
+    for (u64 t0 = lo; !t.tiled || t0 < hi;) {
+      const u64 t1 = t.tiled ? min64(t0 + piece, hi) : hi;
+      c.lo = t0;
+      c.hi = t1;
+      if (!run_steps(c, t, bd, tiles, publish_last)) return;
       tiles++;
+      if (!t.tiled) break;
+      t0 = t1;
     }
-    if (OP == AVG && a.avg_n > 1 && a.out != 0) {
+    if (avg) {
       if (!finish_avg(c, t, bd, tiles, a.avg_n, lo, hi)) return;
-    } else if (t.scratch != 0 && w1 < a.chunk_elems) {
+    } else if (rounds && w1 < a.chunk_elems) {
       // The next round reuses this round's scratch window: every block of the replica
       // must be done with it first (blocks of one replica are not otherwise ordered
       // across rounds; the replicas' windows are disjoint).
@@ -589,12 +754,16 @@ __device__ void run(const Table& t, const Launch& L, u32 s, u32 g) {
     }
   }
   // Keep the connection counters for the next call; the last block out resets the
-  // dependency counters for it.
+  // dependency counters for it (when this call used them: a plan whose blocks never
+  // wait for one another, run in one round, publishes nothing).
   __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (se.slots != 0) counters[se.counter] = c.sent;
-    if (re.slots != 0) counters[re.counter] = c.received;
+    if (use_snd) counters[se.counter] = c.sent;
+    if (use_rcv) counters[re.counter] = c.received;
+  }
+  if (!t.sync && !publish_last) return;
+  if (threadIdx.x == 0) {
     // Release (after the barrier: every thread's waits on the counters are done) and,
     // for the last block, acquire: the others are past their last read of them.
     const u64 before = atomic_add_acq_rel_gpu(reinterpret_cast<u64*>(t.progress) + t.grid, 1ull);
@@ -736,6 +905,5 @@ extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_p2p(const brai
 extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_kernel(const braid::Launch L) {
   unsigned s = 0;
   while (s + 1 < L.n && blockIdx.x >= L.first[s + 1]) s++;
-  const braid::Table& t = *reinterpret_cast<const braid::Table*>(L.table[s]);
-  braid::run(t, L, s, blockIdx.x - L.first[s]);
+  braid::run(reinterpret_cast<const braid::Table*>(L.table[s]), L, s, blockIdx.x - L.first[s]);
 }

@@ -297,6 +297,19 @@ __device__ __forceinline__ u64 atomic_add_acq_rel_gpu(u64* p, u64 v) {
   asm volatile("atom.add.acq_rel.gpu.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
   return old;
 }
+// An acquiring load of a counter: what the writer released before the value is visible
+// to this thread's later accesses (and, after a barrier, to its block's), without the
+// full fence a relaxed load followed by `fence_acq_rel` costs.
+__device__ __forceinline__ u64 load_acquire(const volatile u64* p, bool sys) {
+  u64 v;
+  if (sys) {
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  } else {
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  }
+  return v;
+}
+
 __device__ __forceinline__ void fence_acq_rel(bool sys) {
   if (sys) {
     fence_acq_rel_sys();
@@ -305,8 +318,8 @@ __device__ __forceinline__ void fence_acq_rel(bool sys) {
   }
 }
 
-// Thread 0 reads the counter `p` until `ready(value)` or failure, then acquires at
-// system scope (`sys`) or GPU scope. Every thread gets the verdict and the value last
+// Thread 0 reads the counter `p`, acquiring at system scope (`sys`) or GPU scope, until
+// `ready(value)` or failure. Every thread gets the verdict and the value last
 // read (`seen`), and, when `keep` is not null, thread 0 stores that value there between
 // the two barriers: every thread decided whether to wait before the first, and reads
 // `keep` again only after the second, so all threads of the block decide alike.
@@ -320,7 +333,7 @@ __device__ bool wait_counter(const Watch& w, volatile u64* p, F ready, u32 why, 
     u64 deadline = 0;
     u32 spins = 0;
     u64 v;
-    while (!ready(v = *p)) {
+    while (!ready(v = load_acquire(p, sys))) {
       if (*w.fail != 0) {
         ok = 0;
         break;
@@ -330,9 +343,9 @@ __device__ bool wait_counter(const Watch& w, volatile u64* p, F ready, u32 why, 
         break;
       }
     }
+    // (Each read acquires: what we waited for may have been written by another GPU or
+    // process, and the barrier below hands it to the block.)
     val = v;
-    // Acquire: what we waited for may have been written by another GPU or process.
-    fence_acq_rel(sys);
   }
   __syncthreads();
   const bool r = ok != 0;

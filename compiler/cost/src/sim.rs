@@ -23,7 +23,10 @@
 //!
 //! - A direct pair ([`Call::direct`]): the send takes no time and moves nothing; its
 //!   receive waits for nothing of it and runs as a local step (a copy or a reduction
-//!   reading the peer's memory).
+//!   reading the peer's memory). A chain of reductions into one destination whose peers
+//!   all read directly ([`braid_plan::direct::chains`], at most [`FUSE_MAX`] operands)
+//!   runs as one pass: its head does every link's bytes in one step (reading each
+//!   operand once and writing the destination once), its later links take no time.
 //!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
 //! plans are simulated as one pass over the whole message.
@@ -33,6 +36,10 @@ use braid_ir::{Collective, Protocol};
 use braid_plan::Plan;
 use braid_topo::Topology;
 use std::collections::HashMap;
+
+/// The most operands a chain run as one pass has (the CUDA kernel's limit: every peer of
+/// it in one launch).
+pub const FUSE_MAX: usize = 8;
 
 /// A call to price.
 #[derive(Clone, Copy, Debug)]
@@ -154,6 +161,18 @@ pub fn predict(
         braid_plan::direct::Direct::default()
     };
     let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
+    // Chains run as one pass: each head with the operands it reads, and the links.
+    let mut heads: HashMap<(u32, u32, u32), usize> = HashMap::new();
+    let mut links: std::collections::HashSet<(u32, u32, u32)> = Default::default();
+    for c in braid_plan::direct::chains(plan, &direct) {
+        let (hb, hs) = c.steps[0];
+        let head = &plan.ranks[c.rank as usize].blocks[hb as usize].steps[hs as usize];
+        let ops = c.steps.len() + usize::from(head.kind == braid_plan::StepKind::RecvReduceCopy);
+        if ops <= FUSE_MAX {
+            heads.insert((c.rank, hb, hs), ops);
+            links.extend(c.steps[1..].iter().map(|&(b, s)| (c.rank, b, s)));
+        }
+    }
 
     // Directed links and how many connections of the call cross each.
     let link_gbps = topo.directed_bandwidths();
@@ -288,14 +307,19 @@ pub fn predict(
         let (ri, bi, si) = ids[i];
         let b = &plan.ranks[ri].blocks[bi];
         let step = &b.steps[si];
-        let skipped = direct.sends.contains(&at(ri, bi, si));
+        let skipped = direct.sends.contains(&at(ri, bi, si)) || links.contains(&at(ri, bi, si));
         let chunks = step.src.or(step.dst).map_or(0, |s| u64::from(s.count));
         let bytes = if skipped { 0 } else { chunks * chunk };
         let n_slices = (bytes as f64 / profile.slice_bytes.get(proto))
             .ceil()
             .max(1.0) as usize;
         let slice = bytes as f64 / n_slices as f64;
-        moved += bytes as f64 * memory_accesses(step.kind);
+        // A chain's head: every operand read once, the destination written once; its
+        // time, the links' bandwidth work in one step (each link one operand more).
+        let fused_ops = heads.get(&at(ri, bi, si)).copied();
+        moved +=
+            bytes as f64 * fused_ops.map_or(memory_accesses(step.kind), |ops| ops as f64 + 1.0);
+        let work_factor = fused_ops.map_or(1.0, |ops| (ops - 1) as f64);
         let mut t = preds[i]
             .iter()
             .filter(|&&j| Some(j) != matched[i])
@@ -342,7 +366,7 @@ pub fn predict(
                     proxy[ri] = t;
                 }
             }
-            t += slice_us + slice / (gbps * 1e3);
+            t += slice_us + slice * work_factor / (gbps * 1e3);
             // The cores' share: the bytes this slice copies, at the copy rate.
             work += slice / (copy_work_gbps * 1e3);
             if net {

@@ -345,6 +345,79 @@ fn direct_reads_skip_the_sends_and_their_memory_traffic() {
     );
 }
 
+/// Eight ranks of one launch, out of place: each rank's seven receive-reduces (and its
+/// own input) form one chain that runs as one pass. Its later links take no time and
+/// move nothing, the head reads every operand once and writes once (9 accesses per byte
+/// where seven steps made 21), and a small call no longer waits step after step.
+#[test]
+fn direct_chains_run_as_one_pass() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let oop = plan(&ps, "one_shot_oop_allreduce");
+    let mut profile = Profile::default();
+    profile.shared_gbps.simple = 100.0;
+    let bytes = 64u64 << 20;
+    let call = |direct: bool, bytes: u64, protocol| Call {
+        bytes,
+        elem: 4,
+        protocol,
+        replicas: 1,
+        direct,
+    };
+    let fused = predict(oop, &t, &profile, &call(true, bytes, Protocol::Simple)).unwrap();
+    let chains = braid_plan::direct::chains(oop, &braid_plan::direct::direct(oop));
+    assert_eq!(chains.len(), 8);
+    for c in &chains {
+        let time = |(b, s): (u32, u32)| {
+            fused
+                .timeline
+                .iter()
+                .find(|x| x.rank == c.rank && x.block == b && x.step == s)
+                .unwrap()
+                .clone()
+        };
+        let head = time(c.steps[0]);
+        assert!(head.end_us > head.start_us, "{head:?}");
+        for &l in &c.steps[1..] {
+            let l = time(l);
+            assert_eq!(
+                l.start_us, l.end_us,
+                "a link the head ran takes no time: {l:?}"
+            );
+        }
+    }
+    // The floor of the shared memory: 8 operands + 1 write per byte of each rank (rank 0
+    // and 1 read their own input in the head; the others as a link: 8 operands too).
+    let floor = |accesses: f64| 8.0 * accesses * bytes as f64 / (100.0 * 1e3);
+    assert!(fused.total_us >= floor(9.0) * 0.999, "{}", fused.total_us);
+    assert!(fused.total_us < floor(9.0) * 1.2, "{}", fused.total_us);
+    // Small: the one-pass chain costs about what one step does, not seven.
+    let small = |direct: bool| {
+        predict(oop, &t, &profile, &call(direct, 8, Protocol::Ll))
+            .unwrap()
+            .total_us
+    };
+    let (t2, ps2) = plans("nvswitch:2", Collective::Allreduce);
+    let two = predict(
+        plan(&ps2, "one_shot_oop_allreduce"),
+        &t2,
+        &profile,
+        &call(true, 8, Protocol::Ll),
+    )
+    .unwrap()
+    .total_us;
+    assert!(
+        small(true) < two * 1.5,
+        "{} against {two} on 2 ranks",
+        small(true)
+    );
+    assert!(
+        small(false) > small(true),
+        "{} {}",
+        small(false),
+        small(true)
+    );
+}
+
 /// Of a broadcast or a reduce only the root knows whether its call is in place (the
 /// others have one buffer), and every rank must choose the same plan: the price of a
 /// rooted collective does not depend on the mode, direct reads or not.

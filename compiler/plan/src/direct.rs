@@ -89,3 +89,103 @@ pub fn direct_over(plan: &Plan, links: &[Link]) -> Direct {
     }
     out
 }
+
+/// A chain of reductions of one rank into one destination, each waiting for the one
+/// before: a direct receive starts it (`dst = p0`, or `dst = src (+) p0`), and each later
+/// step adds one operand: a direct receive-reduce (`dst = dst (+) p1`) or a local reduce
+/// (`dst = dst (+) src`). It is how a one-shot reduction is lowered for blocks that
+/// each receive from one peer. When every peer of the chain reads directly, the backend
+/// may run it as one pass over the destination, reading every operand at once
+/// (`src (+) p0 (+) p1 ...`, in the chain's order, so the bits are the chain's), instead
+/// of one step per operand, each waiting for the previous one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// The rank's index in the plan.
+    pub rank: u32,
+    /// The steps, in order, as (block, step): the first (the head) is a direct `recv`
+    /// or `rrc`; each later one is its block's only step, a direct `rrc` or a `re` into
+    /// the head's destination, and depends on exactly the step before it.
+    pub steps: Vec<(u32, u32)>,
+}
+
+/// The chains of `plan` (see [`Chain`]), given its direct pairs: maximal, of two steps
+/// or more, and none that another step depends on (a step that waited for a link of
+/// the chain would see the destination half reduced; run as one pass, it would not).
+pub fn chains(plan: &Plan, direct: &Direct) -> Vec<Chain> {
+    let mut out = Vec::new();
+    for (ri, rp) in plan.ranks.iter().enumerate() {
+        let r = ri as u32;
+        let step = |(b, s): (u32, u32)| &rp.blocks[b as usize].steps[s as usize];
+        let direct_recv = |at: (u32, u32)| direct.recvs.contains_key(&(r, at.0, at.1));
+        let head = |at: (u32, u32)| {
+            let st = step(at);
+            direct_recv(at)
+                && matches!(st.kind, StepKind::Recv | StepKind::RecvReduceCopy)
+                && st.dst.is_some()
+        };
+        // How many steps wait for each step.
+        let mut waiters: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+        for d in rp
+            .blocks
+            .iter()
+            .flat_map(|b| &b.steps)
+            .flat_map(|s| &s.deps)
+        {
+            *waiters.entry((d.block, d.step)).or_insert(0) += 1;
+        }
+        // next[x] = y: y adds one operand to x's destination after x.
+        let mut next: BTreeMap<(u32, u32), Option<(u32, u32)>> = BTreeMap::new();
+        for (bi, b) in rp.blocks.iter().enumerate() {
+            let y = (bi as u32, 0u32);
+            let [s] = b.steps.as_slice() else { continue };
+            let [d] = s.deps.as_slice() else { continue };
+            let x = (d.block, d.step);
+            let adds = match s.kind {
+                StepKind::RecvReduceCopy => direct_recv(y) && s.src == s.dst,
+                StepKind::Reduce => s.src.is_some() && s.src != s.dst,
+                _ => false,
+            };
+            let Some(xs) = rp
+                .blocks
+                .get(x.0 as usize)
+                .and_then(|b| b.steps.get(x.1 as usize))
+            else {
+                continue;
+            };
+            if !adds || x.0 == y.0 || s.dst.is_none() || s.dst != xs.dst {
+                continue;
+            }
+            // Two steps continuing one: neither does.
+            next.entry(x).and_modify(|n| *n = None).or_insert(Some(y));
+        }
+        let next: BTreeMap<_, _> = next
+            .into_iter()
+            .filter_map(|(x, y)| y.map(|y| (x, y)))
+            .collect();
+        let continued: BTreeSet<_> = next.values().copied().collect();
+        for &first in next.keys().filter(|x| !continued.contains(x)) {
+            if !head(first) {
+                continue;
+            }
+            let mut steps = vec![first];
+            let mut at = first;
+            while let Some(&y) = next.get(&at) {
+                if steps.contains(&y) {
+                    break;
+                }
+                steps.push(y);
+                at = y;
+            }
+            // Only the chain's own links wait for its steps.
+            let inner = |k: usize| u32::from(k + 1 < steps.len());
+            let closed = steps
+                .iter()
+                .enumerate()
+                .all(|(k, s)| waiters.get(s).copied().unwrap_or(0) == inner(k));
+            if steps.len() >= 2 && closed {
+                out.push(Chain { rank: r, steps });
+            }
+        }
+    }
+    out
+}

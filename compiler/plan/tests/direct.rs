@@ -9,7 +9,7 @@ fn shipped(name: &str, collective: Collective, n: u32) -> Plan {
     let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).unwrap();
     let library = braid_library::Library::new(topo);
     library
-        .plans(collective, None)
+        .plans(collective, collective.is_rooted().then_some(0))
         .into_iter()
         .find(|p| p.name == name)
         .unwrap_or_else(|| panic!("{name} applies to {n} ranks"))
@@ -101,4 +101,93 @@ fn unequal_step_counts_leave_the_connection_alone() {
     let d = direct(&plan);
     assert_eq!(d.sends.len() + 1, before.sends.len(), "{d:?}");
     assert!(d.sends.iter().all(|&(r, _, _)| r != 0));
+}
+
+/// The one-shot reductions on N ranks: every rank's N-1 receive-reduces into `out` form
+/// one chain, in the plan's order (head first), and nothing else does.
+#[test]
+fn one_shot_reductions_are_one_chain_per_reducing_rank() {
+    use braid_plan::direct::chains;
+    for (name, c, n, reducing) in [
+        ("one_shot_oop_allreduce", Collective::Allreduce, 8, 8),
+        ("one_shot_oop_allreduce", Collective::Allreduce, 3, 3),
+        ("direct_reduce_scatter", Collective::ReduceScatter, 4, 4),
+        ("direct_reduce", Collective::Reduce, 4, 1),
+    ] {
+        let plan = shipped(name, c, n);
+        let d = direct(&plan);
+        let ch = chains(&plan, &d);
+        assert_eq!(ch.len(), reducing, "{name} on {n}: {ch:?}");
+        for chain in &ch {
+            let rp = &plan.ranks[chain.rank as usize];
+            // Every peer's input once, and the rank's own at most once more.
+            let peers = chain
+                .steps
+                .iter()
+                .filter(|&&(b, s)| d.recvs.contains_key(&(chain.rank, b, s)))
+                .count();
+            assert_eq!(peers, n as usize - 1, "{name} on {n}");
+            assert!(chain.steps.len() <= n as usize, "{name} on {n}");
+            for (k, &(b, s)) in chain.steps.iter().enumerate() {
+                let st = &rp.blocks[b as usize].steps[s as usize];
+                // A receive (starting the chain), a receive-reduce, or (where the rank
+                // adds its own input between its peers', in rank order) a local reduce.
+                match st.kind {
+                    StepKind::Recv => assert_eq!(k, 0),
+                    StepKind::RecvReduceCopy => {}
+                    StepKind::Reduce => assert!(k > 0),
+                    other => panic!("{other:?} in a chain"),
+                }
+                assert_eq!(
+                    d.recvs.contains_key(&(chain.rank, b, s)),
+                    st.kind != StepKind::Reduce
+                );
+                assert_eq!(
+                    st.dst,
+                    rp.blocks[chain.steps[0].0 as usize].steps[chain.steps[0].1 as usize].dst
+                );
+                if k > 0 {
+                    let (pb, ps) = chain.steps[k - 1];
+                    assert_eq!(st.deps.len(), 1);
+                    assert_eq!((st.deps[0].block, st.deps[0].step), (pb, ps));
+                    if st.kind == StepKind::RecvReduceCopy {
+                        assert_eq!(st.src, st.dst);
+                    }
+                }
+            }
+        }
+    }
+    // Two ranks: one receive each, no chain.
+    let plan = shipped("one_shot_oop_allreduce", Collective::Allreduce, 2);
+    assert!(chains(&plan, &direct(&plan)).is_empty());
+}
+
+/// A chain is left alone when another step waits for one of its links (it would see a
+/// partial result), or when its receives are not direct.
+#[test]
+fn chains_that_others_wait_on_or_that_are_not_direct_are_left_alone() {
+    use braid_plan::direct::{chains, Direct};
+    let plan = shipped("one_shot_oop_allreduce", Collective::Allreduce, 4);
+    let d = direct(&plan);
+    assert_eq!(chains(&plan, &d).len(), 4);
+    // No direct pairs: no chains.
+    assert!(chains(&plan, &Direct::default()).is_empty());
+    // Rank 0: a step of another block that waits for the chain's second link.
+    let mut p = plan.clone();
+    let chain0 = chains(&plan, &d).into_iter().find(|c| c.rank == 0).unwrap();
+    let (b1, s1) = chain0.steps[1];
+    let send_block = p.ranks[0]
+        .blocks
+        .iter()
+        .position(|b| b.steps.iter().all(|s| s.kind == StepKind::Send))
+        .unwrap();
+    p.ranks[0].blocks[send_block].steps[0]
+        .deps
+        .push(braid_plan::Dep {
+            block: b1,
+            step: s1,
+        });
+    let ch = chains(&p, &direct(&p));
+    assert_eq!(ch.len(), 3, "{ch:?}");
+    assert!(ch.iter().all(|c| c.rank != 0));
 }

@@ -9,9 +9,9 @@
 //! call's buffers, its scratch and its FIFOs.
 //!
 //! Layout of one rank's table (one allocation, sections 16-byte aligned):
-//! `Table` (120 bytes) | `BlockDesc` x grid (160 bytes each, from [`BLOCKS_AT`]) |
-//! `StepDesc` x steps (32) | `StepDeps` x steps (8) | `DepDesc` x deps (12). Grid block
-//! `g = replica * nblocks + block`.
+//! `Table` (128 bytes) | `BlockDesc` x grid (160 bytes each, from [`BLOCKS_AT`]) |
+//! `StepDesc` x steps (32) | `StepDeps` x steps (8) | `DepDesc` x deps (12) |
+//! `ChainOp` x chain operands (16) | step times. Grid block `g = replica * nblocks + block`.
 
 use crate::error::{CudaError, Result};
 use braid_ir::{Buf, Collective};
@@ -38,8 +38,14 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
     ("Table", "replicas", 96),
     ("Table", "tiled", 100),
     ("Table", "out_chunks", 104),
+    ("Table", "sync", 108),
     ("Table", "trace", 112),
+    ("Table", "chains", 120),
     ("Table", "sizeof", TABLE_BYTES),
+    ("ChainOp", "rank", 0),
+    ("ChainOp", "buf", 4),
+    ("ChainOp", "off", 8),
+    ("ChainOp", "sizeof", CHAIN_OP_BYTES),
     ("BlockDesc", "block", 0),
     ("BlockDesc", "replica", 4),
     ("BlockDesc", "first_step", 8),
@@ -64,6 +70,7 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
     ("StepDesc", "doff", 16),
     ("StepDesc", "count", 20),
     ("StepDesc", "poff", 24),
+    ("StepDesc", "chain", 28),
     ("StepDesc", "sizeof", STEP_BYTES),
     ("StepDeps", "first", 0),
     ("StepDeps", "n", 4),
@@ -76,7 +83,7 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
 
 /// Bytes of one lane of one connection end (`End`).
 pub const END_BYTES: usize = 32;
-pub const TABLE_BYTES: usize = 120;
+pub const TABLE_BYTES: usize = 128;
 pub const BLOCK_BYTES: usize = 160;
 /// Where the block descriptors start in a table: the kernel finds its block's
 /// descriptor from the table's address alone (`BRAID_BLOCKS_AT`).
@@ -97,11 +104,27 @@ pub const GPU_SCOPE: u32 = 1 << 31;
 /// sender also writes each slice's byte count after `head` and publishes `head` on the
 /// LL lane too.
 pub const NET: u32 = 1 << 30;
+/// `End.nslots`'s flag: every step of the block that uses this end is `DIRECT`, so a call
+/// whose peer reads (or is read) directly never touches the end: the kernel reads
+/// neither its counters nor the peer's.
+pub const DIRECT_ONLY: u32 = 1 << 29;
 /// The most slots a proxied lane has: its slice sizes share the head's 128-byte line.
 pub const NET_MAX_SLOTS: u32 = 15;
 pub const STEP_BYTES: usize = 32;
 pub const STEP_DEPS_BYTES: usize = 8;
 pub const DEP_BYTES: usize = 12;
+pub const CHAIN_OP_BYTES: usize = 16;
+/// `StepDesc.kind`'s flags: the first step of a chain of reductions into one destination
+/// ([`braid_plan::direct::chains`]), and each later one. When every peer operand of the
+/// chain reads directly in this launch, the head runs the whole chain as one pass and the
+/// later steps do nothing (and wait for nothing); else each runs as it stands.
+/// `StepDesc.chain` is then `first << 8 | n`: the chain's operands are `ChainOp`s
+/// `first .. first + n` of the table, in the order they are combined.
+pub const CHAIN_HEAD: u32 = 1 << 10;
+pub const CHAIN_LINK: u32 = 1 << 11;
+/// The most operands a chain run as one pass has (the kernel's `FUSE_MAX`): all but the
+/// rank's own come from ranks of one launch, which holds at most this many.
+pub const CHAIN_MAX: usize = crate::kernel::MAX_LOCAL;
 
 /// A connection `(sender, receiver, channel)` with the channel across replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -276,7 +299,7 @@ pub struct EndDesc {
 impl EndDesc {
     /// `End.nslots` as the kernel reads it: the slot count and the flags.
     pub fn nslots_word(&self) -> u32 {
-        debug_assert!(self.nslots < NET);
+        debug_assert!(self.nslots < DIRECT_ONLY);
         debug_assert!(!self.net || self.nslots <= NET_MAX_SLOTS);
         self.nslots | if self.gpu_scope { GPU_SCOPE } else { 0 } | if self.net { NET } else { 0 }
     }
@@ -312,6 +335,7 @@ struct Sections {
     steps: usize,
     step_deps: usize,
     deps: usize,
+    chains: usize,
     trace: usize,
     total: usize,
 }
@@ -329,16 +353,76 @@ fn sections(plan: &Plan, rank: u32) -> Sections {
     let steps = align16(blocks + grid(plan, rank) as usize * BLOCK_BYTES);
     let step_deps = align16(steps + nsteps * STEP_BYTES);
     let deps = align16(step_deps + nsteps * STEP_DEPS_BYTES);
-    let trace = align16(deps + ndeps * DEP_BYTES);
+    let chains = align16(deps + ndeps * DEP_BYTES);
+    let trace = align16(chains + chain_ops(plan, rank).len() * CHAIN_OP_BYTES);
     let total = align16(trace + nsteps * 16);
     Sections {
         blocks,
         steps,
         step_deps,
         deps,
+        chains,
         trace,
         total,
     }
+}
+
+/// One operand of a chain run as one pass: a peer's `in` from chunk `off` on (`rank` a
+/// plan rank), or (`rank` = [`NO_RANK`]) the rank's own buffer `buf` (0 in, 1 out, 2
+/// scratch) from chunk `off` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainOp {
+    pub rank: u32,
+    pub buf: i32,
+    pub off: u32,
+}
+
+/// `rank`'s chains that can run as one pass, each with its operands in the order they
+/// are combined: ((block, step) of each link, operands).
+#[allow(clippy::type_complexity)]
+pub fn chains(plan: &Plan, rank: u32) -> Vec<(Vec<(u32, u32)>, Vec<ChainOp>)> {
+    let direct = braid_plan::direct::direct(plan);
+    let rp = &plan.ranks[rank as usize];
+    braid_plan::direct::chains(plan, &direct)
+        .into_iter()
+        .filter(|c| c.rank == rank)
+        .map(|c| {
+            let mut ops = Vec::new();
+            for (k, &(b, s)) in c.steps.iter().enumerate() {
+                let blk = &rp.blocks[b as usize];
+                let st = &blk.steps[s as usize];
+                let local = |sl: braid_plan::Slice| {
+                    let (buf, off) = buf_code(Some(sl));
+                    ChainOp {
+                        rank: NO_RANK,
+                        buf,
+                        off,
+                    }
+                };
+                if k == 0 && st.kind == StepKind::RecvReduceCopy {
+                    ops.extend(st.src.map(local));
+                }
+                match direct.recvs.get(&(rank, b, s)) {
+                    Some(&poff) => ops.push(ChainOp {
+                        rank: blk.recv_peer.unwrap_or(NO_RANK),
+                        buf: 0,
+                        off: poff,
+                    }),
+                    None => ops.extend(st.src.map(local)),
+                }
+            }
+            (c.steps, ops)
+        })
+        .filter(|(_, ops)| ops.len() <= CHAIN_MAX)
+        .collect()
+}
+
+/// `rank`'s chain operands, every chain's in turn.
+fn chain_ops(plan: &Plan, rank: u32) -> Vec<ChainOp> {
+    chains(plan, rank)
+        .into_iter()
+        .flat_map(|(_, ops)| ops)
+        .collect()
 }
 
 /// Where `rank`'s step times are in its table (bytes from its start) and how many steps
@@ -387,19 +471,47 @@ fn buf_code(s: Option<braid_plan::Slice>) -> (i32, u32) {
 }
 
 /// The steps of `rank` whose end its blocks publish (`(block, step)`): every step another
-/// step depends on, and each block's last (what a barrier over the replica waits for).
+/// step depends on. (A block's last step is published too when the call ends with a
+/// barrier over the replica, which waits for it: the kernel decides that per call.)
 pub fn published(plan: &Plan, rank: u32) -> std::collections::BTreeSet<(u32, u32)> {
     let rp = &plan.ranks[rank as usize];
-    let mut set = std::collections::BTreeSet::new();
-    for (bi, b) in rp.blocks.iter().enumerate() {
-        if let Some(last) = b.steps.len().checked_sub(1) {
-            set.insert((bi as u32, last as u32));
-        }
-        for d in b.steps.iter().flat_map(|s| &s.deps) {
-            set.insert((d.block, d.step));
-        }
-    }
-    set
+    rp.blocks
+        .iter()
+        .flat_map(|b| b.steps.iter().flat_map(|s| &s.deps))
+        .map(|d| (d.block, d.step))
+        .collect()
+}
+
+/// Whether every step of `rank`'s plan block `bi` that sends (`send`) or receives is a
+/// `DIRECT` one, and there is one: the block's end on that side carries [`DIRECT_ONLY`].
+fn direct_only(
+    plan: &Plan,
+    rank: u32,
+    bi: u32,
+    direct: &braid_plan::direct::Direct,
+    send: bool,
+) -> bool {
+    let steps = &plan.ranks[rank as usize].blocks[bi as usize].steps;
+    let mut uses = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            if send {
+                s.kind.sends()
+            } else {
+                s.kind.receives()
+            }
+        })
+        .peekable();
+    uses.peek().is_some()
+        && uses.all(|(si, _)| {
+            let at = (rank, bi, si as u32);
+            if send {
+                direct.sends.contains(&at)
+            } else {
+                direct.recvs.contains_key(&at)
+            }
+        })
 }
 
 /// `rank`'s table for a copy at device address `base`; `ends[g]` are grid block `g`'s
@@ -433,12 +545,20 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
     w.u32(plan.channels.max(1));
     w.u32(u32::from(plan.execution == Execution::Tiled));
     w.u32(if has_out { plan.out_chunks } else { 0 });
-    w.u32(0);
+    // Whether a step of the rank waits for another block's: then blocks publish their
+    // progress and the call ends by resetting it.
+    w.u32(u32::from(
+        rp.blocks
+            .iter()
+            .flat_map(|b| &b.steps)
+            .any(|s| !s.deps.is_empty()),
+    ));
     w.u64(if res.trace {
         base + sec.trace as u64
     } else {
         0
     });
+    w.u64(base + sec.chains as u64);
     debug_assert_eq!(w.at, TABLE_BYTES);
     // Each plan block's first step and its dependencies' (first, count).
     let mut first = Vec::with_capacity(rp.blocks.len());
@@ -451,6 +571,10 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
         acc += b.steps.len() as u32;
         dacc += nd;
     }
+    let direct = braid_plan::direct::direct(plan);
+    let only: Vec<[bool; 2]> = (0..nb)
+        .map(|b| [true, false].map(|send| direct_only(plan, rank, b, &direct, send)))
+        .collect();
     w.at = sec.blocks;
     for (g, e) in ends.iter().enumerate() {
         let (k, b) = (g as u32 / nb, g as u32 % nb);
@@ -458,12 +582,13 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
         w.u32(k);
         w.u32(first[b as usize]);
         w.u32(rp.blocks[b as usize].steps.len() as u32);
-        for end in e.send.iter().chain(e.recv.iter()) {
+        for (i, end) in e.send.iter().chain(e.recv.iter()).enumerate() {
+            let only = end.slots != 0 && only[b as usize][usize::from(i >= 2)];
             w.u64(end.slots);
             w.u64(end.head);
             w.u64(end.tail);
             w.u32(end.counter);
-            w.u32(end.nslots_word());
+            w.u32(end.nslots_word() | if only { DIRECT_ONLY } else { 0 });
         }
         w.u32(deps_of[b as usize].0);
         w.u32(deps_of[b as usize].1);
@@ -471,9 +596,19 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
         w.u32(blk.send_peer.unwrap_or(NO_RANK));
         w.u32(blk.recv_peer.unwrap_or(NO_RANK));
     }
+    // Each chain step's flag and operand range.
+    let chains = chains(plan, rank);
+    let mut chain_of = std::collections::BTreeMap::new();
+    let mut first_op = 0u32;
+    for (steps, ops) in &chains {
+        for (k, &at) in steps.iter().enumerate() {
+            let flag = if k == 0 { CHAIN_HEAD } else { CHAIN_LINK };
+            chain_of.insert(at, (flag, first_op << 8 | ops.len() as u32));
+        }
+        first_op += ops.len() as u32;
+    }
     w.at = sec.steps;
     let published = published(plan, rank);
-    let direct = braid_plan::direct::direct(plan);
     for (bi, b) in rp.blocks.iter().enumerate() {
         for (si, s) in b.steps.iter().enumerate() {
             let at = (rank, bi as u32, si as u32);
@@ -488,14 +623,18 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
             if poff.is_some() || direct.sends.contains(&at) {
                 flag |= DIRECT;
             }
-            w.u32(kind_code(s.kind) | flag);
+            let (chain_flag, chain) = chain_of
+                .get(&(bi as u32, si as u32))
+                .copied()
+                .unwrap_or((0, 0));
+            w.u32(kind_code(s.kind) | flag | chain_flag);
             w.u32(sb as u32);
             w.u32(db as u32);
             w.u32(so);
             w.u32(doff);
             w.u32(s.count());
             w.u32(poff.unwrap_or(0));
-            w.u32(0);
+            w.u32(chain);
         }
     }
     w.at = sec.step_deps;
@@ -512,6 +651,13 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
             w.u32(d.step + 1);
             w.u32(rp.blocks[d.block as usize].steps.len() as u32);
         }
+    }
+    w.at = sec.chains;
+    for op in chains.iter().flat_map(|(_, ops)| ops) {
+        w.u32(op.rank);
+        w.u32(op.buf as u32);
+        w.u32(op.off);
+        w.u32(0);
     }
     t
 }
@@ -605,6 +751,8 @@ mod tests {
             0x1000 + align16(TABLE_BYTES) as u64
         );
         assert_eq!(u32_at(&t, at("replicas")), p.channels.max(1));
+        // No step waits for another block's: nothing to publish, nothing to reset.
+        assert_eq!(u32_at(&t, at("sync")), 0);
         assert_eq!(
             u32_at(&t, at("tiled")),
             u32::from(p.execution == Execution::Tiled)
@@ -668,8 +816,140 @@ mod tests {
         assert!(d.sends.contains(&(1, 0, 1)));
     }
 
+    /// An end is DIRECT_ONLY exactly when every step of its block on that side is a direct
+    /// one: all of the exchange allgather's ends, none of a ring all-reduce's (whose
+    /// sends and receives go through FIFOs), and never an end without a connection.
     #[test]
-    fn blocks_publish_their_dependencies_and_last_steps_and_know_their_deps() {
+    fn ends_used_only_by_direct_steps_say_so() {
+        let field = |s: &str, f: &str| LAYOUT.iter().find(|x| x.0 == s && x.1 == f).unwrap().2;
+        let ring = Plan::from_json(include_str!(
+            "../../../tests/plans/good/ring_allreduce_4.json"
+        ))
+        .unwrap();
+        for (p, want_any) in [(fixture(), true), (ring, false)] {
+            let mut flagged = 0;
+            for rank in 0..p.ranks.len() as u32 {
+                let rp = &p.ranks[rank as usize];
+                let nb = rp.blocks.len();
+                let end = EndDesc {
+                    slots: 64,
+                    nslots: 4,
+                    ..EndDesc::default()
+                };
+                let mut ends = vec![
+                    BlockEnds {
+                        send: [end; 2],
+                        recv: [end; 2],
+                    };
+                    grid(&p, rank) as usize
+                ];
+                // The last grid block has no connection at all.
+                *ends.last_mut().unwrap() = BlockEnds::default();
+                let g_total = ends.len();
+                let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+                for g in 0..g_total {
+                    let b = &rp.blocks[g % nb];
+                    for (i, side) in [(0usize, "send"), (2, "recv")] {
+                        let at = BLOCKS_AT
+                            + g * BLOCK_BYTES
+                            + field("BlockDesc", side)
+                            + field("End", "nslots");
+                        let uses: Vec<_> = b
+                            .steps
+                            .iter()
+                            .filter(|s| {
+                                if i == 0 {
+                                    s.kind.sends()
+                                } else {
+                                    s.kind.receives()
+                                }
+                            })
+                            .collect();
+                        let want = g + 1 < g_total && want_any && !uses.is_empty();
+                        for lane in 0..2 {
+                            let w = u32_at(&t, at + lane * END_BYTES);
+                            assert_eq!(
+                                w & DIRECT_ONLY != 0,
+                                want,
+                                "rank {rank} grid block {g} {side}"
+                            );
+                            assert_eq!(w & !DIRECT_ONLY, if g + 1 < g_total { 4 } else { 0 });
+                            flagged += usize::from(want);
+                        }
+                    }
+                }
+            }
+            assert_eq!(flagged > 0, want_any);
+        }
+    }
+
+    /// The one-shot all-reduce on 4 ranks: each rank's reductions into `out` form one
+    /// chain; its head and links are flagged, each names the chain's operands, and the
+    /// operands are in the order the chain combines them (rank 0: its own input, then
+    /// ranks 1, 2, 3; rank 2: ranks 0, 1, its own input, rank 3).
+    #[test]
+    fn chains_name_their_operands_in_order() {
+        let topo = braid_topo::Topology::from_arg("nvswitch:4").unwrap();
+        let p = braid_library::Library::new(topo)
+            .plans(Collective::Allreduce, None)
+            .into_iter()
+            .find(|p| p.name == "one_shot_oop_allreduce")
+            .unwrap()
+            .plan()
+            .clone();
+        let field = |s: &str, f: &str| LAYOUT.iter().find(|x| x.0 == s && x.1 == f).unwrap().2;
+        let peer = |rank| ChainOp {
+            rank,
+            buf: 0,
+            off: 0,
+        };
+        let own = ChainOp {
+            rank: NO_RANK,
+            buf: 0,
+            off: 0,
+        };
+        for (rank, want) in [
+            (0u32, vec![own, peer(1), peer(2), peer(3)]),
+            (2, vec![peer(0), peer(1), own, peer(3)]),
+        ] {
+            check(&p, rank).unwrap();
+            let ch = chains(&p, rank);
+            assert_eq!(ch.len(), 1);
+            assert_eq!(ch[0].1, want, "rank {rank}");
+            let ends = vec![BlockEnds::default(); grid(&p, rank) as usize];
+            let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+            let steps_at = u64_at(&t, field("Table", "steps")) as usize;
+            let ops_at = u64_at(&t, field("Table", "chains")) as usize;
+            for (k, op) in want.iter().enumerate() {
+                let at = ops_at + k * CHAIN_OP_BYTES;
+                assert_eq!(u32_at(&t, at + field("ChainOp", "rank")), op.rank);
+                assert_eq!(u32_at(&t, at + field("ChainOp", "buf")), op.buf as u32);
+                assert_eq!(u32_at(&t, at + field("ChainOp", "off")), op.off);
+            }
+            let mut flat = 0;
+            let rp = &p.ranks[rank as usize];
+            for (bi, b) in rp.blocks.iter().enumerate() {
+                for si in 0..b.steps.len() {
+                    let sd = steps_at + flat * STEP_BYTES;
+                    let kind = u32_at(&t, sd);
+                    let pos = ch[0].0.iter().position(|&x| x == (bi as u32, si as u32));
+                    let want_flag = match pos {
+                        Some(0) => CHAIN_HEAD,
+                        Some(_) => CHAIN_LINK,
+                        None => 0,
+                    };
+                    assert_eq!(kind & (CHAIN_HEAD | CHAIN_LINK), want_flag, "{bi}.{si}");
+                    let word = u32_at(&t, sd + field("StepDesc", "chain"));
+                    let want_word = if pos.is_some() { want.len() as u32 } else { 0 };
+                    assert_eq!(word, want_word, "{bi}.{si}");
+                    flat += 1;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_publish_the_steps_others_wait_for_and_know_their_deps() {
         let mut p = fixture();
         p.channels = 2;
         // Block 1's first step waits for block 0's first step.
@@ -704,11 +984,12 @@ mod tests {
         };
         let steps_at = u64_at(&t, field("Table", "steps")) as usize;
         let sdeps_at = u64_at(&t, field("Table", "step_deps")) as usize;
+        assert_eq!(u32_at(&t, field("Table", "sync")), 1);
         let mut flat = 0;
         for (bi, b) in rp.blocks.iter().enumerate() {
             for si in 0..b.steps.len() {
                 let kind = u32_at(&t, steps_at + STEP_BYTES * flat);
-                let want = si + 1 == b.steps.len() || (bi, si) == (0, 0);
+                let want = (bi, si) == (0, 0);
                 assert_eq!(kind & PUBLISH != 0, want, "block {bi} step {si}");
                 assert_eq!(published.contains(&(bi as u32, si as u32)), want);
                 flat += 1;
@@ -727,18 +1008,25 @@ mod tests {
             let want: usize = rp.blocks[b].steps.iter().map(|s| s.deps.len()).sum();
             assert_eq!(n as usize, want);
         }
+        // (Block 0's send and receive are direct ones: its ends say so.)
         let lane = |at: usize| u32_at(&t, BLOCKS_AT + at + field("End", "nslots"));
         let send1 = field("BlockDesc", "send") + END_BYTES;
-        assert_eq!(lane(send1), 5 | GPU_SCOPE);
-        assert_eq!(lane(field("BlockDesc", "recv")), 7 | GPU_SCOPE);
+        assert_eq!(lane(send1), 5 | GPU_SCOPE | DIRECT_ONLY);
+        assert_eq!(
+            lane(field("BlockDesc", "recv")),
+            7 | GPU_SCOPE | DIRECT_ONLY
+        );
         ends[0].send[1].gpu_scope = false;
         let t = encode(&p, rank, &RankRes::default(), &ends, 0);
-        assert_eq!(u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")), 5);
+        assert_eq!(
+            u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")),
+            5 | DIRECT_ONLY
+        );
         ends[0].send[1].net = true;
         let t = encode(&p, rank, &RankRes::default(), &ends, 0);
         assert_eq!(
             u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")),
-            5 | NET
+            5 | NET | DIRECT_ONLY
         );
     }
 

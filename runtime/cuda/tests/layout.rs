@@ -8,12 +8,13 @@
 
 use std::process::Command;
 
-const STRUCTS: [&str; 12] = [
+const STRUCTS: [&str; 13] = [
     "End",
     "BlockDesc",
     "StepDesc",
     "StepDeps",
     "DepDesc",
+    "ChainOp",
     "Table",
     "CallArgs",
     "Launch",

@@ -20,15 +20,26 @@ use std::sync::Arc;
 
 /// Two ranks on GPU 0 with `plan` (shipped, for two ranks) as their only plan.
 fn ranks(plan: &str, c: Collective, root: Option<u32>, opts: &Options) -> Result<Ranks, String> {
-    let lib = braid_library::Library::new(Topology::from_arg("nvswitch:2").unwrap());
+    ranks_of(2, plan, c, root, opts)
+}
+
+/// `n` ranks on GPU 0 with `plan` (shipped, for `n` ranks) as their only plan.
+fn ranks_of(
+    n: u32,
+    plan: &str,
+    c: Collective,
+    root: Option<u32>,
+    opts: &Options,
+) -> Result<Ranks, String> {
+    let lib = braid_library::Library::new(Topology::from_arg(&format!("nvswitch:{n}")).unwrap());
     let p = lib
         .plans(c, root)
         .into_iter()
         .find(|p| p.name == plan)
-        .ok_or_else(|| format!("no shipped {plan} for 2 ranks"))?;
+        .ok_or_else(|| format!("no shipped {plan} for {n} ranks"))?;
     let registry = Registry::new();
     registry.add_verified(p, Origin::User(plan.into()));
-    open_with(2, 1, opts, Arc::new(registry))
+    open_with(n, 1, opts, Arc::new(registry))
 }
 
 /// How the ranks' calls are enqueued.
@@ -150,6 +161,44 @@ pub fn section() -> Result<Cases, String> {
         })();
         cases.push((what, res));
     }
+    for (plan, collective, root, n, count, dtype) in [
+        (
+            "one_shot_oop_allreduce",
+            Allreduce,
+            None,
+            4,
+            1 << 16,
+            DType::F32,
+        ),
+        (
+            "one_shot_oop_allreduce",
+            Allreduce,
+            None,
+            8,
+            1001,
+            DType::F32,
+        ),
+        (
+            "one_shot_oop_allreduce",
+            Allreduce,
+            None,
+            8,
+            999,
+            DType::F16,
+        ),
+        (
+            "direct_reduce_scatter",
+            ReduceScatter,
+            None,
+            4,
+            4097,
+            DType::F32,
+        ),
+        ("direct_reduce", Reduce, Some(2), 4, 3000, DType::Bf16),
+    ] {
+        let what = format!("{plan} on {n} ranks, {count} {dtype}: each chain as one pass");
+        cases.push((what, chains(plan, collective, root, n, count, dtype)));
+    }
     for rank_major in [false, true] {
         let what = format!(
             "two all-reduces of one size per rank in one group, issued {}",
@@ -235,6 +284,90 @@ fn two_per_rank(rank_major: bool) -> Result<(), String> {
     for (ins, calls) in &sets {
         let expected = reference(spec.collective, spec.dtype, spec.op, None, ins);
         check_outputs(&spec, calls, &expected)?;
+    }
+    Ok(())
+}
+
+/// A rank's chains of reductions (docs/cuda.md) run as one pass when every peer reads
+/// directly: with `BRAID_TRACE` on, every later link of such a chain records the same
+/// start and end (it did nothing; its head did it all), and the results are those of the
+/// chain run step by step through the FIFOs (`BRAID_DIRECT=0`, where no link is idle)
+/// to the bit, and the reference's.
+fn chains(
+    plan: &str,
+    collective: Collective,
+    root: Option<u32>,
+    n: u32,
+    count: usize,
+    dtype: DType,
+) -> Result<(), String> {
+    let spec = CallSpec {
+        collective,
+        count,
+        dtype,
+        op: RedOp::Sum,
+        root,
+    };
+    let ins = inputs(collective, dtype, spec.op, n, count, 11);
+    let expected = reference(collective, dtype, spec.op, root, &ins);
+    let mut outputs = Vec::new();
+    for direct in [true, false] {
+        let o = Options {
+            direct,
+            trace: true,
+            ..opts(10)
+        };
+        let r = ranks_of(n, plan, collective, root, &o)?;
+        let mut got = Vec::new();
+        // Twice: the first call also sets up; the second is the usual one.
+        for _ in 0..2 {
+            let calls =
+                run_between_app_kernels(&r, &spec, Mode::OutOfPlace, Kind::Plain, &ins, |calls| {
+                    let views: Vec<_> = calls.iter().map(RankCall::views).collect();
+                    group_call(&r.comms, &r.streams, &views, &spec)
+                })?;
+            check_outputs(&spec, &calls, &expected)?;
+            got = calls
+                .iter()
+                .map(RankCall::output)
+                .collect::<Result<Vec<_>, _>>()?;
+        }
+        let mut fused = 0;
+        for (rank, comm) in r.comms.iter().enumerate() {
+            let (p, times) = comm
+                .step_times(&spec, Mode::OutOfPlace)
+                .map_err(|e| e.to_string())?
+                .ok_or(format!("rank {rank}: no step times"))?;
+            for (links, _) in braid_cuda::program::chains(&p, rank as u32) {
+                for &(b, st) in &links[1..] {
+                    let (a, e) = times[b as usize][st as usize];
+                    match (direct, a == e) {
+                        (true, false) => {
+                            return Err(format!("rank {rank}: link {b}.{st} ran ({a} to {e})"))
+                        }
+                        (false, true) => {
+                            return Err(format!(
+                                "rank {rank}: link {b}.{st} idle without direct reads"
+                            ))
+                        }
+                        _ => {}
+                    }
+                }
+                fused += 1;
+            }
+        }
+        let reducing = if collective == Collective::Reduce {
+            1
+        } else {
+            n as usize
+        };
+        if fused != reducing {
+            return Err(format!("{fused} chains on {n} ranks, expected {reducing}"));
+        }
+        outputs.push(got);
+    }
+    if outputs[0] != outputs[1] {
+        return Err("one pass and step by step differ in their bits".into());
     }
     Ok(())
 }
