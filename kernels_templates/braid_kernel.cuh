@@ -197,11 +197,15 @@ struct Ctx {
   u64 received;
   char* peer_in;          // the receive peer's `in` when DIRECT receives read it (else null)
   bool skip_send;         // the send peer reads this rank's `in` itself: DIRECT sends skip
-  const ChainOp* chain_ops;
-  const u32* launch_rank; // shared: the rank of each call of the launch
-  char* const* launch_in; // shared: its `in` where this call may read it directly, else null
-  u32 launch_n;
 };
+
+// The launch's calls as chains look them up (`chain_ready`), in shared memory (not in
+// `Ctx`: registers are few where the interpreter's copies run): each call's rank, and its
+// `in` where this block's call may read it directly, else null; and the chains' operands.
+__shared__ u32 launch_n;
+__shared__ u32 launch_rank[BRAID_MAX_LOCAL];
+__shared__ char* launch_in[BRAID_MAX_LOCAL];
+__shared__ const ChainOp* chain_ops;
 
 __device__ __forceinline__ void set_port(Port& p, const End& e) {
   p.slots = reinterpret_cast<char*>(e.slots);
@@ -435,13 +439,13 @@ __device__ bool chain_ready(const Ctx& c, u32 word) {
   if (threadIdx.x == 0) {
     bool all = n >= 2 && n <= FUSE_MAX;
     for (u32 k = 0; all && k < n; k++) {
-      const ChainOp op = c.chain_ops[first + k];
+      const ChainOp op = chain_ops[first + k];
       char* base = nullptr;
       if (op.rank == NO_RANK) {
         base = op.buf == 0 ? c.buf[0] : op.buf == 1 ? c.buf[1] : c.buf[2];
       } else {
-        for (u32 j = 0; j < c.launch_n; j++)
-          if (c.launch_rank[j] == op.rank) base = c.launch_in[j];
+        for (u32 j = 0; j < launch_n; j++)
+          if (launch_rank[j] == op.rank) base = launch_in[j];
       }
       all = base != nullptr;
       fbase[k] = base;
@@ -456,8 +460,8 @@ __device__ bool chain_ready(const Ctx& c, u32 word) {
 
 // A chain as one pass (after `chain_ready`): chunk by chunk, `dst = op0 (+) op1 (+) ...`
 // element by element in the chain's order (so the bits are those of its steps one after
-// another), every operand's loads in flight at once. An operand's padding reads as zero,
-// as in `move`. The operands' spans come through shared memory.
+// another). An operand's padding reads as zero, as in `move`. The operands' spans come
+// through shared memory.
 __shared__ const T* fp[FUSE_MAX];
 __shared__ u64 fv[FUSE_MAX];
 __device__ __forceinline__ void fused_pass(T* d, u64 dv, u32 n) {
@@ -471,26 +475,26 @@ __device__ __forceinline__ void fused_pass(T* d, u64 dv, u32 n) {
   if (vec) {
     const u64 m = full / UNIT;
     done = m * UNIT;
-    // Operands FUSE_GROUP at a time in flight (registers are few where this inlines).
-    constexpr u32 FUSE_GROUP = 4;
+    // One operand's vector in flight at a time per thread (the block's other threads
+    // keep the memory busy): measured faster than 2 or 4 at once, whose registers made the
+    // whole interpreter spill (docs/perf.md).
     for (u64 v = threadIdx.x; v < m; v += blockDim.x) {
-      uint4 acc;
-      for (u32 k0 = 0; k0 < n; k0 += FUSE_GROUP) {
-        uint4 x[FUSE_GROUP];
-#pragma unroll
-        for (u32 k = 0; k < FUSE_GROUP; k++)
-          if (k0 + k < n) x[k] = BRAID_LD(reinterpret_cast<const uint4*>(fp[k0 + k]) + v);
-#pragma unroll
-        for (u32 k = 0; k < FUSE_GROUP; k++)
-          if (k0 + k < n) acc = k0 + k == 0 ? x[0] : apply_pack<T, OP>(acc, x[k]);
-      }
+      uint4 acc = BRAID_LD(reinterpret_cast<const uint4*>(fp[0]) + v);
+      for (u32 k = 1; k < n; k++)
+        acc = apply_pack<T, OP>(acc, BRAID_LD(reinterpret_cast<const uint4*>(fp[k]) + v));
       reinterpret_cast<uint4*>(d)[v] = acc;
     }
   }
   for (u64 e = done + threadIdx.x; e < dv; e += blockDim.x) {
-    T acc = e < fv[0] ? ldcg(fp[0] + e) : Num<T>::zero();
-    for (u32 k = 1; k < n; k++)
-      acc = apply<T, OP>(acc, e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero());
+    // Every operand's element loaded before the first is combined: one load latency.
+    T x[FUSE_MAX];
+#pragma unroll
+    for (u32 k = 0; k < FUSE_MAX; k++)
+      x[k] = k < n && e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero();
+    T acc = x[0];
+#pragma unroll
+    for (u32 k = 1; k < FUSE_MAX; k++)
+      if (k < n) acc = apply<T, OP>(acc, x[k]);
     d[e] = acc;
   }
 }
@@ -538,8 +542,7 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile,
   for (u32 i = 0; i < bd.nsteps; i++) {
     const StepDesc st = steps[i];
     const StepDeps sd = sdeps[i];
-    const u64 started = trace != nullptr && tile == 0 ? now_ns() : 0;
-    if (started != 0) trace[2 * i] = started;
+    if (trace != nullptr && tile == 0) trace[2 * i] = now_ns();
     // A chain run as one pass: its head does it all; its later links wait for nothing.
     const bool fuse = (st.kind & (CHAIN_HEAD | CHAIN_LINK)) != 0 && chain_ready(c, st.chain);
     const bool idle = fuse && (st.kind & CHAIN_LINK) != 0;
@@ -557,8 +560,7 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile,
     __syncthreads();
     if (threadIdx.x == 0) {
       // (A link its chain's head ran did nothing: it ends as it started.)
-      if (trace != nullptr && !idle) trace[2 * i + 1] = now_ns();
-      if (started != 0 && idle) trace[2 * i + 1] = started;
+      if (trace != nullptr) trace[2 * i + 1] = idle ? trace[2 * i] : now_ns();
       if ((st.kind & PUBLISH) || (publish_last && i + 1 == bd.nsteps)) {
         // Release at GPU scope: the block's writes before its progress (cumulative
         // after the barrier).
@@ -624,12 +626,12 @@ __device__ void run(const Table* tp, const Launch& L, u32 s, u32 g) {
   // (from the launch arguments alone, while the descriptors load).
   // (Every index constant: a launch argument indexed at run time, or its address taken,
   // would be copied to local memory by every thread.)
-  // The launch's calls as chains look them up (`chain_ready`): each one's rank, and its
-  // `in` where this call may read it directly.
   char* peer_in = nullptr;
   bool skip_send = false;
-  __shared__ u32 launch_rank[BRAID_MAX_LOCAL];
-  __shared__ char* launch_in[BRAID_MAX_LOCAL];
+  if (threadIdx.x == 0) {
+    launch_n = L.n;
+    chain_ops = reinterpret_cast<const ChainOp*>(t.chains);
+  }
   __syncthreads();
 #pragma unroll
   for (u32 j = 0; j < BRAID_MAX_LOCAL; j++) {
@@ -659,10 +661,6 @@ __device__ void run(const Table* tp, const Launch& L, u32 s, u32 g) {
   c.progress = reinterpret_cast<volatile u64*>(t.progress) + (u64)bd.replica * t.nblocks;
   c.peer_in = peer_in;
   c.skip_send = skip_send;
-  c.chain_ops = reinterpret_cast<const ChainOp*>(t.chains);
-  c.launch_rank = launch_rank;
-  c.launch_in = launch_in;
-  c.launch_n = L.n;
   u64* counters = reinterpret_cast<u64*>(t.counters);
   const End& se = bd.send[BRAID_LL];
   const End& re = bd.recv[BRAID_LL];
