@@ -162,6 +162,60 @@ impl Default for Profile {
 }
 
 impl Profile {
+    /// The built-in constants for ranks that share one GPU and launch together (several
+    /// ranks of one process on it): what `braid tune --backend cuda` measured on an H200
+    /// with 8 ranks sharing it (2026-12-03, `bench/2026-12-03-h200-model-check-direct/
+    /// chains-8ranks/profile.json`), rounded. The defaults describe a rank per GPU over
+    /// NVLink, which prices such ranks' calls as if their data crossed links and their
+    /// memory were their own.
+    pub fn shared_gpu() -> Profile {
+        let d = Profile::default();
+        Profile {
+            source: "defaults for ranks sharing one GPU".into(),
+            call_us: PerProtocol {
+                simple: 7.5,
+                ll: 8.5,
+            },
+            hop_us: HopLatency {
+                nvlink: PerProtocol {
+                    simple: 1.5,
+                    ll: 0.26,
+                },
+                ..d.hop_us
+            },
+            block_gbps: PerProtocol {
+                simple: 57.0,
+                ll: 72.0,
+            },
+            slice_bytes: PerProtocol {
+                simple: 262144.0,
+                ll: 32768.0,
+            },
+            slice_us: PerProtocol {
+                simple: 1.15,
+                ll: 0.86,
+            },
+            shared_gbps: PerProtocol {
+                simple: 3630.0,
+                ll: 880.0,
+            },
+            ..d
+        }
+    }
+
+    /// Whether these are built-in constants ([`Profile::default`], [`Profile::shared_gpu`])
+    /// rather than a measured profile.
+    pub fn is_builtin(&self) -> bool {
+        self.source.starts_with("defaults")
+    }
+
+    /// Whether calls whose ranks launch together on one GPU (`together`) should be priced
+    /// with [`Profile::shared_gpu`] instead of these constants: they are the built-in ones
+    /// for a rank per GPU. A measured profile is always used as it is.
+    pub fn defer_to_shared_gpu(&self, together: bool) -> bool {
+        together && self.is_builtin() && !self.one_gpu()
+    }
+
     /// Whether the profile was measured with several ranks on one GPU: a shared memory
     /// rate and no cores to share (the host backend's profiles count cores). Such ranks
     /// run in one launch when they are one process's.

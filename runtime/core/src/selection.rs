@@ -19,6 +19,10 @@ use std::sync::{Arc, Mutex};
 pub struct Model {
     pub topo: Topology,
     pub profile: Profile,
+    /// The built-in constants for ranks sharing one GPU ([`Profile::shared_gpu`]): what
+    /// calls of a backend whose ranks launch together are priced with when `profile` is
+    /// the built-in one (a measured profile is used as it is).
+    shared: Profile,
     /// Per size bucket: the chosen plan's digest, replicas, protocol.
     cache: Mutex<HashMap<Bucket, (u64, u32, Protocol)>>,
 }
@@ -33,6 +37,7 @@ struct Bucket {
     log2: u32,
     block_budget: u32,
     ll: bool,
+    direct: bool,
 }
 
 impl Model {
@@ -40,7 +45,19 @@ impl Model {
         Model {
             topo,
             profile,
+            shared: Profile::shared_gpu(),
             cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The constants a call on `target` is priced with: the profile's, except that the
+    /// built-in ones for a rank per GPU give way to those for ranks sharing one where
+    /// the backend's ranks launch together on one GPU.
+    pub fn profile_for(&self, target: &Target) -> &Profile {
+        if self.profile.defer_to_shared_gpu(target.direct) {
+            &self.shared
+        } else {
+            &self.profile
         }
     }
 }
@@ -165,6 +182,7 @@ pub fn choose(
         log2: req.bytes.max(1).next_power_of_two().trailing_zeros(),
         block_budget: target.block_budget,
         ll: target.ll,
+        direct: target.direct,
     };
     if let Some(&(digest, replicas, protocol)) = model.cache.lock().unwrap().get(&bucket) {
         if let Some((p, _)) = fitting.iter().find(|(p, _)| p.digest() == digest) {
@@ -191,7 +209,7 @@ pub fn choose(
     let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
     let options = price(
         &model.topo,
-        &model.profile,
+        model.profile_for(target),
         &plans,
         &creq,
         policy.replicas,

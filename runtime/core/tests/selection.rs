@@ -205,3 +205,58 @@ fn an_eight_byte_call_takes_few_blocks() {
         .unwrap();
     assert_eq!(c.replicas, 1, "{} x{}", c.plan.name, c.replicas);
 }
+
+/// Ranks that share one GPU and launch together, with no measured profile: the calls are
+/// priced with the built-in constants for a shared GPU (`Profile::shared_gpu`), not with
+/// those for a rank per GPU over NVLink. On 8 ranks a small out-of-place all-reduce then
+/// takes the one-shot plan whose receives read the peers' inputs (measured on the H200:
+/// 12-16 µs at 4-32 KiB where two-shot took 24-25), and a measured profile is used as it
+/// is.
+#[test]
+fn ranks_sharing_a_gpu_are_priced_with_the_shared_gpu_constants_without_a_profile() {
+    let (t, reg) = setup("nvswitch:8");
+    let together = Target {
+        direct: true,
+        ..GPU
+    };
+    let model = Policy::default().with_model(t.clone(), Profile::default());
+    for bytes in [4usize << 10, 32 << 10] {
+        let c = model
+            .choose(&reg, &req(Collective::Allreduce, 8, bytes), &together)
+            .unwrap();
+        assert_eq!(
+            c.plan.name, "one_shot_oop_allreduce",
+            "{bytes} B: {} x{}",
+            c.plan.name, c.replicas
+        );
+    }
+    // The built-in constants for a rank per GPU pick another plan for 4 KiB on 8 ranks:
+    // the choice above comes from the shared-GPU constants.
+    let alone = Policy::default()
+        .with_model(t.clone(), Profile::default())
+        .choose(&reg, &req(Collective::Allreduce, 8, 4 << 10), &GPU)
+        .unwrap();
+    let priced_alone = Policy::default()
+        .with_model(t.clone(), Profile::default())
+        .choose(
+            &reg,
+            &req(Collective::Allreduce, 8, 4 << 10),
+            &Target {
+                direct: true,
+                ..GPU
+            },
+        )
+        .unwrap();
+    assert_ne!(
+        (alone.plan.digest(), alone.replicas),
+        (priced_alone.plan.digest(), priced_alone.replicas)
+    );
+    // A measured profile (here the defaults under another name) is used as it is.
+    let measured = Profile {
+        source: "braid tune, somewhere".into(),
+        ..Profile::default()
+    };
+    let m = Policy::default().with_model(t, measured);
+    assert!(!m.model.as_ref().unwrap().0.profile.is_builtin());
+    assert!(Profile::shared_gpu().is_builtin() && Profile::shared_gpu().one_gpu());
+}
