@@ -948,6 +948,49 @@ mod tests {
         }
     }
 
+    /// The kernel trusts a chain's operands as it trusts the steps: on every shipped plan
+    /// with chains (8 ranks), each operand lies inside its buffer for as many chunks as
+    /// the chain's steps move, and every chain step moves that many.
+    #[test]
+    fn chain_operands_stay_inside_their_buffers() {
+        let topo = braid_topo::Topology::from_arg("nvswitch:8").unwrap();
+        let lib = braid_library::Library::new(topo);
+        let mut seen = 0;
+        for c in [
+            Collective::Allreduce,
+            Collective::ReduceScatter,
+            Collective::Reduce,
+        ] {
+            for v in lib.plans(c, (c == Collective::Reduce).then_some(3)) {
+                let p = v.plan();
+                for rank in 0..p.n_ranks {
+                    check(p, rank).unwrap();
+                    for (steps, ops) in chains(p, rank) {
+                        let rp = &p.ranks[rank as usize];
+                        let (hb, hs) = steps[0];
+                        let count = rp.blocks[hb as usize].steps[hs as usize].count();
+                        for &(b, s) in &steps {
+                            assert_eq!(rp.blocks[b as usize].steps[s as usize].count(), count);
+                        }
+                        assert!(ops.len() <= CHAIN_MAX && ops.len() >= 2);
+                        for op in ops {
+                            let chunks = match (op.rank, op.buf) {
+                                (_, 0) => p.in_chunks,
+                                (NO_RANK, 1) => p.out_chunks,
+                                (NO_RANK, 2) => p.scratch_chunks,
+                                other => panic!("{other:?}"),
+                            };
+                            assert!(op.off + count <= chunks, "{} rank {rank}: {op:?}", p.name);
+                            assert!(op.rank == NO_RANK || op.rank < p.n_ranks);
+                        }
+                        seen += 1;
+                    }
+                }
+            }
+        }
+        assert!(seen >= 17, "{seen} chains");
+    }
+
     #[test]
     fn blocks_publish_the_steps_others_wait_for_and_know_their_deps() {
         let mut p = fixture();
