@@ -265,7 +265,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         if mode == Mode::InPlace { "in place" } else { "out of place" },
         args.blocks,
         if req.direct_reads() {
-            "; the ranks share one GPU (as the profile was measured), so receivers that may read their senders' input directly are priced so (docs/cuda.md)"
+            "; the ranks share one GPU (as the profile was measured), so receivers that may read their senders' input directly, and chains of such reductions run as one pass, are priced so (docs/cuda.md)"
         } else {
             ""
         }
