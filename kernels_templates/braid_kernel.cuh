@@ -103,7 +103,7 @@ struct DepDesc {      // 12 bytes
   u32 nsteps;         // steps of that block
 };
 
-struct Table {        // one rank's prepared plan: 120 bytes
+struct Table {        // one rank's prepared plan: 128 bytes
   u64 progress;       // u64 per grid block; then one u64: blocks finished this call
   u64 counters;       // u64 per connection-end lane: slices sent / received so far
   u64 fail;           // u32 device word: nonzero once this rank's call failed
@@ -477,11 +477,15 @@ __device__ __forceinline__ void fused_pass(T* d, u64 dv, u32 n) {
     done = m * UNIT;
     // One operand's vector in flight at a time per thread (the block's other threads
     // keep the memory busy): measured faster than 2 or 4 at once, whose registers made the
-    // whole interpreter spill (docs/perf.md).
+    // whole interpreter spill. Written as groups of one operand, with the first combined
+    // like the rest: this form ran a one-block 8-operand pass twice as fast as the same
+    // loop with the first load peeled out (docs/perf.md).
     for (u64 v = threadIdx.x; v < m; v += blockDim.x) {
-      uint4 acc = BRAID_LD(reinterpret_cast<const uint4*>(fp[0]) + v);
-      for (u32 k = 1; k < n; k++)
-        acc = apply_pack<T, OP>(acc, BRAID_LD(reinterpret_cast<const uint4*>(fp[k]) + v));
+      uint4 acc;
+      for (u32 k = 0; k < n; k++) {
+        const uint4 x = BRAID_LD(reinterpret_cast<const uint4*>(fp[k]) + v);
+        acc = k == 0 ? x : apply_pack<T, OP>(acc, x);
+      }
       reinterpret_cast<uint4*>(d)[v] = acc;
     }
   }

@@ -483,15 +483,22 @@ impl CudaEngine {
             timeout_ns: u64::try_from(self.clique.timeout.as_nanos()).unwrap_or(u64::MAX),
             trace: self.clique.trace,
         };
-        let len = program::table_len(plan, rank);
-        let table = DeviceAlloc::new(&ctx, len, 0)?;
+        let layout = program::Layout::new(plan, rank);
+        let table = DeviceAlloc::new(&ctx, layout.bytes(), 0)?;
         self.stats.allocated(1);
-        table.upload(&program::encode(plan, rank, &res, &ends, table.ptr()))?;
+        table.upload(&program::encode(
+            plan,
+            rank,
+            &layout,
+            &res,
+            &ends,
+            table.ptr(),
+        ))?;
         Ok(CudaPrepared {
             table,
             kernel,
             grid,
-            trace: res.trace.then(|| program::trace_section(plan, rank)),
+            trace: res.trace.then(|| layout.trace()),
         })
     }
 }

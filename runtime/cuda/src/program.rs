@@ -340,7 +340,7 @@ struct Sections {
     total: usize,
 }
 
-fn sections(plan: &Plan, rank: u32) -> Sections {
+fn sections(plan: &Plan, rank: u32, chain_ops: usize) -> Sections {
     let rp = &plan.ranks[rank as usize];
     let nsteps: usize = rp.blocks.iter().map(|b| b.steps.len()).sum();
     let ndeps: usize = rp
@@ -354,7 +354,7 @@ fn sections(plan: &Plan, rank: u32) -> Sections {
     let step_deps = align16(steps + nsteps * STEP_BYTES);
     let deps = align16(step_deps + nsteps * STEP_DEPS_BYTES);
     let chains = align16(deps + ndeps * DEP_BYTES);
-    let trace = align16(chains + chain_ops(plan, rank).len() * CHAIN_OP_BYTES);
+    let trace = align16(chains + chain_ops * CHAIN_OP_BYTES);
     let total = align16(trace + nsteps * 16);
     Sections {
         blocks,
@@ -377,13 +377,18 @@ pub struct ChainOp {
     pub off: u32,
 }
 
-/// `rank`'s chains that can run as one pass, each with its operands in the order they
-/// are combined: ((block, step) of each link, operands).
-#[allow(clippy::type_complexity)]
-pub fn chains(plan: &Plan, rank: u32) -> Vec<(Vec<(u32, u32)>, Vec<ChainOp>)> {
-    let direct = braid_plan::direct::direct(plan);
+/// One chain of `rank` run as one pass: the (block, step) of each link, and the operands
+/// in the order they are combined.
+pub type Chain = (Vec<(u32, u32)>, Vec<ChainOp>);
+
+/// `rank`'s chains that can run as one pass.
+pub fn chains(plan: &Plan, rank: u32) -> Vec<Chain> {
+    chains_with(plan, rank, &braid_plan::direct::direct(plan))
+}
+
+fn chains_with(plan: &Plan, rank: u32, direct: &braid_plan::direct::Direct) -> Vec<Chain> {
     let rp = &plan.ranks[rank as usize];
-    braid_plan::direct::chains(plan, &direct)
+    braid_plan::direct::chains(plan, direct)
         .into_iter()
         .filter(|c| c.rank == rank)
         .map(|c| {
@@ -417,29 +422,43 @@ pub fn chains(plan: &Plan, rank: u32) -> Vec<(Vec<(u32, u32)>, Vec<ChainOp>)> {
         .collect()
 }
 
-/// `rank`'s chain operands, every chain's in turn.
-fn chain_ops(plan: &Plan, rank: u32) -> Vec<ChainOp> {
-    chains(plan, rank)
-        .into_iter()
-        .flat_map(|(_, ops)| ops)
-        .collect()
+/// What `rank`'s table is made of, analysed once: where its sections lie, which steps
+/// read or write a peer's buffer directly, and which chains run as one pass.
+pub struct Layout {
+    sec: Sections,
+    direct: braid_plan::direct::Direct,
+    chains: Vec<Chain>,
+    nsteps: usize,
 }
 
-/// Where `rank`'s step times are in its table (bytes from its start) and how many steps
-/// there are: a (start, end) pair of u64 nanoseconds per step, in the plan's order (its
-/// blocks in order, each block's steps in order).
-pub fn trace_section(plan: &Plan, rank: u32) -> (usize, usize) {
-    let n = plan.ranks[rank as usize]
-        .blocks
-        .iter()
-        .map(|b| b.steps.len())
-        .sum();
-    (sections(plan, rank).trace, n)
-}
+impl Layout {
+    pub fn new(plan: &Plan, rank: u32) -> Layout {
+        let direct = braid_plan::direct::direct(plan);
+        let chains = chains_with(plan, rank, &direct);
+        let ops = chains.iter().map(|(_, ops)| ops.len()).sum();
+        Layout {
+            sec: sections(plan, rank, ops),
+            direct,
+            chains,
+            nsteps: plan.ranks[rank as usize]
+                .blocks
+                .iter()
+                .map(|b| b.steps.len())
+                .sum(),
+        }
+    }
 
-/// Bytes of `rank`'s table.
-pub fn table_len(plan: &Plan, rank: u32) -> usize {
-    sections(plan, rank).total
+    /// Bytes of the table.
+    pub fn bytes(&self) -> usize {
+        self.sec.total
+    }
+
+    /// Where the step times are in the table (bytes from its start) and how many steps
+    /// there are: a (start, end) pair of u64 nanoseconds per step, in the plan's order
+    /// (its blocks in order, each block's steps in order).
+    pub fn trace(&self) -> (usize, usize) {
+        (self.sec.trace, self.nsteps)
+    }
 }
 
 fn kind_code(k: StepKind) -> u32 {
@@ -514,11 +533,19 @@ fn direct_only(
         })
 }
 
-/// `rank`'s table for a copy at device address `base`; `ends[g]` are grid block `g`'s
-/// connection ends. Call [`check`] first.
-pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u64) -> Vec<u8> {
+/// `rank`'s table for a copy at device address `base`, laid out as `layout` (made for
+/// this plan and rank); `ends[g]` are grid block `g`'s connection ends. Call [`check`]
+/// first.
+pub fn encode(
+    plan: &Plan,
+    rank: u32,
+    layout: &Layout,
+    res: &RankRes,
+    ends: &[BlockEnds],
+    base: u64,
+) -> Vec<u8> {
     let rp = &plan.ranks[rank as usize];
-    let sec = sections(plan, rank);
+    let sec = &layout.sec;
     let nb = rp.blocks.len() as u32;
     let g_total = grid(plan, rank);
     assert_eq!(ends.len(), g_total as usize, "one BlockEnds per grid block");
@@ -571,9 +598,9 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
         acc += b.steps.len() as u32;
         dacc += nd;
     }
-    let direct = braid_plan::direct::direct(plan);
+    let direct = &layout.direct;
     let only: Vec<[bool; 2]> = (0..nb)
-        .map(|b| [true, false].map(|send| direct_only(plan, rank, b, &direct, send)))
+        .map(|b| [true, false].map(|send| direct_only(plan, rank, b, direct, send)))
         .collect();
     w.at = sec.blocks;
     for (g, e) in ends.iter().enumerate() {
@@ -597,10 +624,10 @@ pub fn encode(plan: &Plan, rank: u32, res: &RankRes, ends: &[BlockEnds], base: u
         w.u32(blk.recv_peer.unwrap_or(NO_RANK));
     }
     // Each chain step's flag and operand range.
-    let chains = chains(plan, rank);
+    let chains = &layout.chains;
     let mut chain_of = std::collections::BTreeMap::new();
     let mut first_op = 0u32;
-    for (steps, ops) in &chains {
+    for (steps, ops) in chains {
         for (k, &at) in steps.iter().enumerate() {
             let flag = if k == 0 { CHAIN_HEAD } else { CHAIN_LINK };
             chain_of.insert(at, (flag, first_op << 8 | ops.len() as u32));
@@ -725,8 +752,8 @@ mod tests {
         };
         let g = grid(&p, 1) as usize;
         let ends = vec![BlockEnds::default(); g];
-        let t = encode(&p, 1, &res, &ends, 0x1000);
-        assert_eq!(t.len(), table_len(&p, 1));
+        let t = encode(&p, 1, &Layout::new(&p, 1), &res, &ends, 0x1000);
+        assert_eq!(t.len(), Layout::new(&p, 1).bytes());
         let at = |field: &str| {
             LAYOUT
                 .iter()
@@ -761,8 +788,15 @@ mod tests {
         assert_eq!(blocks as usize, 128);
         // No trace unless asked; asked, a (start, end) pair per step at the table's end.
         assert_eq!(u64_at(&t, at("trace")), 0);
-        let traced = encode(&p, 1, &RankRes { trace: true, ..res }, &ends, 0x1000);
-        let (off, n) = trace_section(&p, 1);
+        let traced = encode(
+            &p,
+            1,
+            &Layout::new(&p, 1),
+            &RankRes { trace: true, ..res },
+            &ends,
+            0x1000,
+        );
+        let (off, n) = Layout::new(&p, 1).trace();
         assert_eq!(u64_at(&traced, at("trace")), 0x1000 + off as u64);
         let steps_of_rank: usize = p.ranks[1].blocks.iter().map(|b| b.steps.len()).sum();
         assert_eq!(n, steps_of_rank);
@@ -786,7 +820,14 @@ mod tests {
         assert_eq!((d.sends.len(), d.recvs.len()), (2, 2), "{d:?}");
         for rank in 0..2u32 {
             let ends = vec![BlockEnds::default(); grid(&p, rank) as usize];
-            let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+            let t = encode(
+                &p,
+                rank,
+                &Layout::new(&p, rank),
+                &RankRes::default(),
+                &ends,
+                0,
+            );
             let steps = u64_at(&t, field("Table", "steps")) as usize;
             let mut i = 0;
             for (bi, b) in p.ranks[rank as usize].blocks.iter().enumerate() {
@@ -846,7 +887,14 @@ mod tests {
                 // The last grid block has no connection at all.
                 *ends.last_mut().unwrap() = BlockEnds::default();
                 let g_total = ends.len();
-                let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+                let t = encode(
+                    &p,
+                    rank,
+                    &Layout::new(&p, rank),
+                    &RankRes::default(),
+                    &ends,
+                    0,
+                );
                 for g in 0..g_total {
                     let b = &rp.blocks[g % nb];
                     for (i, side) in [(0usize, "send"), (2, "recv")] {
@@ -917,7 +965,14 @@ mod tests {
             assert_eq!(ch.len(), 1);
             assert_eq!(ch[0].1, want, "rank {rank}");
             let ends = vec![BlockEnds::default(); grid(&p, rank) as usize];
-            let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+            let t = encode(
+                &p,
+                rank,
+                &Layout::new(&p, rank),
+                &RankRes::default(),
+                &ends,
+                0,
+            );
             let steps_at = u64_at(&t, field("Table", "steps")) as usize;
             let ops_at = u64_at(&t, field("Table", "chains")) as usize;
             for (k, op) in want.iter().enumerate() {
@@ -1016,7 +1071,14 @@ mod tests {
             nslots: 7,
             ..ends[0].send[1]
         };
-        let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+        let t = encode(
+            &p,
+            rank,
+            &Layout::new(&p, rank),
+            &RankRes::default(),
+            &ends,
+            0,
+        );
         let published = published(&p, rank);
         let field = |s: &str, f: &str| {
             LAYOUT
@@ -1060,13 +1122,27 @@ mod tests {
             7 | GPU_SCOPE | DIRECT_ONLY
         );
         ends[0].send[1].gpu_scope = false;
-        let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+        let t = encode(
+            &p,
+            rank,
+            &Layout::new(&p, rank),
+            &RankRes::default(),
+            &ends,
+            0,
+        );
         assert_eq!(
             u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")),
             5 | DIRECT_ONLY
         );
         ends[0].send[1].net = true;
-        let t = encode(&p, rank, &RankRes::default(), &ends, 0);
+        let t = encode(
+            &p,
+            rank,
+            &Layout::new(&p, rank),
+            &RankRes::default(),
+            &ends,
+            0,
+        );
         assert_eq!(
             u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")),
             5 | NET | DIRECT_ONLY
