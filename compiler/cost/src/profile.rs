@@ -94,6 +94,12 @@ pub struct Profile {
     /// crosses them). 0: no shared memory (a rank per GPU).
     #[serde(default)]
     pub shared_gbps: PerProtocol,
+    /// What each block of a GPU launch adds to the call, µs: blocks starting, loading
+    /// their descriptors and polling, over the GPU's SMs. A call pays it for every block
+    /// its GPU runs: all its ranks' blocks where they share one GPU (`shared_gbps` set),
+    /// else its largest rank's. 0 on the host backend (its blocks' start is `block_us`).
+    #[serde(default)]
+    pub launch_block_us: PerProtocol,
 }
 
 impl Default for PerProtocol {
@@ -157,6 +163,7 @@ impl Default for Profile {
             cores: 0,
             copy_gbps: PerProtocol::default(),
             shared_gbps: PerProtocol::default(),
+            launch_block_us: PerProtocol::default(),
         }
     }
 }
@@ -286,6 +293,7 @@ impl Profile {
         pp("block_us", &self.block_us, false)?;
         pp("copy_gbps", &self.copy_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
+        pp("launch_block_us", &self.launch_block_us, false)?;
         if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
             return Err("efficiency is a share: at most 1".into());
         }

@@ -19,7 +19,9 @@
 //!   one memory (several on one GPU), at least the memory accesses all its steps make
 //!   (each byte a step moves, read or written 2 to 4 times: [`memory_accesses`]) over
 //!   the profile's shared rate, and the topology's links then bound no connection (they
-//!   are not what carries the data).
+//!   are not what carries the data). Each block the GPU runs adds the profile's
+//!   `launch_block_us`: every rank's blocks where the ranks share one GPU, else the
+//!   largest rank's, times the replicas ([`launched_blocks`]).
 //!
 //! - A direct pair ([`Call::direct`]): the send takes no time and moves nothing; its
 //!   receive waits for nothing of it and runs as a local step (a copy or a reduction
@@ -427,11 +429,25 @@ pub fn predict(
         r if r > 0.0 => moved * f64::from(replicas) / (r * 1e3),
         _ => 0.0,
     };
+    let launch = profile.launch_block_us.get(proto)
+        * launched_blocks(plan, replicas, profile.shared_gbps.get(proto) > 0.0) as f64;
     Ok(Prediction {
-        total_us: profile.call_us.get(proto) + last.max(busy).max(shared),
+        total_us: profile.call_us.get(proto) + launch + last.max(busy).max(shared),
         timeline,
         chunk_bytes: chunk,
     })
+}
+
+/// The blocks one GPU runs for a call of `plan` with `replicas`: every rank's where the
+/// ranks share one GPU (`shared`), else the largest rank's.
+pub fn launched_blocks(plan: &Plan, replicas: u32, shared: bool) -> u64 {
+    let per_rank = plan.ranks.iter().map(|r| r.blocks.len() as u64);
+    let blocks = if shared {
+        per_rank.sum()
+    } else {
+        per_rank.max().unwrap_or(0)
+    };
+    blocks * u64::from(replicas.max(1))
 }
 
 /// A collective's time with no software cost: the bytes that must leave the busiest

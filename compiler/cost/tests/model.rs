@@ -275,6 +275,55 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
     assert_eq!(price(&shared, 2), price(&free, 2));
 }
 
+/// Each block a GPU runs adds the profile's `launch_block_us`: every rank's blocks where
+/// the ranks share one GPU, the largest rank's where each has its own; replicas multiply
+/// them. Without the constant (0) the price is what it was.
+#[test]
+fn each_launched_block_adds_its_cost() {
+    use braid_cost::sim::launched_blocks;
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let ring = plan(&ps, "ring_allreduce");
+    let counts: Vec<u64> = ring.ranks.iter().map(|r| r.blocks.len() as u64).collect();
+    let (per_rank, all) = (*counts.iter().max().unwrap(), counts.iter().sum::<u64>());
+    assert!(all > per_rank);
+    assert_eq!(launched_blocks(ring, 1, false), per_rank);
+    assert_eq!(launched_blocks(ring, 4, false), 4 * per_rank);
+    assert_eq!(launched_blocks(ring, 4, true), 4 * all);
+    let price = |profile: &Profile, replicas: u32| {
+        let call = Call {
+            bytes: 8,
+            elem: 4,
+            protocol: Protocol::Ll,
+            replicas,
+            direct: false,
+        };
+        predict(ring, &t, profile, &call).unwrap().total_us
+    };
+    let base = Profile::default();
+    let mut blocks = Profile::default();
+    blocks.launch_block_us.ll = 0.05;
+    for r in [1u32, 3] {
+        let added = price(&blocks, r) - price(&base, r);
+        let want = 0.05 * (per_rank * u64::from(r)) as f64;
+        assert!(
+            (added - want).abs() < 1e-9,
+            "{r} replicas: {added} != {want}"
+        );
+    }
+    // Sharing one GPU: all 8 ranks' blocks (the memory rate marks the sharing).
+    let mut shared = blocks.clone();
+    shared.shared_gbps.ll = 1e8;
+    let mut shared_base = base.clone();
+    shared_base.shared_gbps.ll = 1e8;
+    let added = price(&shared, 2) - price(&shared_base, 2);
+    let want = 0.05 * (all * 2) as f64;
+    assert!((added - want).abs() < 1e-9, "{added} != {want}");
+    // The other protocol's constant is not this call's.
+    let mut simple_only = Profile::default();
+    simple_only.launch_block_us.simple = 1.0;
+    assert_eq!(price(&simple_only, 2), price(&base, 2));
+}
+
 /// Ranks of one launch, out of place: a one-shot all-reduce's sends cost nothing, its
 /// receives wait for no message and touch each byte 3 times (read the peer's input and
 /// the own, write the output) instead of 2 + 3 through the FIFO; the shared-memory floor

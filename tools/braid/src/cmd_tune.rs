@@ -342,6 +342,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             ll: copy,
         },
         shared_gbps: PerProtocol::default(),
+        launch_block_us: PerProtocol::default(),
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(

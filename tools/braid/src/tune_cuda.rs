@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `slice_us` | 1 element on 8 ranks | the root's steps after its first, timed on the GPU (median) |
 //! | `hop_us` | 1 element on 8 ranks | a step ending on one rank, then on the next (median) |
+//! | `launch_block_us` | 1 element on 8 ranks, 1 and 12 replicas | the model reproduces the difference |
 //! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
 //! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
@@ -200,6 +201,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
     }
     let mut p = Profile::default();
     let mut notes = Vec::new();
+    let mut notes_blocks = Vec::new();
     let shared = topo.n_ranks() as usize > gpus;
     let c2 = Topology::from_arg("nvswitch:2").expect("a preset");
     for proto in [Protocol::Simple, Protocol::Ll] {
@@ -215,6 +217,44 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         set(&mut p.slice_us, proto, step);
         set(&mut p.hop_us.nvlink, proto, hop);
         set(&mut p.slice_bytes, proto, slice_bytes(proto));
+        // What each block of a launch adds: the same chain with more replicas runs more
+        // blocks doing the same steps (on empty ranges), and the difference of the two
+        // times is theirs (the host's cost of issuing a call, alike in both, cancels).
+        // Where ranks share a GPU their blocks all run on it, which the model counts
+        // only once it knows (the memory rate below): the blocks are counted that way
+        // here already.
+        progress(&format!(
+            "{pname}: 1 element on 8 ranks, {LAUNCH_REPLICAS} replicas"
+        ));
+        let tr = measure(8, 1, LAUNCH_REPLICAS, proto, iters)?;
+        let c8 = Topology::from_arg("nvswitch:8").expect("a preset");
+        let per_block = if tr.replicas > t8.replicas {
+            let blocks =
+                |b: &Bench| braid_cost::sim::launched_blocks(&b.plan, b.replicas, shared) as f64;
+            let mut q = p.clone();
+            if shared {
+                // Any memory rate marks the ranks as sharing a GPU; one this large
+                // never binds a call of 1 element.
+                set(&mut q.shared_gbps, proto, 1e6);
+            }
+            let measured = tr.us - t8.us;
+            let v = solve(0.0, 10.0, false, measured, |v| {
+                let mut q = q.clone();
+                set(&mut q.launch_block_us, proto, v);
+                model(&tr, &c8, &q) - model(&t8, &c8, &q)
+            });
+            notes_blocks.push(format!(
+                "{pname}: {:.0} blocks {:.1} us, {:.0} blocks {:.1} us",
+                blocks(&t8),
+                t8.us,
+                blocks(&tr),
+                tr.us
+            ));
+            v
+        } else {
+            0.0
+        };
+        set(&mut p.launch_block_us, proto, per_block);
         // The call's fixed cost: what the 2-rank chain's time leaves over its steps.
         let call = solve(0.0, t2.us, false, t2.us, |v| {
             let mut q = p.clone();
@@ -263,7 +303,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             ts = Some(b);
         }
         notes.push(format!(
-            "{pname}: a call {call:.1} us, a step {step:.2} us, a message {hop:.2} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
+            "{pname}: a call {call:.1} us, a step {step:.2} us, a message {hop:.2} us, a launched block {per_block:.3} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
             p.block_gbps.get(proto),
             if shared {
                 format!(", the GPU's memory {:.0} GB/s for all ranks", p.shared_gbps.get(proto))
@@ -293,11 +333,15 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             "error: braid tune measured something impossible ({e}); run it again on a quieter machine"
         ))
     })?;
-    for n in notes {
+    for n in notes.iter().chain(&notes_blocks) {
         eprintln!("note: {n}");
     }
     Ok(p)
 }
+
+/// Replicas of the chain that measures what a launched block costs: 8 ranks x 12 = 96
+/// blocks where they share a GPU, within the 132 an H200 runs at once.
+const LAUNCH_REPLICAS: u32 = 12;
 
 fn set(v: &mut PerProtocol, p: Protocol, x: f64) {
     match p {
