@@ -429,33 +429,31 @@ __device__ bool dispatch(Ctx& c, const StepDesc& st) {
 
 // Whether the chain whose operands `word` names runs as one pass in this call: every
 // peer operand's call is in this launch and may be read directly (as its DIRECT receive
-// would). Thread 0 decides and leaves each operand's buffer in `fbase`; block-wide.
+// would). Thread k looks up operand k (the operands load at once, not one after
+// another) and leaves its buffer in `fbase[k]`; block-wide.
 __shared__ char* fbase[FUSE_MAX];
 __shared__ int fbuf[FUSE_MAX];
 __shared__ u32 foff[FUSE_MAX];
 __device__ bool chain_ready(const Ctx& c, u32 word) {
-  __shared__ int ok;
   const u32 first = word >> 8, n = word & 0xff;
-  if (threadIdx.x == 0) {
-    bool all = n >= 2 && n <= FUSE_MAX;
-    for (u32 k = 0; all && k < n; k++) {
-      const ChainOp op = chain_ops[first + k];
-      char* base = nullptr;
-      if (op.rank == NO_RANK) {
-        base = op.buf == 0 ? c.buf[0] : op.buf == 1 ? c.buf[1] : c.buf[2];
-      } else {
-        for (u32 j = 0; j < launch_n; j++)
-          if (launch_rank[j] == op.rank) base = launch_in[j];
-      }
-      all = base != nullptr;
-      fbase[k] = base;
-      fbuf[k] = op.rank == NO_RANK ? op.buf : -1;
-      foff[k] = op.off;
+  const bool fits = n >= 2 && n <= FUSE_MAX;
+  bool found = true;
+  if (fits && threadIdx.x < n) {
+    const u32 k = threadIdx.x;
+    const ChainOp op = chain_ops[first + k];
+    char* base = nullptr;
+    if (op.rank == NO_RANK) {
+      base = op.buf == 0 ? c.buf[0] : op.buf == 1 ? c.buf[1] : c.buf[2];
+    } else {
+      for (u32 j = 0; j < launch_n; j++)
+        if (launch_rank[j] == op.rank) base = launch_in[j];
     }
-    ok = all;
+    found = base != nullptr;
+    fbase[k] = base;
+    fbuf[k] = op.rank == NO_RANK ? op.buf : -1;
+    foff[k] = op.off;
   }
-  __syncthreads();
-  return ok != 0;
+  return __syncthreads_and(found) != 0 && fits;
 }
 
 // A chain as one pass (after `chain_ready`): chunk by chunk, `dst = op0 (+) op1 (+) ...`
@@ -699,13 +697,17 @@ __device__ void run(const Table* tp, const Launch& L, u32 s, u32 g) {
   // then usually finds its answer in hand, both ends of the previous call being done
   // and the FIFO drained, instead of starting its own round trip), load meanwhile.
   __shared__ u64 seen0[4];
+  // Each by a thread of its own warp: an acquiring load holds back its thread's later
+  // loads, so one thread would take them one after another.
+  static_assert(BRAID_THREADS > 64, "the prologue's loads take threads of three warps");
   if (threadIdx.x == 0) {
     failed = *c.w.fail != 0;
-    const bool rh = use_rcv && !BRAID_LL;
-    seen0[0] = use_snd ? load_acquire(c.snd.tail, c.snd.sys) : 0;
-    seen0[1] = rh ? load_acquire(c.rcv.head, c.rcv.sys) : 0;
     seen0[2] = use_snd ? counters[se.counter] : 0;
     seen0[3] = use_rcv ? counters[re.counter] : 0;
+  } else if (threadIdx.x == 32) {
+    seen0[0] = use_snd ? load_acquire(c.snd.tail, c.snd.sys) : 0;
+  } else if (threadIdx.x == 64) {
+    seen0[1] = use_rcv && !BRAID_LL ? load_acquire(c.rcv.head, c.rcv.sys) : 0;
   }
   __syncthreads();
   if (failed) return;
