@@ -172,39 +172,43 @@ impl Profile {
     /// The built-in constants for ranks that share one GPU and launch together (several
     /// ranks of one process on it): what `braid tune --backend cuda` measured on an H200
     /// with 8 ranks sharing it (2026-12-03, `bench/2026-12-03-h200-model-check-direct/
-    /// chains-8ranks/profile.json`), rounded. The defaults describe a rank per GPU over
-    /// NVLink, which prices such ranks' calls as if their data crossed links and their
-    /// memory were their own.
+    /// launch-blocks-8ranks/profile.json`), rounded. The defaults describe a rank per GPU
+    /// over NVLink, which prices such ranks' calls as if their data crossed links and
+    /// their memory were their own.
     pub fn shared_gpu() -> Profile {
         let d = Profile::default();
         Profile {
             source: "defaults for ranks sharing one GPU".into(),
             call_us: PerProtocol {
-                simple: 7.5,
-                ll: 8.5,
+                simple: 6.9,
+                ll: 9.0,
             },
             hop_us: HopLatency {
                 nvlink: PerProtocol {
                     simple: 1.5,
-                    ll: 0.26,
+                    ll: 0.32,
                 },
                 ..d.hop_us
             },
             block_gbps: PerProtocol {
                 simple: 57.0,
-                ll: 72.0,
+                ll: 70.0,
             },
             slice_bytes: PerProtocol {
                 simple: 262144.0,
                 ll: 32768.0,
             },
             slice_us: PerProtocol {
-                simple: 1.15,
-                ll: 0.86,
+                simple: 1.18,
+                ll: 0.83,
             },
             shared_gbps: PerProtocol {
                 simple: 3630.0,
-                ll: 880.0,
+                ll: 860.0,
+            },
+            launch_block_us: PerProtocol {
+                simple: 0.019,
+                ll: 0.012,
             },
             ..d
         }
