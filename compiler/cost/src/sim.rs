@@ -5,14 +5,16 @@
 //! - A connection (sender rank, receiver rank, channel, replica) runs over the route
 //!   the topology gives for that pair of GPUs. Every directed link on it is shared with
 //!   the other connections of the call that cross it (all of them assumed busy at once):
-//!   the connection's bandwidth is the smallest share over its route, capped by what
-//!   one block moves, times the protocol's payload share.
+//!   the connection's link rate is the smallest share over its route, times the
+//!   protocol's payload share.
 //! - A step moves its chunks' bytes (each replica its share of every chunk) in slices;
 //!   a slice leaves when the previous one has and, for a step that receives, when the
 //!   same slice has arrived: so a forwarded message flows through a chain of ranks
-//!   pipelined slice by slice, as the kernels run it. A slice costs its bytes at the
-//!   connection's bandwidth plus a fixed overhead, and reaches the peer after the path's
-//!   latency plus the protocol's per-message latency.
+//!   pipelined slice by slice, as the kernels run it. A slice costs a fixed overhead plus
+//!   its bytes at its block's rate per memory access (the profile's block rate was
+//!   measured on copies, 2 accesses per byte: a step takes [`memory_accesses`] / 2 times
+//!   a copy's time), and over a connection no less than its bytes at the link rate; it
+//!   reaches the peer after the path's latency plus the protocol's per-message latency.
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
 //!   (a start cost per block, its slices) divided by the cores; where its ranks share
@@ -28,7 +30,8 @@
 //!   reading the peer's memory). A chain of reductions into one destination whose peers
 //!   all read directly ([`braid_plan::direct::chains`], at most [`FUSE_MAX`] operands)
 //!   runs as one pass: its head does every link's bytes in one step (reading each
-//!   operand once and writing the destination once), its later links take no time.
+//!   operand once and writing the destination once, at its block's rate per memory
+//!   access: (operands + 1) / 2 times a copy's time), its later links take no time.
 //!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
 //! plans are simulated as one pass over the whole message.
@@ -99,7 +102,9 @@ pub fn chunk_bytes(plan: &Plan, bytes: u64, elem: u64) -> u64 {
 
 /// A connection's ends and what it is worth.
 struct Conn {
-    gbps: f64,
+    /// The payload rate its links give it (their share, times the protocol's payload
+    /// share).
+    link_gbps: f64,
     latency_us: f64,
     /// Crosses the network (each slice posted by the rank's proxy, one at a time).
     net: bool,
@@ -213,7 +218,7 @@ pub fn predict(
         conns.insert(
             s,
             Conn {
-                gbps: share.min(block) * eff,
+                link_gbps: share * eff,
                 latency_us: path.latency_us + profile.hop_us.get(path.class, proto),
                 net: topo.node_of(l.sender_rank) != topo.node_of(l.receiver_rank),
             },
@@ -316,12 +321,14 @@ pub fn predict(
             .ceil()
             .max(1.0) as usize;
         let slice = bytes as f64 / n_slices as f64;
-        // A chain's head: every operand read once, the destination written once; its
-        // time, the links' bandwidth work in one step (each link one operand more).
+        // The step's memory accesses per byte (a chain's head reads every operand once
+        // and writes the destination once). A block moves bytes at a rate per access:
+        // its rate was measured on copies (2 accesses per byte), so a step takes
+        // accesses / 2 times a copy's time at its block.
         let fused_ops = heads.get(&at(ri, bi, si)).copied();
-        moved +=
-            bytes as f64 * fused_ops.map_or(memory_accesses(step.kind), |ops| ops as f64 + 1.0);
-        let work_factor = fused_ops.map_or(1.0, |ops| (ops - 1) as f64);
+        let accesses = fused_ops.map_or(memory_accesses(step.kind), |ops| ops as f64 + 1.0);
+        moved += bytes as f64 * accesses;
+        let work_factor = accesses / 2.0;
         let mut t = preds[i]
             .iter()
             .filter(|&&j| Some(j) != matched[i])
@@ -334,10 +341,11 @@ pub fn predict(
         }
         let start = t;
         let sends = step.kind.sends() && !skipped;
-        let gbps = if sends {
-            conns.get(&(ri, bi)).map_or(local_gbps, |c| c.gbps)
-        } else {
-            local_gbps
+        // A slice's time at its block's rate, and over a connection no less than at the
+        // links' rate.
+        let (block_gbps, link_gbps) = match conns.get(&(ri, bi)) {
+            Some(c) if sends => (block * eff, c.link_gbps),
+            _ => (local_gbps, f64::INFINITY),
         };
         let latency = if sends {
             conns.get(&(ri, bi)).map_or(0.0, |c| c.latency_us)
@@ -368,7 +376,8 @@ pub fn predict(
                     proxy[ri] = t;
                 }
             }
-            t += slice_us + slice * work_factor / (gbps * 1e3);
+            t += slice_us
+                + (slice * work_factor / (block_gbps * 1e3)).max(slice / (link_gbps * 1e3));
             // The cores' share: the bytes this slice copies, at the copy rate.
             work += slice / (copy_work_gbps * 1e3);
             if net {
