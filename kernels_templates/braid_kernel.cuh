@@ -65,9 +65,11 @@ constexpr u32 PUBLISH = 1u << 8;
 constexpr u32 DIRECT = 1u << 9;
 // `StepDesc.kind`'s flags: the first step of a chain of reductions into one destination,
 // and each later one (program.rs's `CHAIN_HEAD`). When every peer operand of the chain
-// can be read directly in this launch (`chain_ready`), the head runs the whole chain as
-// one pass (`fused`) and the later steps do nothing and wait for nothing; else every
-// step runs as it stands. `StepDesc.chain`: `first << 8 | n`, the chain's operands.
+// can be read directly in this launch (`chain_ready`), the chain runs as one pass
+// (`fused`): by the head alone, or, where it may split and its range is large enough
+// (`chain_parts`), by the blocks of all its steps, each its part; the later steps wait
+// for nothing. Else every step runs as it stands. `StepDesc.chain` (program.rs's
+// `chain_word`): `first << 13 | splits << 12 | steps << 8 | position << 4 | n`.
 constexpr u32 CHAIN_HEAD = 1u << 10;
 constexpr u32 CHAIN_LINK = 1u << 11;
 constexpr u32 KIND_MASK = 0xff;
@@ -435,7 +437,7 @@ __shared__ char* fbase[FUSE_MAX];
 __shared__ int fbuf[FUSE_MAX];
 __shared__ u32 foff[FUSE_MAX];
 __device__ bool chain_ready(const Ctx& c, u32 word) {
-  const u32 first = word >> 8, n = word & 0xff;
+  const u32 first = word >> 13, n = word & 0xf;
   const bool fits = n >= 2 && n <= FUSE_MAX;
   bool found = true;
   if (fits && threadIdx.x < n) {
@@ -501,17 +503,37 @@ __device__ __forceinline__ void fused_pass(T* d, u64 dv, u32 n) {
   }
 }
 
-__device__ __forceinline__ void fused(Ctx& c, int db, u32 doff, u32 count, u32 n) {
+// Bytes each block of a chain's one pass takes at least before the pass is shared among
+// them: smaller calls leave it to the head (its links then start and end at once).
+constexpr u64 SPLIT_MIN_BYTES = 4096;
+
+// How many blocks run the one pass of the chain whose word is `word` over `count` chunks
+// of the current range: all its steps' where it may split and each part would be large
+// enough, else 1 (the head). The same for every block of the chain (same range).
+__device__ __forceinline__ u32 chain_parts(const Ctx& c, u32 word, u32 count) {
+  const u32 steps = (word >> 8) & 0xf;
+  const bool splits = (word >> 12) & 1;
+  const u64 bytes = (u64)count * (c.hi - c.lo) * sizeof(T);
+  return splits && steps > 1 && bytes >= steps * SPLIT_MIN_BYTES ? steps : 1;
+}
+
+// Part `part` of `parts` of a chain's one pass: of each chunk, this block's share of
+// whole vectors (the last part the rest).
+__device__ __forceinline__ void fused(Ctx& c, int db, u32 doff, u32 count, u32 n, u32 part,
+                                      u32 parts) {
   for (u32 i = 0; i < count; i++) {
     const Span d = span(c, db, doff + i);
+    const u64 per = ((d.valid + parts - 1) / parts + UNIT - 1) / UNIT * UNIT;
+    const u64 from = min64(d.valid, per * part);
+    const u64 to = min64(d.valid, from + per);
     if (threadIdx.x < n) {
       const u32 k = threadIdx.x;
       const Span o = fbuf[k] == 2 ? span(c, 2, foff[k] + i) : span_at(c, fbase[k], foff[k] + i);
-      fp[k] = o.ptr;
-      fv[k] = o.valid;
+      fp[k] = o.ptr + from;
+      fv[k] = o.valid > from ? min64(o.valid, to) - from : 0;
     }
     __syncthreads();
-    fused_pass(d.ptr, d.valid, n);
+    fused_pass(d.ptr + from, to - from, n);
     __syncthreads();
   }
 }
@@ -545,17 +567,20 @@ __device__ bool run_steps(Ctx& c, const Table& t, const BlockDesc& bd, u64 tile,
     const StepDesc st = steps[i];
     const StepDeps sd = sdeps[i];
     if (trace != nullptr && tile == 0) trace[2 * i] = now_ns();
-    // A chain run as one pass: its head does it all; its later links wait for nothing.
+    // A chain run as one pass: by its head, or shared by its steps' blocks; its later
+    // links wait for nothing (a chain that splits waits for nothing at all).
     const bool fuse = (st.kind & (CHAIN_HEAD | CHAIN_LINK)) != 0 && chain_ready(c, st.chain);
-    const bool idle = fuse && (st.kind & CHAIN_LINK) != 0;
-    if (!idle) {
+    const bool link = fuse && (st.kind & CHAIN_LINK) != 0;
+    const u32 parts = fuse ? chain_parts(c, st.chain, st.count) : 1;
+    const bool idle = link && parts == 1;
+    if (!link) {
       for (u32 j = 0; j < sd.n; j++) {
         const DepDesc dep = deps[sd.first - c.dep0 + j];
         if (!wait_dep(c, dep.block, tile * dep.nsteps + dep.step)) return false;
       }
     }
     if (fuse) {
-      if (st.kind & CHAIN_HEAD) fused(c, st.dbuf, st.doff, st.count, st.chain & 0xff);
+      if (!idle) fused(c, st.dbuf, st.doff, st.count, st.chain & 0xf, (st.chain >> 4) & 0xf, parts);
     } else if (!dispatch(c, st)) {
       return false;
     }

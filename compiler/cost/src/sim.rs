@@ -30,8 +30,10 @@
 //!   reading the peer's memory). A chain of reductions into one destination whose peers
 //!   all read directly ([`braid_plan::direct::chains`], at most [`FUSE_MAX`] operands)
 //!   runs as one pass: its head does every link's bytes in one step (reading each
-//!   operand once and writing the destination once, at its block's rate per memory
-//!   access: (operands + 1) / 2 times a copy's time), its later links take no time.
+//!   operand once and writing the destination once), its later links take no time;
+//!   where the chain splits ([`braid_plan::direct::Chain::splits`]) and each part has
+//!   at least [`SPLIT_MIN_BYTES`], the blocks of all its steps share the pass, so the
+//!   head's step takes one part's time.
 //!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
 //! plans are simulated as one pass over the whole message.
@@ -45,6 +47,10 @@ use std::collections::HashMap;
 /// The most operands a chain run as one pass has (the CUDA kernel's limit: every peer of
 /// it in one launch).
 pub const FUSE_MAX: usize = 8;
+
+/// The bytes each block of a chain's one pass takes at least before the blocks of the
+/// chain's steps share it (the CUDA kernel's `SPLIT_MIN_BYTES`).
+pub const SPLIT_MIN_BYTES: u64 = 4096;
 
 /// A call to price.
 #[derive(Clone, Copy, Debug)]
@@ -168,15 +174,17 @@ pub fn predict(
         braid_plan::direct::Direct::default()
     };
     let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
-    // Chains run as one pass: each head with the operands it reads, and the links.
-    let mut heads: HashMap<(u32, u32, u32), usize> = HashMap::new();
+    // Chains run as one pass: each head with the operands it reads and the blocks that
+    // may share its pass (1: the head alone), and the links.
+    let mut heads: HashMap<(u32, u32, u32), (usize, usize)> = HashMap::new();
     let mut links: std::collections::HashSet<(u32, u32, u32)> = Default::default();
     for c in braid_plan::direct::chains(plan, &direct) {
         let (hb, hs) = c.steps[0];
         let head = &plan.ranks[c.rank as usize].blocks[hb as usize].steps[hs as usize];
         let ops = c.steps.len() + usize::from(head.kind == braid_plan::StepKind::RecvReduceCopy);
         if ops <= FUSE_MAX {
-            heads.insert((c.rank, hb, hs), ops);
+            let sharing = if c.splits { c.steps.len() } else { 1 };
+            heads.insert((c.rank, hb, hs), (ops, sharing));
             links.extend(c.steps[1..].iter().map(|&(b, s)| (c.rank, b, s)));
         }
     }
@@ -325,10 +333,16 @@ pub fn predict(
         // and writes the destination once). A block moves bytes at a rate per access:
         // its rate was measured on copies (2 accesses per byte), so a step takes
         // accesses / 2 times a copy's time at its block.
-        let fused_ops = heads.get(&at(ri, bi, si)).copied();
-        let accesses = fused_ops.map_or(memory_accesses(step.kind), |ops| ops as f64 + 1.0);
+        let fused = heads.get(&at(ri, bi, si)).copied();
+        let accesses = fused.map_or(memory_accesses(step.kind), |(ops, _)| ops as f64 + 1.0);
         moved += bytes as f64 * accesses;
-        let work_factor = accesses / 2.0;
+        // A pass its chain's blocks share (each part at least SPLIT_MIN_BYTES, as the
+        // kernel decides) takes a part's time.
+        let parts = match fused {
+            Some((_, n)) if n > 1 && bytes >= n as u64 * SPLIT_MIN_BYTES => n as f64,
+            _ => 1.0,
+        };
+        let work_factor = accesses / 2.0 / parts;
         let mut t = preds[i]
             .iter()
             .filter(|&&j| Some(j) != matched[i])

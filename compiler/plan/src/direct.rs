@@ -106,6 +106,14 @@ pub struct Chain {
     /// or `rrc`; each later one is its block's only step, a direct `rrc` or a `re` into
     /// the head's destination, and depends on exactly the step before it.
     pub steps: Vec<(u32, u32)>,
+    /// Whether the one pass may be shared among the chain's blocks (each its part of the
+    /// destination, none waiting for another): nothing comes before the head (it is its
+    /// block's first step and waits for no other) and every operand is an input (a
+    /// peer's `in` read directly, or the rank's own `in`), so what every block reads
+    /// is there when the call starts. No step waits for a chain's steps but its own
+    /// links, and every link is its block's only step: only the call's end needs the
+    /// destination whole.
+    pub splits: bool,
 }
 
 /// The chains of `plan` (see [`Chain`]), given its direct pairs: maximal, of two steps
@@ -183,7 +191,19 @@ pub fn chains(plan: &Plan, direct: &Direct) -> Vec<Chain> {
                 .enumerate()
                 .all(|(k, s)| waiters.get(s).copied().unwrap_or(0) == inner(k));
             if steps.len() >= 2 && closed {
-                out.push(Chain { rank: r, steps });
+                // A direct receive's operand is its peer's `in`; a head that reduces and
+                // every local reduce add their own `src`.
+                let own_inputs = steps.iter().all(|&at| {
+                    let st = step(at);
+                    let own = !direct_recv(at) || (at == first && st.kind != StepKind::Recv);
+                    !own || st.src.is_some_and(|s| s.buf == Buf::In)
+                });
+                let splits = first.1 == 0 && step(first).deps.is_empty() && own_inputs;
+                out.push(Chain {
+                    rank: r,
+                    steps,
+                    splits,
+                });
             }
         }
     }

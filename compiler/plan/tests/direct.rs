@@ -191,3 +191,61 @@ fn chains_that_others_wait_on_or_that_are_not_direct_are_left_alone() {
     assert_eq!(ch.len(), 3, "{ch:?}");
     assert!(ch.iter().all(|c| c.rank != 0));
 }
+
+/// A chain's one pass may be shared among its blocks only when nothing precedes its
+/// head and every operand is an input: true for the shipped one-shot reductions; false
+/// once the head waits for another step, or an operand the rank adds is its `out`.
+#[test]
+fn a_chain_splits_only_when_its_operands_are_inputs_and_nothing_precedes_it() {
+    use braid_plan::direct::chains;
+    for (name, c, n) in [
+        ("one_shot_oop_allreduce", Collective::Allreduce, 8),
+        ("direct_reduce_scatter", Collective::ReduceScatter, 4),
+        ("direct_reduce", Collective::Reduce, 4),
+    ] {
+        let plan = shipped(name, c, n);
+        let ch = chains(&plan, &direct(&plan));
+        assert!(
+            !ch.is_empty() && ch.iter().all(|c| c.splits),
+            "{name}: {ch:?}"
+        );
+    }
+    let plan = shipped("one_shot_oop_allreduce", Collective::Allreduce, 4);
+    let chain0 = chains(&plan, &direct(&plan))
+        .into_iter()
+        .find(|c| c.rank == 0)
+        .unwrap();
+    // The head waits for a step of another block.
+    let (hb, hs) = chain0.steps[0];
+    let other = (0..plan.ranks[0].blocks.len() as u32)
+        .find(|&b| chain0.steps.iter().all(|&(cb, _)| cb != b))
+        .unwrap();
+    let mut p = plan.clone();
+    p.ranks[0].blocks[hb as usize].steps[hs as usize]
+        .deps
+        .push(braid_plan::Dep {
+            block: other,
+            step: 0,
+        });
+    let c0 = chains(&p, &direct(&p)).into_iter().find(|c| c.rank == 0);
+    assert!(c0.is_some_and(|c| !c.splits));
+    // The rank's own operand (its local reduce, or the head's own source) taken from
+    // `out` instead of `in`.
+    let own = chain0
+        .steps
+        .iter()
+        .copied()
+        .find(|&(b, s)| {
+            let st = &plan.ranks[0].blocks[b as usize].steps[s as usize];
+            st.kind == StepKind::Reduce || (st.kind == StepKind::RecvReduceCopy && st.src != st.dst)
+        })
+        .expect("rank 0 adds its own input");
+    let mut p = plan.clone();
+    let st = &mut p.ranks[0].blocks[own.0 as usize].steps[own.1 as usize];
+    st.src = st.src.map(|s| braid_plan::Slice {
+        buf: braid_ir::Buf::Out,
+        ..s
+    });
+    let c0 = chains(&p, &direct(&p)).into_iter().find(|c| c.rank == 0);
+    assert!(c0.is_some_and(|c| !c.splits));
+}

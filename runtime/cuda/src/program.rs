@@ -116,15 +116,25 @@ pub const DEP_BYTES: usize = 12;
 pub const CHAIN_OP_BYTES: usize = 16;
 /// `StepDesc.kind`'s flags: the first step of a chain of reductions into one destination
 /// ([`braid_plan::direct::chains`]), and each later one. When every peer operand of the
-/// chain reads directly in this launch, the head runs the whole chain as one pass and the
-/// later steps do nothing (and wait for nothing); else each runs as it stands.
-/// `StepDesc.chain` is then `first << 8 | n`: the chain's operands are `ChainOp`s
+/// chain reads directly in this launch, the chain runs as one pass that waits for nothing
+/// but the head's dependencies: done by the head alone, or, where the chain may split
+/// ([`braid_plan::direct::Chain::splits`]) and its range is large enough, shared among
+/// the blocks of its steps (step k does part k of `steps`); else each step runs as it
+/// stands. `StepDesc.chain` is then [`chain_word`]: the chain's operands are `ChainOp`s
 /// `first .. first + n` of the table, in the order they are combined.
 pub const CHAIN_HEAD: u32 = 1 << 10;
 pub const CHAIN_LINK: u32 = 1 << 11;
 /// The most operands a chain run as one pass has (the kernel's `FUSE_MAX`): all but the
 /// rank's own come from ranks of one launch, which holds at most this many.
 pub const CHAIN_MAX: usize = crate::kernel::MAX_LOCAL;
+
+/// A chain step's `StepDesc.chain` word: `first << 13 | splits << 12 | steps << 8 |
+/// position << 4 | n` (n operands from `ChainOp` `first`; the step's position in a chain
+/// of `steps` steps; whether it may split). `n` and `steps` are at most [`CHAIN_MAX`].
+pub fn chain_word(first: u32, n: u32, position: u32, steps: u32, splits: bool) -> u32 {
+    debug_assert!(n as usize <= CHAIN_MAX && steps as usize <= CHAIN_MAX && position < steps);
+    first << 13 | u32::from(splits) << 12 | steps << 8 | position << 4 | n
+}
 
 /// A connection `(sender, receiver, channel)` with the channel across replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -377,9 +387,16 @@ pub struct ChainOp {
     pub off: u32,
 }
 
-/// One chain of `rank` run as one pass: the (block, step) of each link, and the operands
-/// in the order they are combined.
-pub type Chain = (Vec<(u32, u32)>, Vec<ChainOp>);
+/// One chain of `rank` that can run as one pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// The (block, step) of each step, the head first.
+    pub steps: Vec<(u32, u32)>,
+    /// The operands in the order they are combined.
+    pub ops: Vec<ChainOp>,
+    /// Whether its blocks may share the pass ([`braid_plan::direct::Chain::splits`]).
+    pub splits: bool,
+}
 
 /// `rank`'s chains that can run as one pass.
 pub fn chains(plan: &Plan, rank: u32) -> Vec<Chain> {
@@ -416,9 +433,13 @@ fn chains_with(plan: &Plan, rank: u32, direct: &braid_plan::direct::Direct) -> V
                     None => ops.extend(st.src.map(local)),
                 }
             }
-            (c.steps, ops)
+            Chain {
+                steps: c.steps,
+                ops,
+                splits: c.splits,
+            }
         })
-        .filter(|(_, ops)| ops.len() <= CHAIN_MAX)
+        .filter(|c| c.ops.len() <= CHAIN_MAX && c.steps.len() <= CHAIN_MAX)
         .collect()
 }
 
@@ -435,7 +456,7 @@ impl Layout {
     pub fn new(plan: &Plan, rank: u32) -> Layout {
         let direct = braid_plan::direct::direct(plan);
         let chains = chains_with(plan, rank, &direct);
-        let ops = chains.iter().map(|(_, ops)| ops.len()).sum();
+        let ops = chains.iter().map(|c| c.ops.len()).sum();
         Layout {
             sec: sections(plan, rank, ops),
             direct,
@@ -627,12 +648,19 @@ pub fn encode(
     let chains = &layout.chains;
     let mut chain_of = std::collections::BTreeMap::new();
     let mut first_op = 0u32;
-    for (steps, ops) in chains {
-        for (k, &at) in steps.iter().enumerate() {
+    for c in chains {
+        for (k, &at) in c.steps.iter().enumerate() {
             let flag = if k == 0 { CHAIN_HEAD } else { CHAIN_LINK };
-            chain_of.insert(at, (flag, first_op << 8 | ops.len() as u32));
+            let word = chain_word(
+                first_op,
+                c.ops.len() as u32,
+                k as u32,
+                c.steps.len() as u32,
+                c.splits,
+            );
+            chain_of.insert(at, (flag, word));
         }
-        first_op += ops.len() as u32;
+        first_op += c.ops.len() as u32;
     }
     w.at = sec.steps;
     let published = published(plan, rank);
@@ -680,7 +708,7 @@ pub fn encode(
         }
     }
     w.at = sec.chains;
-    for op in chains.iter().flat_map(|(_, ops)| ops) {
+    for op in chains.iter().flat_map(|c| &c.ops) {
         w.u32(op.rank);
         w.u32(op.buf as u32);
         w.u32(op.off);
@@ -963,7 +991,8 @@ mod tests {
             check(&p, rank).unwrap();
             let ch = chains(&p, rank);
             assert_eq!(ch.len(), 1);
-            assert_eq!(ch[0].1, want, "rank {rank}");
+            assert_eq!(ch[0].ops, want, "rank {rank}");
+            assert!(ch[0].splits);
             let ends = vec![BlockEnds::default(); grid(&p, rank) as usize];
             let t = encode(
                 &p,
@@ -987,7 +1016,10 @@ mod tests {
                 for si in 0..b.steps.len() {
                     let sd = steps_at + flat * STEP_BYTES;
                     let kind = u32_at(&t, sd);
-                    let pos = ch[0].0.iter().position(|&x| x == (bi as u32, si as u32));
+                    let pos = ch[0]
+                        .steps
+                        .iter()
+                        .position(|&x| x == (bi as u32, si as u32));
                     let want_flag = match pos {
                         Some(0) => CHAIN_HEAD,
                         Some(_) => CHAIN_LINK,
@@ -995,7 +1027,10 @@ mod tests {
                     };
                     assert_eq!(kind & (CHAIN_HEAD | CHAIN_LINK), want_flag, "{bi}.{si}");
                     let word = u32_at(&t, sd + field("StepDesc", "chain"));
-                    let want_word = if pos.is_some() { want.len() as u32 } else { 0 };
+                    // Operands from the first; the step's place in the chain, which
+                    // may split.
+                    let len = ch[0].steps.len() as u32;
+                    let want_word = pos.map_or(0, |k| 1 << 12 | len << 8 | (k as u32) << 4 | 4);
                     assert_eq!(word, want_word, "{bi}.{si}");
                     flat += 1;
                 }
@@ -1020,7 +1055,7 @@ mod tests {
                 let p = v.plan();
                 for rank in 0..p.n_ranks {
                     check(p, rank).unwrap();
-                    for (steps, ops) in chains(p, rank) {
+                    for Chain { steps, ops, .. } in chains(p, rank) {
                         let rp = &p.ranks[rank as usize];
                         let (hb, hs) = steps[0];
                         let count = rp.blocks[hb as usize].steps[hs as usize].count();

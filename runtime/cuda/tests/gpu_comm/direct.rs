@@ -161,7 +161,9 @@ pub fn section() -> Result<Cases, String> {
         })();
         cases.push((what, res));
     }
-    for (plan, collective, root, n, count, dtype) in [
+    // (plan, collective, root, ranks, count, dtype, whether the chains' blocks share the
+    // pass: one replica, and each part at least 4 KiB).
+    for (plan, collective, root, n, count, dtype, split) in [
         (
             "one_shot_oop_allreduce",
             Allreduce,
@@ -169,6 +171,7 @@ pub fn section() -> Result<Cases, String> {
             4,
             1 << 16,
             DType::F32,
+            true,
         ),
         (
             "one_shot_oop_allreduce",
@@ -177,6 +180,7 @@ pub fn section() -> Result<Cases, String> {
             8,
             1001,
             DType::F32,
+            false,
         ),
         (
             "one_shot_oop_allreduce",
@@ -185,6 +189,16 @@ pub fn section() -> Result<Cases, String> {
             8,
             999,
             DType::F16,
+            false,
+        ),
+        (
+            "one_shot_oop_allreduce",
+            Allreduce,
+            None,
+            8,
+            300_001,
+            DType::F32,
+            true,
         ),
         (
             "direct_reduce_scatter",
@@ -193,11 +207,41 @@ pub fn section() -> Result<Cases, String> {
             4,
             4097,
             DType::F32,
+            false,
         ),
-        ("direct_reduce", Reduce, Some(2), 4, 3000, DType::Bf16),
+        (
+            "direct_reduce_scatter",
+            ReduceScatter,
+            None,
+            8,
+            8 * 20_003,
+            DType::F32,
+            true,
+        ),
+        (
+            "direct_reduce",
+            Reduce,
+            Some(2),
+            4,
+            3000,
+            DType::Bf16,
+            false,
+        ),
+        (
+            "direct_reduce",
+            Reduce,
+            Some(5),
+            8,
+            1 << 18,
+            DType::Bf16,
+            true,
+        ),
     ] {
-        let what = format!("{plan} on {n} ranks, {count} {dtype}: each chain as one pass");
-        cases.push((what, chains(plan, collective, root, n, count, dtype)));
+        let what = format!(
+            "{plan} on {n} ranks, {count} {dtype}: each chain as one pass{}",
+            if split { ", shared by its blocks" } else { "" }
+        );
+        cases.push((what, chains(plan, collective, root, n, count, dtype, split)));
     }
     for rank_major in [false, true] {
         let what = format!(
@@ -300,6 +344,7 @@ fn chains(
     n: u32,
     count: usize,
     dtype: DType,
+    split: bool,
 ) -> Result<(), String> {
     let spec = CallSpec {
         collective,
@@ -312,11 +357,12 @@ fn chains(
     let expected = reference(collective, dtype, spec.op, root, &ins);
     let mut outputs = Vec::new();
     for direct in [true, false] {
-        let o = Options {
+        let mut o = Options {
             direct,
             trace: true,
             ..opts(10)
         };
+        o.policy.replicas = Some(1);
         let r = ranks_of(n, plan, collective, root, &o)?;
         let mut got = Vec::new();
         // Twice: the first call also sets up; the second is the usual one.
@@ -338,16 +384,20 @@ fn chains(
                 .step_times(&spec, Mode::OutOfPlace)
                 .map_err(|e| e.to_string())?
                 .ok_or(format!("rank {rank}: no step times"))?;
-            for (links, _) in braid_cuda::program::chains(&p, rank as u32) {
+            for braid_cuda::program::Chain { steps: links, .. } in
+                braid_cuda::program::chains(&p, rank as u32)
+            {
                 for &(b, st) in &links[1..] {
                     let (a, e) = times[b as usize][st as usize];
-                    match (direct, a == e) {
+                    // Idle (its head ran the pass) only with direct reads and no split.
+                    match (direct && !split, a == e) {
                         (true, false) => {
                             return Err(format!("rank {rank}: link {b}.{st} ran ({a} to {e})"))
                         }
                         (false, true) => {
                             return Err(format!(
-                                "rank {rank}: link {b}.{st} idle without direct reads"
+                                "rank {rank}: link {b}.{st} idle (direct reads {direct}, \
+                                 split {split})"
                             ))
                         }
                         _ => {}
