@@ -744,6 +744,11 @@ mod tests {
         .unwrap()
     }
 
+    /// `rank`'s table at address 0 with default resources.
+    fn table(p: &Plan, rank: u32, ends: &[BlockEnds]) -> Vec<u8> {
+        encode(p, rank, &Layout::new(p, rank), &RankRes::default(), ends, 0)
+    }
+
     fn u32_at(t: &[u8], at: usize) -> u32 {
         u32::from_le_bytes(t[at..at + 4].try_into().unwrap())
     }
@@ -848,14 +853,7 @@ mod tests {
         assert_eq!((d.sends.len(), d.recvs.len()), (2, 2), "{d:?}");
         for rank in 0..2u32 {
             let ends = vec![BlockEnds::default(); grid(&p, rank) as usize];
-            let t = encode(
-                &p,
-                rank,
-                &Layout::new(&p, rank),
-                &RankRes::default(),
-                &ends,
-                0,
-            );
+            let t = table(&p, rank, &ends);
             let steps = u64_at(&t, field("Table", "steps")) as usize;
             let mut i = 0;
             for (bi, b) in p.ranks[rank as usize].blocks.iter().enumerate() {
@@ -915,14 +913,7 @@ mod tests {
                 // The last grid block has no connection at all.
                 *ends.last_mut().unwrap() = BlockEnds::default();
                 let g_total = ends.len();
-                let t = encode(
-                    &p,
-                    rank,
-                    &Layout::new(&p, rank),
-                    &RankRes::default(),
-                    &ends,
-                    0,
-                );
+                let t = table(&p, rank, &ends);
                 for g in 0..g_total {
                     let b = &rp.blocks[g % nb];
                     for (i, side) in [(0usize, "send"), (2, "recv")] {
@@ -994,14 +985,7 @@ mod tests {
             assert_eq!(ch[0].ops, want, "rank {rank}");
             assert!(ch[0].splits);
             let ends = vec![BlockEnds::default(); grid(&p, rank) as usize];
-            let t = encode(
-                &p,
-                rank,
-                &Layout::new(&p, rank),
-                &RankRes::default(),
-                &ends,
-                0,
-            );
+            let t = table(&p, rank, &ends);
             let steps_at = u64_at(&t, field("Table", "steps")) as usize;
             let ops_at = u64_at(&t, field("Table", "chains")) as usize;
             for (k, op) in want.iter().enumerate() {
@@ -1106,14 +1090,7 @@ mod tests {
             nslots: 7,
             ..ends[0].send[1]
         };
-        let t = encode(
-            &p,
-            rank,
-            &Layout::new(&p, rank),
-            &RankRes::default(),
-            &ends,
-            0,
-        );
+        let t = table(&p, rank, &ends);
         let published = published(&p, rank);
         let field = |s: &str, f: &str| {
             LAYOUT
@@ -1157,27 +1134,13 @@ mod tests {
             7 | GPU_SCOPE | DIRECT_ONLY
         );
         ends[0].send[1].gpu_scope = false;
-        let t = encode(
-            &p,
-            rank,
-            &Layout::new(&p, rank),
-            &RankRes::default(),
-            &ends,
-            0,
-        );
+        let t = table(&p, rank, &ends);
         assert_eq!(
             u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")),
             5 | DIRECT_ONLY
         );
         ends[0].send[1].net = true;
-        let t = encode(
-            &p,
-            rank,
-            &Layout::new(&p, rank),
-            &RankRes::default(),
-            &ends,
-            0,
-        );
+        let t = table(&p, rank, &ends);
         assert_eq!(
             u32_at(&t, BLOCKS_AT + send1 + field("End", "nslots")),
             5 | NET | DIRECT_ONLY
