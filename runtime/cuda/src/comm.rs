@@ -29,13 +29,19 @@ pub const DEFAULT_SCRATCH_BYTES: usize = 32 << 20;
 /// Aborts `clique`'s kernels as soon as `boot`'s group fails (a peer's process gone or
 /// silent, noticed by the bootstrap's liveness watcher), so a kernel waiting for a dead
 /// peer returns within milliseconds instead of at its timeout. The thread ends with the
-/// clique.
+/// clique. It holds neither between its looks: the bootstrap must go when the
+/// communicator does (its drop says goodbye to the peers; a process that returns from
+/// `main` before a detached thread let go of it would leave without one, and peers
+/// still running would take it for a crash).
 fn watch_bootstrap(boot: &Arc<Bootstrap>, clique: &Arc<Clique>) -> Result<()> {
-    let (boot, clique) = (boot.clone(), Arc::downgrade(clique));
+    let rank = boot.rank();
+    let (boot, clique) = (Arc::downgrade(boot), Arc::downgrade(clique));
     std::thread::Builder::new()
-        .name(format!("braid-cuda-watch-{}", boot.rank()))
+        .name(format!("braid-cuda-watch-{rank}"))
         .spawn(move || loop {
-            let Some(c) = clique.upgrade() else { return };
+            let (Some(c), Some(boot)) = (clique.upgrade(), boot.upgrade()) else {
+                return;
+            };
             if boot.abort_flag().load(std::sync::atomic::Ordering::SeqCst) {
                 let why = boot
                     .failure()
@@ -44,7 +50,7 @@ fn watch_bootstrap(boot: &Arc<Bootstrap>, clique: &Arc<Clique>) -> Result<()> {
                 c.abort_because(&why);
                 return;
             }
-            drop(c);
+            drop((c, boot));
             std::thread::sleep(std::time::Duration::from_millis(20));
         })
         .map_err(|e| CudaError::Invalid(format!("cannot start the bootstrap watcher: {e}")))?;

@@ -162,7 +162,8 @@ pub fn section() -> Result<Cases, String> {
         cases.push((what, res));
     }
     // (plan, collective, root, ranks, count, dtype, whether the chains' blocks share the
-    // pass: one replica, and each part at least 4 KiB).
+    // pass: one replica, and each part at least 4 KiB; a reduce-scatter's count is each
+    // rank's part, and 4097 f32 on 4 ranks would split).
     for (plan, collective, root, n, count, dtype, split) in [
         (
             "one_shot_oop_allreduce",
@@ -205,7 +206,7 @@ pub fn section() -> Result<Cases, String> {
             ReduceScatter,
             None,
             4,
-            4097,
+            1001,
             DType::F32,
             false,
         ),
