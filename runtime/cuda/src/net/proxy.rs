@@ -601,10 +601,19 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        // A send end first forwards what its kernel published.
+        // A send end first forwards what its kernel published, then waits until the
+        // peer's TCP has it all: closing a socket with unread credits in it resets the
+        // connection, which discards what is still in flight (a sender finishing before
+        // its receiver, on a link that loses packets, would cut off its last slices).
         let i = &self.inner;
+        let deadline = Instant::now() + i.timeout;
         i.health
             .close(i.timeout, i.send.then_some((&i.fifo, &i.out)));
+        if i.send && !i.health.failed() {
+            for stream in &i.streams {
+                wait_acknowledged(stream, deadline, || i.health.failed());
+            }
+        }
         for stream in &self.inner.streams {
             let _ = stream.shutdown(Shutdown::Both);
         }
@@ -617,6 +626,37 @@ impl Drop for Proxy {
         for r in self.threads.drain(..) {
             let _ = r.join();
         }
+    }
+}
+
+/// Waits until the peer's TCP has acknowledged everything written to `stream` (Linux:
+/// `TIOCOUTQ`, the bytes not yet acknowledged, is 0), `give_up` says so, or `deadline`
+/// passes; whether it was acknowledged. Elsewhere it cannot tell and returns false at once.
+pub fn wait_acknowledged(
+    stream: &TcpStream,
+    deadline: Instant,
+    give_up: impl Fn() -> bool,
+) -> bool {
+    #[cfg(target_os = "linux")]
+    loop {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: a live socket; TIOCOUTQ writes one int.
+        let r = unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        if r != 0 {
+            return false;
+        }
+        if queued == 0 {
+            return true;
+        }
+        if give_up() || Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (stream, deadline, give_up);
+        false
     }
 }
 

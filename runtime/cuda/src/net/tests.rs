@@ -4,7 +4,7 @@
 
 use super::fifo::{fifo_len, Fifo, FifoMemory};
 use super::loopback_pair;
-use super::proxy::{OnFail, Proxy};
+use super::proxy::{wait_acknowledged, OnFail, Proxy};
 use super::wire::{Credit, Data, HEADER};
 use crate::kernel::{LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
 use std::alloc::Layout;
@@ -280,6 +280,37 @@ fn over_several_streams_a_stalled_stream_does_not_hold_up_the_others() {
         seen.lock().unwrap()
     );
     drop(sp);
+}
+
+/// What a send end's drop waits for before it closes: the peer's TCP acknowledging
+/// every byte written. A peer that reads nothing leaves bytes unacknowledged once its
+/// receive buffer is full; when it has read them all, they are; a give-up returns at once.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_send_end_knows_when_its_peer_has_acknowledged_every_byte() {
+    let (a, mut b) = loopback_pair().unwrap();
+    small_buffers(&a, 4096);
+    small_buffers(&b, 4096);
+    a.set_nonblocking(true).unwrap();
+    let chunk = vec![7u8; 1 << 16];
+    let mut written = 0;
+    loop {
+        match (&a).write(&chunk) {
+            Ok(n) => written += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(written > 0);
+    let soon = Instant::now() + Duration::from_millis(200);
+    assert!(!wait_acknowledged(&a, soon, || false));
+    let t = Instant::now();
+    assert!(!wait_acknowledged(&a, t + Duration::from_secs(30), || true));
+    assert!(t.elapsed() < Duration::from_secs(1));
+    let mut got = vec![0u8; written];
+    b.read_exact(&mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 7));
+    assert!(wait_acknowledged(&a, Instant::now() + TIMEOUT, || false));
 }
 
 #[test]
