@@ -220,11 +220,16 @@ impl Profile {
         self.source.starts_with("defaults")
     }
 
-    /// Whether calls whose ranks launch together on one GPU (`together`) should be priced
-    /// with [`Profile::shared_gpu`] instead of these constants: they are the built-in ones
-    /// for a rank per GPU. A measured profile is always used as it is.
-    pub fn defer_to_shared_gpu(&self, together: bool) -> bool {
-        together && self.is_builtin() && !self.one_gpu()
+    /// The constants a call is priced with whose ranks launch together on one GPU or not
+    /// (`together`): these, except that the built-in ones for a rank per GPU give way to
+    /// [`Profile::shared_gpu`] for ranks launching together. A measured profile is always
+    /// used as it is.
+    pub fn for_launch(&self, together: bool) -> std::borrow::Cow<'_, Profile> {
+        if together && self.is_builtin() && !self.one_gpu() {
+            std::borrow::Cow::Owned(Profile::shared_gpu())
+        } else {
+            std::borrow::Cow::Borrowed(self)
+        }
     }
 
     /// Whether the profile was measured with several ranks on one GPU: a shared memory

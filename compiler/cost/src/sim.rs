@@ -180,8 +180,7 @@ pub fn predict(
     let mut links: std::collections::HashSet<(u32, u32, u32)> = Default::default();
     for c in braid_plan::direct::chains(plan, &direct) {
         let (hb, hs) = c.steps[0];
-        let head = &plan.ranks[c.rank as usize].blocks[hb as usize].steps[hs as usize];
-        let ops = c.steps.len() + usize::from(head.kind == braid_plan::StepKind::RecvReduceCopy);
+        let ops = c.operands(plan);
         if ops <= FUSE_MAX {
             let sharing = if c.splits { c.steps.len() } else { 1 };
             heads.insert((c.rank, hb, hs), (ops, sharing));

@@ -116,6 +116,16 @@ pub struct Chain {
     pub splits: bool,
 }
 
+impl Chain {
+    /// How many operands the chain combines: one per step, and the head's own source
+    /// too when it reduces (`dst = src (+) p0`).
+    pub fn operands(&self, plan: &Plan) -> usize {
+        let (b, s) = self.steps[0];
+        let head = &plan.ranks[self.rank as usize].blocks[b as usize].steps[s as usize];
+        self.steps.len() + usize::from(head.kind == StepKind::RecvReduceCopy)
+    }
+}
+
 /// The chains of `plan` (see [`Chain`]), given its direct pairs: maximal, of two steps
 /// or more, and none that another step depends on (a step that waited for a link of
 /// the chain would see the destination half reduced; run as one pass, it would not).

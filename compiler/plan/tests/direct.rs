@@ -127,6 +127,8 @@ fn one_shot_reductions_are_one_chain_per_reducing_rank() {
                 .filter(|&&(b, s)| d.recvs.contains_key(&(chain.rank, b, s)))
                 .count();
             assert_eq!(peers, n as usize - 1, "{name} on {n}");
+            // Every rank's input, its own included.
+            assert_eq!(chain.operands(&plan), n as usize, "{name} on {n}");
             assert!(chain.steps.len() <= n as usize, "{name} on {n}");
             for (k, &(b, s)) in chain.steps.iter().enumerate() {
                 let st = &rp.blocks[b as usize].steps[s as usize];

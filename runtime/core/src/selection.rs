@@ -19,10 +19,6 @@ use std::sync::{Arc, Mutex};
 pub struct Model {
     pub topo: Topology,
     pub profile: Profile,
-    /// The built-in constants for ranks sharing one GPU ([`Profile::shared_gpu`]): what
-    /// calls of a backend whose ranks launch together are priced with when `profile` is
-    /// the built-in one (a measured profile is used as it is).
-    shared: Profile,
     /// Per size bucket: the chosen plan's digest, replicas, protocol.
     cache: Mutex<HashMap<Bucket, (u64, u32, Protocol)>>,
 }
@@ -45,19 +41,7 @@ impl Model {
         Model {
             topo,
             profile,
-            shared: Profile::shared_gpu(),
             cache: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The constants a call on `target` is priced with: the profile's, except that the
-    /// built-in ones for a rank per GPU give way to those for ranks sharing one where
-    /// the backend's ranks launch together on one GPU.
-    pub fn profile_for(&self, target: &Target) -> &Profile {
-        if self.profile.defer_to_shared_gpu(target.direct) {
-            &self.shared
-        } else {
-            &self.profile
         }
     }
 }
@@ -209,7 +193,7 @@ pub fn choose(
     let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
     let options = price(
         &model.topo,
-        model.profile_for(target),
+        &model.profile.for_launch(target.direct),
         &plans,
         &creq,
         policy.replicas,

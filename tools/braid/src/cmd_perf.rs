@@ -492,14 +492,7 @@ fn predict_row(
     };
     // As the runtime prices it: ranks of one launch without a measured profile with the
     // built-in constants for a shared GPU.
-    let shared;
-    let profile = if profile.defer_to_shared_gpu(direct) {
-        shared = braid_cost::Profile::shared_gpu();
-        &shared
-    } else {
-        profile
-    };
-    match braid_cost::predict(plan, topo, profile, &call) {
+    match braid_cost::predict(plan, topo, &profile.for_launch(direct), &call) {
         Ok(p) => r.set_predicted(p.total_us),
         Err(e) => tracing::info!(plan = %plan.name, "the model cannot price it: {e}"),
     }

@@ -201,7 +201,6 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
     }
     let mut p = Profile::default();
     let mut notes = Vec::new();
-    let mut notes_blocks = Vec::new();
     let shared = topo.n_ranks() as usize > gpus;
     let c2 = Topology::from_arg("nvswitch:2").expect("a preset");
     for proto in [Protocol::Simple, Protocol::Ll] {
@@ -243,7 +242,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 set(&mut q.launch_block_us, proto, v);
                 model(&tr, &c8, &q) - model(&t8, &c8, &q)
             });
-            notes_blocks.push(format!(
+            notes.push(format!(
                 "{pname}: {:.0} blocks {:.1} us, {:.0} blocks {:.1} us",
                 blocks(&t8),
                 t8.us,
@@ -333,7 +332,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             "error: braid tune measured something impossible ({e}); run it again on a quieter machine"
         ))
     })?;
-    for n in notes.iter().chain(&notes_blocks) {
+    for n in notes {
         eprintln!("note: {n}");
     }
     Ok(p)
