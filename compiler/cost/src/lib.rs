@@ -37,9 +37,11 @@ impl Request {
     /// Whether the call's prices assume direct reads ([`Call::direct`]): ranks that launch
     /// together, out of place. Every rank must price a call alike, and of a rooted
     /// collective only the root knows whether its call is in place (the others have one
-    /// buffer), so rooted collectives are priced without them.
+    /// buffer, which the call leaves untouched either way), so rooted collectives are
+    /// priced with them whatever the root's mode: an in-place root's own `in` is then
+    /// read through its connections, the others' directly.
     pub fn direct_reads(&self) -> bool {
-        self.direct && self.mode == Mode::OutOfPlace && !self.collective.is_rooted()
+        self.direct && (self.mode == Mode::OutOfPlace || self.collective.is_rooted())
     }
 }
 

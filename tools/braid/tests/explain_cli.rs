@@ -447,3 +447,42 @@ fn a_one_gpu_profile_prices_direct_reads_out_of_place_only() {
     assert!(!inplace.stderr.contains("directly"), "{}", inplace.stderr);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Of a rooted collective only the root can call in place, so every rank prices it with
+/// direct reads when the ranks share a GPU, whatever the mode (the non-roots' one buffer is
+/// untouched either way): an 8-rank reduce then goes to the direct plan, whose chain at the
+/// root reads every input once, in both modes alike.
+#[test]
+fn a_one_gpu_profile_prices_a_rooted_call_alike_in_both_modes() {
+    let dir = std::env::temp_dir().join(format!("braid-rooted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("one_gpu.profile");
+    let mut p = braid_cost::Profile::default();
+    p.shared_gbps.simple = 3400.0;
+    p.shared_gbps.ll = 850.0;
+    std::fs::write(&file, p.to_json()).unwrap();
+    let explain = |mode: &str| {
+        let out = braid(
+            &[
+                "explain",
+                "reduce",
+                "--size",
+                "64M",
+                "--topo",
+                "nvswitch:8",
+                "--profile",
+                file.to_str().unwrap(),
+                "--mode",
+                mode,
+            ],
+            &[],
+        );
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    let (oop, inplace) = (explain("outofplace"), explain("inplace"));
+    assert!(oop.stdout.starts_with("selected: direct_reduce"), "{}", oop.stdout);
+    assert_eq!(oop.stdout, inplace.stdout);
+    assert!(inplace.stderr.contains("read their senders' input directly"), "{}", inplace.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+}
