@@ -630,7 +630,9 @@ impl Drop for Proxy {
 }
 
 /// Waits until the peer's TCP has acknowledged everything written to `stream` (Linux:
-/// `TIOCOUTQ`, the bytes not yet acknowledged, is 0), `give_up` says so, or `deadline`
+/// `TIOCOUTQ`, the bytes not yet acknowledged, is 0), the connection leaves the
+/// established state (the peer reset it or closed its end: what is queued will never be
+/// acknowledged, and a reset socket keeps counting it), `give_up` says so, or `deadline`
 /// passes; whether it was acknowledged. Elsewhere it cannot tell and returns false at once.
 pub fn wait_acknowledged(
     stream: &TcpStream,
@@ -648,7 +650,7 @@ pub fn wait_acknowledged(
         if queued == 0 {
             return true;
         }
-        if give_up() || Instant::now() >= deadline {
+        if !established(stream) || give_up() || Instant::now() >= deadline {
             return false;
         }
         std::thread::sleep(Duration::from_micros(200));
@@ -659,6 +661,29 @@ pub fn wait_acknowledged(
         false
     }
 }
+
+/// Whether the connection is in TCP's established state (Linux: `TCP_INFO`).
+#[cfg(target_os = "linux")]
+fn established(stream: &TcpStream) -> bool {
+    // SAFETY: `tcp_info` is plain integers; all zeros is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: a live socket; the kernel writes at most `len` bytes into `info`.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    r == 0 && info.tcpi_state == TCP_ESTABLISHED
+}
+
+/// `tcp_info.tcpi_state` of an established connection (Linux's `TCP_ESTABLISHED`).
+#[cfg(target_os = "linux")]
+const TCP_ESTABLISHED: u8 = 1;
 
 /// What a poller drives: one connection end's turn (true when it moved anything), and
 /// whether the end has closed (the poller then lets it go).

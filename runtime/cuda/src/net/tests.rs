@@ -313,6 +313,31 @@ fn a_send_end_knows_when_its_peer_has_acknowledged_every_byte() {
     assert!(wait_acknowledged(&a, Instant::now() + TIMEOUT, || false));
 }
 
+/// A peer that resets the connection (a killed process with unread bytes) leaves bytes
+/// that will never be acknowledged, and a reset socket keeps counting them: the wait
+/// ends at the reset, not at its deadline.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_send_end_stops_waiting_for_acknowledgements_when_its_peer_resets() {
+    let (a, b) = loopback_pair().unwrap();
+    small_buffers(&a, 4096);
+    small_buffers(&b, 4096);
+    a.set_nonblocking(true).unwrap();
+    let chunk = vec![7u8; 1 << 16];
+    loop {
+        match (&a).write(&chunk) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Unread bytes in its receive buffer: closing sends a reset.
+    drop(b);
+    let t = Instant::now();
+    assert!(!wait_acknowledged(&a, t + Duration::from_secs(30), || false));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
 #[test]
 fn dropping_a_send_end_first_forwards_what_its_kernel_published() {
     let (a, mut b) = loopback_pair().unwrap();
