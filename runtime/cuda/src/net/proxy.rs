@@ -252,9 +252,28 @@ impl Inner {
         }
     }
 
+    /// Sends a credit. A peer that closed its end (it sent its last slice, and its
+    /// process may have left) takes no more credits: that is a close, not a failure; a
+    /// peer that died with slices still due is named by the bootstrap's liveness, and a
+    /// broken data stream by the reader.
     fn send_header(&self, h: &[u8; HEADER]) -> Io {
         // SAFETY: a local array.
-        unsafe { self.send_raw(0, h.as_ptr(), HEADER) }
+        match unsafe { self.send_raw(0, h.as_ptr(), HEADER) } {
+            Io::Failed(_) if self.peer_closed() => Io::Closed,
+            other => other,
+        }
+    }
+
+    /// Whether the peer closed or reset the connection (stream 0 no longer established).
+    fn peer_closed(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            !established(&self.streams[0])
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            false
+        }
     }
 
     /// The poller's turn: forwards published slices (send end) or returns credits

@@ -517,6 +517,51 @@ fn a_peer_closing_mid_frame_fails_and_between_frames_does_not() {
     );
 }
 
+/// Makes closing `s` reset the connection (`SO_LINGER` of 0), as a killed process's
+/// socket with unread bytes does.
+fn reset_on_close(s: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a live socket; the option's value is a `linger`.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+}
+
+/// A sender that sent its last slice and closed (its process gone) leaves the receiving
+/// kernel's last credits with nowhere to go: the receive end closes quietly, it does not
+/// fail the connection (which would abort a communicator whose peers all finished).
+#[test]
+fn credits_after_the_sender_closed_do_not_fail_the_receiver() {
+    let (mut a, b) = loopback_pair().unwrap();
+    let (on_fail, seen) = failures();
+    let rf = fifo();
+    let rp = Proxy::start(rf.clone(), vec![b], false, "0->1".into(), TIMEOUT, on_fail).unwrap();
+    let (h, body) = data(0, 1, 1000);
+    a.write_all(&h.encode()).unwrap();
+    a.write_all(&body).unwrap();
+    spin_until("the slice", || rf.head(0).load(Ordering::Acquire) >= 1);
+    // The sender is gone before the kernel consumes the slice.
+    reset_on_close(&a);
+    drop(a);
+    std::thread::sleep(Duration::from_millis(50));
+    rf.tail(0).store(1, Ordering::Release);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(seen.lock().unwrap().is_empty(), "{:?}", seen.lock().unwrap());
+    assert!(!rp.failed());
+    drop(rp);
+}
+
 #[test]
 fn a_credit_for_slices_never_sent_fails_the_sender() {
     let (a, mut b) = loopback_pair().unwrap();
