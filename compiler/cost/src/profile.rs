@@ -148,8 +148,8 @@ impl Default for Profile {
                 ll: 0.5,
             },
             slice_bytes: PerProtocol {
-                simple: 131072.0,
-                ll: 16384.0,
+                simple: 262144.0,
+                ll: 32768.0,
             },
             slice_us: PerProtocol {
                 simple: 0.3,
@@ -329,7 +329,7 @@ mod tests {
         assert!(Profile::from_json(&old).unwrap_err().contains("version 1"));
         let bad = p
             .to_json()
-            .replace("\"simple\": 131072.0", "\"simple\": 0.0");
+            .replace("\"simple\": 262144.0", "\"simple\": 0.0");
         assert!(Profile::from_json(&bad)
             .unwrap_err()
             .contains("slice_bytes"));

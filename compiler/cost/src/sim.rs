@@ -35,12 +35,15 @@
 //!   at least [`SPLIT_MIN_BYTES`], the blocks of all its steps share the pass, so the
 //!   head's step takes one part's time.
 //!
-//! Slots (the FIFO depth) are taken as deep enough never to stall a sender; MSCCL's tiled
-//! plans are simulated as one pass over the whole message.
+//! - A tiled plan (MSCCL's model) runs tile by tile, as the kernel does: every step once
+//!   per tile of its share (one FIFO slot per chunk), each waiting for its
+//!   dependencies' and its message's same tile, and each block's tiles in order.
+//!
+//! Slots (the FIFO depth) are taken as deep enough never to stall a sender.
 
 use crate::profile::Profile;
 use braid_ir::{Collective, Protocol};
-use braid_plan::Plan;
+use braid_plan::{Execution, Plan};
 use braid_topo::Topology;
 use std::collections::HashMap;
 
@@ -51,6 +54,10 @@ pub const FUSE_MAX: usize = 8;
 /// The bytes each block of a chain's one pass takes at least before the blocks of the
 /// chain's steps share it (the CUDA kernel's `SPLIT_MIN_BYTES`).
 pub const SPLIT_MIN_BYTES: u64 = 4096;
+
+/// The most tiles of a tiled plan simulated one by one; longer calls group the kernel's
+/// tiles.
+pub const MAX_TILES: u64 = 256;
 
 /// A call to price.
 #[derive(Clone, Copy, Debug)]
@@ -275,24 +282,54 @@ pub fn predict(
             }
         }
     }
-    let mut waiting: Vec<usize> = preds.iter().map(Vec::len).collect();
-    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
-    for (i, p) in preds.iter().enumerate() {
-        for &j in p {
-            succs[j].push(i);
+    // A tiled plan (MSCCL's model) runs its blocks' steps once per tile of the share,
+    // each tile of a chunk one FIFO slot (the profile's slice): step `s` of tile `k`
+    // waits for what it waits for in tile `k`, and a block's first step of tile `k` for
+    // its last of tile `k - 1`. A streaming plan is one tile. Long calls simulate at most
+    // `MAX_TILES` tiles, each several of the kernel's (as many slices, so the same
+    // costs; only the pipeline's fill is coarser).
+    let piece = profile.slice_bytes.get(proto).max(1.0) as u64;
+    let (tiles, per_tile) = if plan.execution == Execution::Tiled && chunk > piece {
+        let group = chunk.div_ceil(piece).div_ceil(MAX_TILES);
+        (chunk.div_ceil(group * piece) as usize, group * piece)
+    } else {
+        (1, chunk)
+    };
+    let tile_bytes = |k: usize| per_tile.min(chunk.saturating_sub(k as u64 * per_tile));
+    let last_of_block = |i: usize| {
+        let (ri, bi, _) = ids[i];
+        index[&(ri, bi, plan.ranks[ri].blocks[bi].steps.len() - 1)]
+    };
+    let unit = |i: usize, k: usize| i * tiles + k;
+    let n_units = ids.len() * tiles;
+    let unit_preds = |u: usize| -> Vec<usize> {
+        let (i, k) = (u / tiles, u % tiles);
+        let mut p: Vec<usize> = preds[i].iter().map(|&j| unit(j, k)).collect();
+        if ids[i].2 == 0 && k > 0 {
+            p.push(unit(last_of_block(i), k - 1));
+        }
+        p
+    };
+    let mut waiting: Vec<usize> = (0..n_units).map(|u| unit_preds(u).len()).collect();
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n_units];
+    for u in 0..n_units {
+        for j in unit_preds(u) {
+            succs[j].push(u);
         }
     }
-    // Ready steps, earliest start first, so that what a rank's proxy does is simulated
+    // Ready units, earliest start first, so that what a rank's proxy does is simulated
     // in time order. The key is the start time's bits (non-negative floats order as
     // their bits do).
-    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> = (0..ids.len())
-        .filter(|&i| waiting[i] == 0)
-        .map(|i| std::cmp::Reverse((0, i)))
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> = (0..n_units)
+        .filter(|&u| waiting[u] == 0)
+        .map(|u| std::cmp::Reverse((0, u)))
         .collect();
-    let mut end = vec![0f64; ids.len()];
-    // When each slice of a sending step reaches its receiver.
-    let mut arrivals: Vec<Vec<f64>> = vec![Vec::new(); ids.len()];
-    let mut timeline = Vec::with_capacity(ids.len());
+    let mut end = vec![0f64; n_units];
+    // When each slice of a sending unit reaches its receiver.
+    let mut arrivals: Vec<Vec<f64>> = vec![Vec::new(); n_units];
+    // Each step's start (its first tile's) and end (its last tile's).
+    let mut span: Vec<(f64, f64)> = vec![(0.0, 0.0); ids.len()];
+    let mut order = Vec::with_capacity(ids.len());
     let mut done = 0;
     let slice_us = profile.slice_us.get(proto);
     let block_us = profile.block_us.get(proto);
@@ -316,14 +353,15 @@ pub fn predict(
         r if r > 0.0 => r * eff,
         _ => block * eff,
     };
-    while let Some(std::cmp::Reverse((_, i))) = ready.pop() {
+    while let Some(std::cmp::Reverse((_, u))) = ready.pop() {
         done += 1;
+        let (i, k) = (u / tiles, u % tiles);
         let (ri, bi, si) = ids[i];
         let b = &plan.ranks[ri].blocks[bi];
         let step = &b.steps[si];
         let skipped = direct.sends.contains(&at(ri, bi, si)) || links.contains(&at(ri, bi, si));
         let chunks = step.src.or(step.dst).map_or(0, |s| u64::from(s.count));
-        let bytes = if skipped { 0 } else { chunks * chunk };
+        let bytes = if skipped { 0 } else { chunks * tile_bytes(k) };
         let n_slices = (bytes as f64 / profile.slice_bytes.get(proto))
             .ceil()
             .max(1.0) as usize;
@@ -342,12 +380,13 @@ pub fn predict(
             _ => 1.0,
         };
         let work_factor = accesses / 2.0 / parts;
-        let mut t = preds[i]
-            .iter()
-            .filter(|&&j| Some(j) != matched[i])
-            .map(|&j| end[j])
+        let matched_unit = matched[i].map(|j| unit(j, k));
+        let mut t = unit_preds(u)
+            .into_iter()
+            .filter(|&j| Some(j) != matched_unit)
+            .map(|j| end[j])
             .fold(0f64, f64::max);
-        if si == 0 {
+        if si == 0 && k == 0 {
             // The block starts: on the host a thread wakes.
             t += block_us;
             work += block_us;
@@ -366,19 +405,19 @@ pub fn predict(
             0.0
         };
         let net = sends && conns.get(&(ri, bi)).is_some_and(|c| c.net);
-        let incoming = matched[i].map(|j| arrivals[j].clone());
+        let incoming = matched_unit.map(|j| arrivals[j].clone());
         let net_in = matched[i].is_some_and(|j| {
             let (sr, sb, _) = ids[j];
             conns.get(&(sr, sb)).is_some_and(|c| c.net)
         });
         let mut out = Vec::with_capacity(if sends { n_slices } else { 0 });
-        for k in 0..if skipped { 0 } else { n_slices } {
+        for x in 0..if skipped { 0 } else { n_slices } {
             if let Some(a) = &incoming {
                 // The sender's slicing may differ: take the arrival of the same share.
                 let idx = if a.is_empty() {
                     0
                 } else {
-                    (k * a.len() / n_slices).min(a.len() - 1)
+                    (x * a.len() / n_slices).min(a.len() - 1)
                 };
                 if let Some(&at) = a.get(idx) {
                     t = t.max(at);
@@ -408,25 +447,25 @@ pub fn predict(
                 t = t.max(last);
             }
         }
-        end[i] = t;
-        arrivals[i] = out;
-        timeline.push(StepTime {
-            rank: plan.ranks[ri].rank,
-            block: b.id,
-            step: si as u32,
-            kind: kind_name(step.kind),
-            start_us: start,
-            end_us: t,
-        });
-        for &s in &succs[i] {
+        end[u] = t;
+        arrivals[u] = out;
+        if k == 0 {
+            span[i].0 = start;
+        }
+        if k + 1 == tiles {
+            span[i].1 = t;
+            order.push(i);
+        }
+        for &s in &succs[u] {
             waiting[s] -= 1;
             if waiting[s] == 0 {
                 // Its start: the latest of its predecessors' ends, or of the first
                 // slice's arrival for the message it receives.
-                let at = preds[s]
-                    .iter()
-                    .map(|&j| {
-                        if Some(j) == matched[s] {
+                let ms = matched[s / tiles].map(|j| unit(j, s % tiles));
+                let at = unit_preds(s)
+                    .into_iter()
+                    .map(|j| {
+                        if Some(j) == ms {
                             arrivals[j].first().copied().unwrap_or(end[j])
                         } else {
                             end[j]
@@ -437,9 +476,24 @@ pub fn predict(
             }
         }
     }
-    if done != ids.len() {
+    if done != n_units {
         return Err("the plan's steps wait on each other in a cycle".into());
     }
+    let timeline: Vec<StepTime> = order
+        .into_iter()
+        .map(|i| {
+            let (ri, bi, si) = ids[i];
+            let b = &plan.ranks[ri].blocks[bi];
+            StepTime {
+                rank: plan.ranks[ri].rank,
+                block: b.id,
+                step: si as u32,
+                kind: kind_name(b.steps[si].kind),
+                start_us: span[i].0,
+                end_us: span[i].1,
+            }
+        })
+        .collect();
     let last = end.iter().copied().fold(0f64, f64::max);
     // Replicas run alike: each block's work, times the replicas, shared by the cores.
     let busy = if profile.cores > 0 {

@@ -24,7 +24,7 @@ fn plan<'a>(ps: &'a [Arc<Verified>], name: &str) -> &'a Verified {
         .unwrap_or_else(|| panic!("no {name}"))
 }
 
-fn time(p: &Verified, t: &Topology, bytes: u64, protocol: Protocol, replicas: u32) -> f64 {
+fn time(p: &braid_plan::Plan, t: &Topology, bytes: u64, protocol: Protocol, replicas: u32) -> f64 {
     predict(
         p,
         t,
@@ -105,17 +105,49 @@ fn ll_wins_small_messages_and_simple_large_ones() {
     );
 }
 
+/// Inside a node latency plans win small messages and full-bandwidth plans large ones:
+/// rings over PCIe (NCCL's choice); over NVSwitch, where every pair has the full link,
+/// a ring, two-shot or the double binary tree (NCCL 2.4's full-bandwidth tree), never
+/// the single tree (its inner ranks send twice what they receive) nor a latency plan.
+/// The trees run tile by tile, so they are priced so; the shipped ring forwards chunk
+/// by chunk on all but one rank (a streaming ring fused on every rank would deadlock),
+/// which costs it its lead over NVSwitch (docs/costmodel.md).
 #[test]
 fn inside_a_node_rings_win_large_messages_and_latency_plans_small_ones() {
     for topo in ["nvswitch:8", "pcie:8"] {
         let small = winner(topo, Collective::Allreduce, 8);
         assert_ne!(small, "ring_allreduce", "{topo}: 8 B");
         let large = winner(topo, Collective::Allreduce, 1 << 30);
-        assert!(
-            large.contains("ring") || large.contains("two_shot"),
-            "{topo}: 1 GiB won by {large}"
-        );
+        let full_bandwidth = large.contains("ring")
+            || large.contains("two_shot")
+            || (topo == "nvswitch:8" && large == "double_binary_tree_allreduce");
+        assert!(full_bandwidth, "{topo}: 1 GiB won by {large}");
     }
+    assert!(winner("pcie:8", Collective::Allreduce, 1 << 30).contains("ring"));
+}
+
+/// A tiled plan's steps run tile by tile (each its share of the chunk one FIFO slot at a
+/// time), so a tree pipelines down its levels: simulated as one pass over the whole
+/// message it would take a level's time per level.
+#[test]
+fn a_tiled_tree_pipelines_its_levels_tile_by_tile() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let tree = plan(&ps, "tree_allreduce");
+    assert_eq!(tree.execution, braid_plan::Execution::Tiled);
+    let big = 64u64 << 20;
+    let tiled = time(tree, &t, big, Protocol::Simple, 1);
+    let mut streaming = (**tree).clone();
+    streaming.execution = braid_plan::Execution::Streaming;
+    let one_pass = time(&streaming, &t, big, Protocol::Simple, 1);
+    assert!(
+        tiled < 0.6 * one_pass,
+        "tiled {tiled} µs, one pass {one_pass} µs"
+    );
+    // One tile (a small call) is priced as one pass.
+    let small = 4096;
+    let a = time(tree, &t, small, Protocol::Simple, 1);
+    let b = time(&streaming, &t, small, Protocol::Simple, 1);
+    assert!((a - b).abs() < 1e-9, "{a} against {b}");
 }
 
 #[test]

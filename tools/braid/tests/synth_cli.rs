@@ -131,13 +131,22 @@ fn the_bound_is_met_where_the_construction_allows_and_lopsided_topologies_gain()
                 < s["best_shipped"]["predicted_us"].as_f64().unwrap(),
             "{s}"
         );
-        // Lopsided: far better than any shipped plan, by the cost model at 1 GiB.
+        // Lopsided: a synthesized program far better than any shipped plan, by the cost
+        // model at 1 GiB (the one the bandwidth objective writes, or another candidate
+        // the model prices faster: the trees it writes for all-reduce meet the bound, and
+        // the shipped double binary tree runs tile by tile within 5 % of them).
         let s = summary(c, "tests/topologies/nvlink_pairs_8.topo");
-        let (mine, shipped) = (
-            s["predicted_us"].as_f64().unwrap(),
-            s["best_shipped"]["predicted_us"].as_f64().unwrap(),
+        let mine = s["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x[2].as_f64().unwrap())
+            .fold(s["predicted_us"].as_f64().unwrap(), f64::min);
+        let shipped = s["best_shipped"]["predicted_us"].as_f64().unwrap();
+        assert!(
+            mine < 0.6 * shipped,
+            "{c}: {mine} against the shipped {shipped}"
         );
-        assert!(mine < shipped, "{c}: {mine} against the shipped {shipped}");
     }
 }
 
