@@ -334,7 +334,9 @@ fn a_send_end_stops_waiting_for_acknowledgements_when_its_peer_resets() {
     // Unread bytes in its receive buffer: closing sends a reset.
     drop(b);
     let t = Instant::now();
-    assert!(!wait_acknowledged(&a, t + Duration::from_secs(30), || false));
+    assert!(!wait_acknowledged(&a, t + Duration::from_secs(30), || {
+        false
+    }));
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
 
@@ -557,7 +559,11 @@ fn credits_after_the_sender_closed_do_not_fail_the_receiver() {
     std::thread::sleep(Duration::from_millis(50));
     rf.tail(0).store(1, Ordering::Release);
     std::thread::sleep(Duration::from_millis(300));
-    assert!(seen.lock().unwrap().is_empty(), "{:?}", seen.lock().unwrap());
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
     assert!(!rp.failed());
     drop(rp);
 }
