@@ -8,6 +8,7 @@ use braid_ir::{Buf, Layout, Mode, ModeSet, OpProgram};
 use braid_plan::{Block, Origin, Plan, RankPlan, Step, Topology, FORMAT_VERSION};
 
 /// Everything the plan header needs besides the program.
+#[derive(Clone)]
 pub struct Header<'a> {
     pub topology: Topology,
     pub modes: ModeSet,

@@ -84,8 +84,6 @@ pub fn lower(
         let layouts: Vec<Layout> = modes.iter().map(|m| layout(prog, m)).collect();
         liveness::Liveness::new(&moves, &layouts)
     });
-    let programs = schedule::schedule(&moves, &graph, prog.shape.n, live.as_ref());
-    let deps = deps::dependencies(&programs, &graph);
     let header = assemble::Header {
         topology: braid_plan::Topology {
             name: opts.topology_name.unwrap_or(topo.name()).to_string(),
@@ -95,13 +93,34 @@ pub fn lower(
         slots: opts.slots,
         locate: opts.locate,
     };
-    let mut plan = assemble::plan(prog, &moves, programs, deps, header);
-    plan.connections = connection_routes(&plan, topo)
-        .iter()
-        .map(ConnectionRoute::annotation)
-        .collect();
-    settle_execution(&mut plan);
+    let build = |tiled: bool| {
+        let programs = schedule::schedule(&moves, &graph, prog.shape.n, live.as_ref(), tiled);
+        let deps = deps::dependencies(&programs, &graph);
+        let mut plan = assemble::plan(prog, &moves, programs, deps, header.clone());
+        plan.connections = connection_routes(&plan, topo)
+            .iter()
+            .map(ConnectionRoute::annotation)
+            .collect();
+        settle_execution(&mut plan);
+        plan
+    };
+    let plan = build(opts.tiled_fusion);
+    if !opts.fuse || opts.tiled_fusion {
+        return Ok(plan);
+    }
+    // Forwards that streaming cannot fuse (a ring: every rank would first send a whole
+    // chunk that no rank is ready to take) fuse when the plan runs tile by tile, as NCCL
+    // runs its ring: taken where it needs fewer blocks and the plan verifier proves it.
+    let tiled = build(true);
+    if blocks(&tiled) < blocks(&plan) && braid_plan::verify(&tiled).is_ok() {
+        return Ok(tiled);
+    }
     Ok(plan)
+}
+
+/// Thread blocks of one replica of `plan`, over all ranks.
+fn blocks(plan: &Plan) -> usize {
+    plan.ranks.iter().map(|r| r.blocks.len()).sum()
 }
 
 /// The connections of `plan` with the route each takes on `topo`, sorted by (sender,

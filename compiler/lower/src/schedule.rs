@@ -22,7 +22,13 @@ fn pays(b: &BlockSteps) -> bool {
 }
 
 /// The per-block step lists of `moves` on `n` ranks, fused where `live` is given.
-pub fn schedule(moves: &Moves, graph: &MoveGraph, n: u32, live: Option<&Liveness>) -> Programs {
+pub fn schedule(
+    moves: &Moves,
+    graph: &MoveGraph,
+    n: u32,
+    live: Option<&Liveness>,
+    tiled: bool,
+) -> Programs {
     let mut withdrawn: HashSet<BlockKey> = HashSet::new();
     loop {
         let may_pair = |k: &BlockKey| live.is_some() && !withdrawn.contains(k);
@@ -31,7 +37,10 @@ pub fn schedule(moves: &Moves, graph: &MoveGraph, n: u32, live: Option<&Liveness
         let Some(live) = live else {
             return programs;
         };
-        fuse::fuse(&mut programs, moves, graph, live);
+        if tiled {
+            steps::hoist_sends(&mut programs);
+        }
+        fuse::fuse(&mut programs, moves, graph, live, tiled);
         let weak: Vec<BlockKey> = programs
             .ranks
             .iter()

@@ -122,3 +122,96 @@ pub fn build(moves: &Moves, blocks: &Blocks) -> Programs {
     }
     Programs { ranks }
 }
+
+/// Whether slices `a` and `b` share a chunk.
+fn overlap(a: &Slice, b: &Slice) -> bool {
+    a.buf == b.buf && u64::from(a.offset) < b.end() && u64::from(b.offset) < a.end()
+}
+
+/// Moves each send of every block up to just after the step before it that it must
+/// follow: one writing a chunk it reads, or another send (a connection's order stays).
+/// A forward then follows the receive it forwards, where fusion finds it.
+pub fn hoist_sends(programs: &mut Programs) {
+    for block in programs.ranks.iter_mut().flatten() {
+        let steps = &mut block.steps;
+        for i in 0..steps.len() {
+            if steps[i].kind != StepKind::Send {
+                continue;
+            }
+            let src = steps[i].src.expect("a send reads");
+            let mut to = i;
+            while to > 0 {
+                let before = &steps[to - 1];
+                let writes = before.dst.is_some_and(|d| overlap(&d, &src));
+                if before.kind.sends() || writes {
+                    break;
+                }
+                to -= 1;
+            }
+            if to < i {
+                let s = steps.remove(i);
+                steps.insert(to, s);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use braid_ir::Buf;
+
+    fn step(kind: StepKind, chunk: u32) -> Draft {
+        let s = Some(Slice {
+            buf: Buf::Out,
+            offset: chunk,
+            count: 1,
+        });
+        let (src, dst) = if kind == StepKind::Send {
+            (s, None)
+        } else {
+            (None, s)
+        };
+        Draft {
+            kind,
+            src,
+            dst,
+            moves: vec![chunk],
+        }
+    }
+
+    fn hoisted(steps: Vec<Draft>) -> Vec<(StepKind, u32)> {
+        let key = BlockKey {
+            rank: 0,
+            channel: 0,
+            send_peer: Some(1),
+            recv_peer: Some(2),
+        };
+        let mut p = Programs {
+            ranks: vec![vec![BlockSteps { key, steps }]],
+        };
+        hoist_sends(&mut p);
+        p.ranks[0][0]
+            .steps
+            .iter()
+            .map(|s| (s.kind, s.src.or(s.dst).unwrap().offset))
+            .collect()
+    }
+
+    /// A send moves up past receives of other chunks, never past one that writes what it
+    /// sends nor past another send.
+    #[test]
+    fn sends_move_up_to_what_they_must_follow() {
+        use StepKind::{Recv as R, Send as S};
+        let got = hoisted(vec![
+            step(R, 0),
+            step(S, 1),
+            step(R, 2),
+            step(S, 0),
+            step(S, 2),
+        ]);
+        assert_eq!(got, vec![(S, 1), (R, 0), (S, 0), (R, 2), (S, 2)]);
+        let got = hoisted(vec![step(S, 1), step(R, 0), step(S, 2)]);
+        assert_eq!(got, vec![(S, 1), (S, 2), (R, 0)]);
+    }
+}

@@ -81,3 +81,48 @@ fn fusion_never_breaks_a_plan_the_verifier_would_otherwise_accept() {
     let unfused = compiled("bidirectional_ring_allreduce", "cluster:2x8", false);
     assert!(plan.step_count() < unfused.step_count());
 }
+
+/// A ring fused on every rank deadlocks streaming, and runs tile by tile: lowering builds
+/// that plan too and takes it (fewer blocks, proved). On 8 ranks every rank then runs its
+/// ring in one block, NCCL's order: its own chunk's send, then each forward fused.
+#[test]
+fn a_ring_fuses_on_every_rank_and_runs_tile_by_tile() {
+    for (alg, t) in [
+        ("ring_allreduce", "nvswitch:8"),
+        ("ring_allgather", "nvswitch:8"),
+        ("ring_reduce_scatter", "cluster:2x8"),
+    ] {
+        let plan = compiled(alg, t, true);
+        assert_eq!(plan.execution, braid_plan::Execution::Tiled, "{alg} {t}");
+        for r in &plan.ranks {
+            let ring: Vec<_> = r.blocks.iter().filter(|b| b.send_peer.is_some()).collect();
+            assert_eq!(ring.len(), 1, "{alg} {t} rank {}", r.rank);
+            let kinds: Vec<StepKind> = ring[0].steps.iter().map(|s| s.kind).collect();
+            assert_eq!(
+                kinds[0],
+                StepKind::Send,
+                "{alg} {t} rank {}: {kinds:?}",
+                r.rank
+            );
+            assert!(
+                kinds[1..kinds.len() - 1]
+                    .iter()
+                    .all(|k| k.sends() && k.receives()),
+                "{alg} {t} rank {}: {kinds:?}",
+                r.rank
+            );
+        }
+    }
+    // Trees keep their schedule (fused for tiles, their blocks wait for each other in a
+    // cycle), and a ring of two has nothing to forward.
+    assert_eq!(
+        compiled("tree_allreduce", "nvswitch:8", true)
+            .ranks
+            .iter()
+            .map(|r| r.blocks.len())
+            .sum::<usize>(),
+        29
+    );
+    let two = compiled("ring_allreduce", "nvswitch:2", true);
+    assert_eq!(two.execution, braid_plan::Execution::Streaming);
+}

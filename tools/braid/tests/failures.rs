@@ -131,7 +131,8 @@ fn a_rank_that_never_calls_makes_the_others_time_out() {
 
 #[test]
 fn aborting_one_rank_mid_collective_ends_the_call_everywhere() {
-    // Every rank is inside a large allreduce, moving data, when rank 3 is aborted.
+    // Every rank is inside large allreduces, moving data, when rank 3 is aborted (calls
+    // back to back, so that however fast one call is, one is running then).
     let timeout = Duration::from_secs(30);
     let comms = Communicator::create_local(4, ring_registry(4), timeout);
     let start = Instant::now();
@@ -140,7 +141,12 @@ fn aborting_one_rank_mid_collective_ends_the_call_everywhere() {
             std::thread::sleep(Duration::from_millis(150));
             comms[3].abort("rank 3 killed by the test");
         });
-        let r = on_all(&comms, |_, c| allreduce(c, 1 << 23));
+        let r = on_all(&comms, |_, c| {
+            while start.elapsed() < Duration::from_secs(20) {
+                allreduce(c, 1 << 23)?;
+            }
+            Ok(())
+        });
         killer.join().unwrap();
         r
     });
