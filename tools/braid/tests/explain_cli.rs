@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::braid;
+use common::{braid, Output};
 
 #[test]
 fn the_first_line_names_the_selection_and_every_candidate_follows() {
@@ -397,31 +397,37 @@ fn tune_over_processes_says_how_its_ranks_ran() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// With a profile measured with several ranks on one GPU, an out-of-place call prices
-/// receivers that read their senders' input directly (docs/cuda.md), and says so: a large
-/// all-reduce on 2 ranks then goes to the out-of-place one-shot, which reads each input
-/// once; in place nothing is read directly and two-shot wins.
-#[test]
-fn a_one_gpu_profile_prices_direct_reads_out_of_place_only() {
-    let dir = std::env::temp_dir().join(format!("braid-direct-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("one_gpu.profile");
-    let mut p = braid_cost::Profile::default();
-    p.shared_gbps.simple = 3400.0;
-    p.shared_gbps.ll = 850.0;
-    assert!(p.one_gpu());
-    std::fs::write(&file, p.to_json()).unwrap();
-    let explain = |mode: &str| {
+/// `braid explain COLLECTIVE --size 64M --topo TOPO --mode MODE` with a profile measured
+/// with several ranks on one GPU (its memory rate set), which must succeed.
+struct OneGpu {
+    dir: std::path::PathBuf,
+    file: std::path::PathBuf,
+}
+
+impl OneGpu {
+    fn new(tag: &str) -> OneGpu {
+        let dir = std::env::temp_dir().join(format!("braid-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("one_gpu.profile");
+        let mut p = braid_cost::Profile::default();
+        p.shared_gbps.simple = 3400.0;
+        p.shared_gbps.ll = 850.0;
+        assert!(p.one_gpu());
+        std::fs::write(&file, p.to_json()).unwrap();
+        OneGpu { dir, file }
+    }
+
+    fn explain(&self, collective: &str, topo: &str, mode: &str) -> Output {
         let out = braid(
             &[
                 "explain",
-                "allreduce",
+                collective,
                 "--size",
                 "64M",
                 "--topo",
-                "nvswitch:2",
+                topo,
                 "--profile",
-                file.to_str().unwrap(),
+                self.file.to_str().unwrap(),
                 "--mode",
                 mode,
             ],
@@ -429,8 +435,23 @@ fn a_one_gpu_profile_prices_direct_reads_out_of_place_only() {
         );
         assert_eq!(out.code, 0, "{}", out.stderr);
         out
-    };
-    let oop = explain("outofplace");
+    }
+}
+
+impl Drop for OneGpu {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.dir).ok();
+    }
+}
+
+/// With a profile measured with several ranks on one GPU, an out-of-place call prices
+/// receivers that read their senders' input directly (docs/cuda.md), and says so: a large
+/// all-reduce on 2 ranks then goes to the out-of-place one-shot, which reads each input
+/// once; in place nothing is read directly and two-shot wins.
+#[test]
+fn a_one_gpu_profile_prices_direct_reads_out_of_place_only() {
+    let g = OneGpu::new("direct");
+    let oop = g.explain("allreduce", "nvswitch:2", "outofplace");
     assert!(
         oop.stdout.starts_with("selected: one_shot_oop_allreduce"),
         "{}",
@@ -441,14 +462,13 @@ fn a_one_gpu_profile_prices_direct_reads_out_of_place_only() {
         "{}",
         oop.stderr
     );
-    let inplace = explain("inplace");
+    let inplace = g.explain("allreduce", "nvswitch:2", "inplace");
     assert!(
         inplace.stdout.starts_with("selected: two_shot_allreduce"),
         "{}",
         inplace.stdout
     );
     assert!(!inplace.stderr.contains("directly"), "{}", inplace.stderr);
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// Of a rooted collective only the root can call in place, so every rank prices it with
@@ -457,33 +477,9 @@ fn a_one_gpu_profile_prices_direct_reads_out_of_place_only() {
 /// root reads every input once, in both modes alike.
 #[test]
 fn a_one_gpu_profile_prices_a_rooted_call_alike_in_both_modes() {
-    let dir = std::env::temp_dir().join(format!("braid-rooted-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("one_gpu.profile");
-    let mut p = braid_cost::Profile::default();
-    p.shared_gbps.simple = 3400.0;
-    p.shared_gbps.ll = 850.0;
-    std::fs::write(&file, p.to_json()).unwrap();
-    let explain = |mode: &str| {
-        let out = braid(
-            &[
-                "explain",
-                "reduce",
-                "--size",
-                "64M",
-                "--topo",
-                "nvswitch:8",
-                "--profile",
-                file.to_str().unwrap(),
-                "--mode",
-                mode,
-            ],
-            &[],
-        );
-        assert_eq!(out.code, 0, "{}", out.stderr);
-        out
-    };
-    let (oop, inplace) = (explain("outofplace"), explain("inplace"));
+    let g = OneGpu::new("rooted");
+    let oop = g.explain("reduce", "nvswitch:8", "outofplace");
+    let inplace = g.explain("reduce", "nvswitch:8", "inplace");
     assert!(
         oop.stdout.starts_with("selected: direct_reduce"),
         "{}",
@@ -497,5 +493,4 @@ fn a_one_gpu_profile_prices_a_rooted_call_alike_in_both_modes() {
         "{}",
         inplace.stderr
     );
-    std::fs::remove_dir_all(&dir).ok();
 }
