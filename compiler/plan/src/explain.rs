@@ -45,7 +45,7 @@ pub fn explain(plan: &Plan) -> String {
     let modes: Vec<&str> = plan.modes.iter().map(|m| m.name()).collect();
     let _ = writeln!(
         out,
-        "plan {}: {} on {} ranks{}, C = {} (in {}, out {}, scratch {}), protocol {}, {} channel replica(s), modes {}, {} slots",
+        "plan {}: {} on {} ranks{}, C = {} (in {}, out {}, scratch {}), protocol {}, {} channel replica(s), modes {}, {} slots, {}",
         plan.name,
         plan.collective,
         plan.n_ranks,
@@ -58,6 +58,11 @@ pub fn explain(plan: &Plan) -> String {
         plan.channels,
         if modes.is_empty() { "none".to_string() } else { modes.join("+") },
         plan.slots,
+        if plan.execution.is_streaming() {
+            "streaming"
+        } else {
+            "tiled (the steps run once per tile of a FIFO slot)"
+        },
     );
     let _ = writeln!(
         out,
