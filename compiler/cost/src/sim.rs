@@ -296,27 +296,34 @@ pub fn predict(
         (1, chunk)
     };
     let tile_bytes = |k: usize| per_tile.min(chunk.saturating_sub(k as u64 * per_tile));
-    let last_of_block = |i: usize| {
-        let (ri, bi, _) = ids[i];
-        index[&(ri, bi, plan.ranks[ri].blocks[bi].steps.len() - 1)]
-    };
-    let unit = |i: usize, k: usize| i * tiles + k;
-    let n_units = ids.len() * tiles;
-    let unit_preds = |u: usize| -> Vec<usize> {
-        let (i, k) = (u / tiles, u % tiles);
-        let mut p: Vec<usize> = preds[i].iter().map(|&j| unit(j, k)).collect();
-        if ids[i].2 == 0 && k > 0 {
-            p.push(unit(last_of_block(i), k - 1));
-        }
-        p
-    };
-    let mut waiting: Vec<usize> = (0..n_units).map(|u| unit_preds(u).len()).collect();
-    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n_units];
-    for u in 0..n_units {
-        for j in unit_preds(u) {
-            succs[j].push(u);
+    // Per step: its block's last step, and for a block's last step its first (a block's
+    // first step of tile `k` waits for its last of tile `k - 1`).
+    let mut block_last = vec![0usize; ids.len()];
+    let mut block_first = vec![usize::MAX; ids.len()];
+    for (i, &(ri, bi, si)) in ids.iter().enumerate() {
+        let last = index[&(ri, bi, plan.ranks[ri].blocks[bi].steps.len() - 1)];
+        block_last[i] = last;
+        if si == 0 {
+            block_first[last] = i;
         }
     }
+    let mut step_succs: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
+    for (i, p) in preds.iter().enumerate() {
+        for &j in p {
+            step_succs[j].push(i);
+        }
+    }
+    let unit = |i: usize, k: usize| i * tiles + k;
+    let n_units = ids.len() * tiles;
+    // What unit `u` waits for (no allocation: the simulation visits every unit).
+    let unit_preds = |u: usize| {
+        let (i, k) = (u / tiles, u % tiles);
+        let prev_tile = (ids[i].2 == 0 && k > 0).then(|| unit(block_last[i], k - 1));
+        preds[i].iter().map(move |&j| unit(j, k)).chain(prev_tile)
+    };
+    let mut waiting: Vec<usize> = (0..n_units)
+        .map(|u| preds[u / tiles].len() + usize::from(ids[u / tiles].2 == 0 && u % tiles > 0))
+        .collect();
     // Ready units, earliest start first, so that what a rank's proxy does is simulated
     // in time order. The key is the start time's bits (non-negative floats order as
     // their bits do).
@@ -353,36 +360,79 @@ pub fn predict(
         r if r > 0.0 => r * eff,
         _ => block * eff,
     };
+    // What every tile of a step shares, looked up once.
+    struct StepInfo {
+        skipped: bool,
+        chunks: u64,
+        fused: Option<(usize, usize)>,
+        accesses: f64,
+        sends: bool,
+        block_gbps: f64,
+        link_gbps: f64,
+        latency: f64,
+        net: bool,
+        net_in: bool,
+    }
+    let info: Vec<StepInfo> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &(ri, bi, si))| {
+            let step = &plan.ranks[ri].blocks[bi].steps[si];
+            let skipped = direct.sends.contains(&at(ri, bi, si)) || links.contains(&at(ri, bi, si));
+            // The step's memory accesses per byte (a chain's head reads every operand
+            // once and writes the destination once). A block moves bytes at a rate per
+            // access: its rate was measured on copies (2 accesses per byte), so a step
+            // takes accesses / 2 times a copy's time at its block.
+            let fused = heads.get(&at(ri, bi, si)).copied();
+            let accesses = fused.map_or(memory_accesses(step.kind), |(ops, _)| ops as f64 + 1.0);
+            let sends = step.kind.sends() && !skipped;
+            let conn = conns.get(&(ri, bi)).filter(|_| sends);
+            StepInfo {
+                skipped,
+                chunks: step.src.or(step.dst).map_or(0, |s| u64::from(s.count)),
+                fused,
+                accesses,
+                sends,
+                // A slice's time at its block's rate, and over a connection no less than
+                // at the links' rate.
+                block_gbps: conn.map_or(local_gbps, |_| block * eff),
+                link_gbps: conn.map_or(f64::INFINITY, |c| c.link_gbps),
+                latency: conn.map_or(0.0, |c| c.latency_us),
+                net: conn.is_some_and(|c| c.net),
+                net_in: matched[i].is_some_and(|j| {
+                    let (sr, sb, _) = ids[j];
+                    conns.get(&(sr, sb)).is_some_and(|c| c.net)
+                }),
+            }
+        })
+        .collect();
     while let Some(std::cmp::Reverse((_, u))) = ready.pop() {
         done += 1;
         let (i, k) = (u / tiles, u % tiles);
-        let (ri, bi, si) = ids[i];
-        let b = &plan.ranks[ri].blocks[bi];
-        let step = &b.steps[si];
-        let skipped = direct.sends.contains(&at(ri, bi, si)) || links.contains(&at(ri, bi, si));
-        let chunks = step.src.or(step.dst).map_or(0, |s| u64::from(s.count));
-        let bytes = if skipped { 0 } else { chunks * tile_bytes(k) };
+        let si = ids[i].2;
+        let ri = ids[i].0;
+        let st = &info[i];
+        let bytes = if st.skipped {
+            0
+        } else {
+            st.chunks * tile_bytes(k)
+        };
         let n_slices = (bytes as f64 / profile.slice_bytes.get(proto))
             .ceil()
             .max(1.0) as usize;
         let slice = bytes as f64 / n_slices as f64;
-        // The step's memory accesses per byte (a chain's head reads every operand once
-        // and writes the destination once). A block moves bytes at a rate per access:
-        // its rate was measured on copies (2 accesses per byte), so a step takes
-        // accesses / 2 times a copy's time at its block.
-        let fused = heads.get(&at(ri, bi, si)).copied();
-        let accesses = fused.map_or(memory_accesses(step.kind), |(ops, _)| ops as f64 + 1.0);
-        moved += bytes as f64 * accesses;
+        let (skipped, sends, net, net_in) = (st.skipped, st.sends, st.net, st.net_in);
+        let (block_gbps, link_gbps, latency) = (st.block_gbps, st.link_gbps, st.latency);
+        moved += bytes as f64 * st.accesses;
         // A pass its chain's blocks share (each part at least SPLIT_MIN_BYTES, as the
         // kernel decides) takes a part's time.
-        let parts = match fused {
+        let parts = match st.fused {
             Some((_, n)) if n > 1 && bytes >= n as u64 * SPLIT_MIN_BYTES => n as f64,
             _ => 1.0,
         };
-        let work_factor = accesses / 2.0 / parts;
+        let work_factor = st.accesses / 2.0 / parts;
         let matched_unit = matched[i].map(|j| unit(j, k));
         let mut t = unit_preds(u)
-            .into_iter()
             .filter(|&j| Some(j) != matched_unit)
             .map(|j| end[j])
             .fold(0f64, f64::max);
@@ -392,24 +442,8 @@ pub fn predict(
             work += block_us;
         }
         let start = t;
-        let sends = step.kind.sends() && !skipped;
-        // A slice's time at its block's rate, and over a connection no less than at the
-        // links' rate.
-        let (block_gbps, link_gbps) = match conns.get(&(ri, bi)) {
-            Some(c) if sends => (block * eff, c.link_gbps),
-            _ => (local_gbps, f64::INFINITY),
-        };
-        let latency = if sends {
-            conns.get(&(ri, bi)).map_or(0.0, |c| c.latency_us)
-        } else {
-            0.0
-        };
-        let net = sends && conns.get(&(ri, bi)).is_some_and(|c| c.net);
-        let incoming = matched_unit.map(|j| arrivals[j].clone());
-        let net_in = matched[i].is_some_and(|j| {
-            let (sr, sb, _) = ids[j];
-            conns.get(&(sr, sb)).is_some_and(|c| c.net)
-        });
+        // Only this receive reads its message's arrivals.
+        let incoming = matched_unit.map(|j| std::mem::take(&mut arrivals[j]));
         let mut out = Vec::with_capacity(if sends { n_slices } else { 0 });
         for x in 0..if skipped { 0 } else { n_slices } {
             if let Some(a) = &incoming {
@@ -456,14 +490,14 @@ pub fn predict(
             span[i].1 = t;
             order.push(i);
         }
-        for &s in &succs[u] {
+        let next_tile = (block_last[i] == i && k + 1 < tiles).then(|| unit(block_first[i], k + 1));
+        for s in step_succs[i].iter().map(|&x| unit(x, k)).chain(next_tile) {
             waiting[s] -= 1;
             if waiting[s] == 0 {
                 // Its start: the latest of its predecessors' ends, or of the first
                 // slice's arrival for the message it receives.
                 let ms = matched[s / tiles].map(|j| unit(j, s % tiles));
                 let at = unit_preds(s)
-                    .into_iter()
                     .map(|j| {
                         if Some(j) == ms {
                             arrivals[j].first().copied().unwrap_or(end[j])
