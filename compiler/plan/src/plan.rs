@@ -71,7 +71,7 @@ pub struct Plan {
 pub enum Execution {
     /// Each step moves its whole message once, cut into slices that stream through the
     /// connection's FIFO: a send finishes only while its receiver receives. Braid's
-    /// compiler emits these.
+    /// compiler emits these where the verifier proves them deadlock-free.
     #[default]
     Streaming,
     /// MSCCL's model: the whole plan is replayed over tiles of every chunk, and one chunk's
