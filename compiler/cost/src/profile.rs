@@ -194,10 +194,6 @@ impl Profile {
                 simple: 57.0,
                 ll: 70.0,
             },
-            slice_bytes: PerProtocol {
-                simple: 262144.0,
-                ll: 32768.0,
-            },
             slice_us: PerProtocol {
                 simple: 1.18,
                 ll: 0.83,

@@ -421,8 +421,6 @@ pub fn predict(
             .ceil()
             .max(1.0) as usize;
         let slice = bytes as f64 / n_slices as f64;
-        let (skipped, sends, net, net_in) = (st.skipped, st.sends, st.net, st.net_in);
-        let (block_gbps, link_gbps, latency) = (st.block_gbps, st.link_gbps, st.latency);
         moved += bytes as f64 * st.accesses;
         // A pass its chain's blocks share (each part at least SPLIT_MIN_BYTES, as the
         // kernel decides) takes a part's time.
@@ -444,8 +442,8 @@ pub fn predict(
         let start = t;
         // Only this receive reads its message's arrivals.
         let incoming = matched_unit.map(|j| std::mem::take(&mut arrivals[j]));
-        let mut out = Vec::with_capacity(if sends { n_slices } else { 0 });
-        for x in 0..if skipped { 0 } else { n_slices } {
+        let mut out = Vec::with_capacity(if st.sends { n_slices } else { 0 });
+        for x in 0..if st.skipped { 0 } else { n_slices } {
             if let Some(a) = &incoming {
                 // The sender's slicing may differ: take the arrival of the same share.
                 let idx = if a.is_empty() {
@@ -456,23 +454,23 @@ pub fn predict(
                 if let Some(&at) = a.get(idx) {
                     t = t.max(at);
                 }
-                if net_in {
+                if st.net_in {
                     // The receiving proxy takes each network message in turn.
                     t = t.max(proxy[ri]) + net_post;
                     proxy[ri] = t;
                 }
             }
             t += slice_us
-                + (slice * work_factor / (block_gbps * 1e3)).max(slice / (link_gbps * 1e3));
+                + (slice * work_factor / (st.block_gbps * 1e3)).max(slice / (st.link_gbps * 1e3));
             // The cores' share: the bytes this slice copies, at the copy rate.
             work += slice / (copy_work_gbps * 1e3);
-            if net {
+            if st.net {
                 // Posted when the proxy is free; the proxy is busy while it posts.
                 t = t.max(proxy[ri]) + net_post;
                 proxy[ri] = t;
             }
-            if sends {
-                out.push(t + latency);
+            if st.sends {
+                out.push(t + st.latency);
             }
         }
         if let Some(a) = &incoming {

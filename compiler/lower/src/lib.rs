@@ -101,19 +101,23 @@ pub fn lower(
             .iter()
             .map(ConnectionRoute::annotation)
             .collect();
-        settle_execution(&mut plan);
         plan
     };
-    let plan = build(opts.tiled_fusion);
-    if !opts.fuse || opts.tiled_fusion {
+    let mut plan = build(false);
+    settle_execution(&mut plan);
+    if !opts.fuse {
         return Ok(plan);
     }
     // Forwards that streaming cannot fuse (a ring: every rank would first send a whole
     // chunk that no rank is ready to take) fuse when the plan runs tile by tile, as NCCL
-    // runs its ring: taken where it needs fewer blocks and the plan verifier proves it.
-    let tiled = build(true);
-    if blocks(&tiled) < blocks(&plan) && braid_plan::verify(&tiled).is_ok() {
-        return Ok(tiled);
+    // runs its ring: taken where it needs fewer blocks and the plan verifier proves it
+    // (verified only then: lowering runs when a communicator compiles its plans).
+    let mut tiled = build(true);
+    if blocks(&tiled) < blocks(&plan) {
+        settle_execution(&mut tiled);
+        if braid_plan::verify(&tiled).is_ok() {
+            return Ok(tiled);
+        }
     }
     Ok(plan)
 }

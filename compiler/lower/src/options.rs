@@ -34,10 +34,6 @@ pub struct LowerOptions<'a> {
     /// Whether receive steps may be fused with the send that forwards their data
     /// (`rcs`, `rrs`, `rrcs`). Off, every transfer is a plain `s` / `r` / `rrc` pair.
     pub fuse: bool,
-    /// Lower for tiled execution: each block's sends move up to just after what they read
-    /// (past receives of other slices) and every forward fuses, as NCCL's ring runs. The
-    /// plan verifier decides whether the result is valid (it must then run tiled).
-    pub tiled_fusion: bool,
     /// Source positions for step origins; steps carry no origin when `None`.
     pub locate: Option<Locate<'a>>,
 }
@@ -49,7 +45,6 @@ impl Default for LowerOptions<'_> {
             modes: None,
             slots: DEFAULT_SLOTS,
             fuse: true,
-            tiled_fusion: false,
             locate: None,
         }
     }
@@ -62,7 +57,6 @@ impl std::fmt::Debug for LowerOptions<'_> {
             .field("modes", &self.modes)
             .field("slots", &self.slots)
             .field("fuse", &self.fuse)
-            .field("tiled_fusion", &self.tiled_fusion)
             .field("locate", &self.locate.map(|_| "<fn>"))
             .finish()
     }
