@@ -909,6 +909,57 @@ __device__ void p2p_run(const P2pLaunch& L, u32 b) {
   if (threadIdx.x == 0) *counter = ln.send ? c.sent : c.received;
 }
 
+// ---- Flat launches: a call done entirely by reading the launch's inputs ----
+//
+// runtime/cuda/src/flat.rs resolves such a call's steps to addresses on the host: a list
+// of passes (`dst = op0 (+) op1 (+) ...` over one chunk, operands in the steps' order),
+// grouped into sequences that run in order. It comes in the launch's arguments, so a
+// block's first load is data: no table, descriptor, counter or wait. Grid block `b` runs
+// part `b % parts` (whole vectors) of every chunk of sequence `b / parts`.
+constexpr u32 FLAT_SEQS = 64;
+constexpr u32 FLAT_TASKS = 96;
+constexpr u32 FLAT_OPS = 128;
+
+struct FlatTask {     // 16 bytes: one pass over one chunk
+  u64 dst;
+  u32 valid;          // elements of the chunk that exist at dst (the rest is not written)
+  unsigned short op0; // its operands: op[op0 .. op0 + nops)
+  unsigned short nops;
+};
+
+struct FlatOp {       // 16 bytes
+  u64 ptr;
+  u64 valid;          // elements of the chunk that exist there (the rest reads as zero)
+};
+
+struct FlatLaunch {
+  u32 nseq;
+  u32 parts;
+  u64 chunk_elems;
+  unsigned short first[FLAT_SEQS + 1];  // sequence s: tasks [first[s], first[s + 1])
+  FlatTask task[FLAT_TASKS];
+  FlatOp op[FLAT_OPS];
+};
+
+__device__ void flat_run(const FlatLaunch& L) {
+  const u32 s = blockIdx.x / L.parts, p = blockIdx.x % L.parts;
+  const u64 per = ((L.chunk_elems + L.parts - 1) / L.parts + UNIT - 1) / UNIT * UNIT;
+  const u64 from = min64(L.chunk_elems, per * p);
+  const u64 to = min64(L.chunk_elems, from + per);
+  for (u32 i = L.first[s]; i < L.first[s + 1]; i++) {
+    const FlatTask tk = L.task[i];
+    if (threadIdx.x < tk.nops) {
+      const FlatOp o = L.op[tk.op0 + threadIdx.x];
+      fp[threadIdx.x] = reinterpret_cast<const T*>(o.ptr) + from;
+      fv[threadIdx.x] = o.valid > from ? min64(o.valid, to) - from : 0;
+    }
+    __syncthreads();
+    const u64 dv = tk.valid > from ? min64(tk.valid, to) - from : 0;
+    fused_pass(reinterpret_cast<T*>(tk.dst) + from, dv, tk.nops);
+    __syncthreads();
+  }
+}
+
 }  // namespace braid
 
 #if BRAID_SCALE
@@ -930,6 +981,13 @@ extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_p2p(const brai
   braid::p2p_run(L, blockIdx.x);
 }
 #endif
+
+// (`__grid_constant__`: the argument is read where it lies, indexed at run time, never
+// copied per thread.)
+extern "C" __global__ void __launch_bounds__(BRAID_THREADS)
+    braid_flat(const __grid_constant__ braid::FlatLaunch L) {
+  braid::flat_run(L);
+}
 
 extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_kernel(const braid::Launch L) {
   unsigned s = 0;

@@ -38,6 +38,7 @@ pub struct Stats {
     verifications: AtomicU64,
     prepared: AtomicU64,
     launches: AtomicU64,
+    flat_launches: AtomicU64,
 }
 
 /// A copy of [`Stats`] at one moment.
@@ -57,6 +58,9 @@ pub struct StatsSnapshot {
     pub prepared: u64,
     /// Calls launched.
     pub launches: u64,
+    /// Of those, calls a backend ran without its plan interpreter, every step resolved
+    /// to a pass over the launch's buffers (the CUDA backend's flat launches).
+    pub flat_launches: u64,
 }
 
 impl StatsSnapshot {
@@ -64,6 +68,7 @@ impl StatsSnapshot {
     pub fn setup(&self) -> StatsSnapshot {
         StatsSnapshot {
             launches: 0,
+            flat_launches: 0,
             ..*self
         }
     }
@@ -88,6 +93,9 @@ impl Stats {
     pub fn launched(&self, n: u64) {
         self.launches.fetch_add(n, Ordering::Relaxed);
     }
+    pub fn launched_flat(&self, n: u64) {
+        self.flat_launches.fetch_add(n, Ordering::Relaxed);
+    }
     pub fn snapshot(&self) -> StatsSnapshot {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         StatsSnapshot {
@@ -98,6 +106,7 @@ impl Stats {
             verifications: l(&self.verifications),
             prepared: l(&self.prepared),
             launches: l(&self.launches),
+            flat_launches: l(&self.flat_launches),
         }
     }
 }

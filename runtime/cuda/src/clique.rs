@@ -121,6 +121,8 @@ pub struct Clique {
     pub trace: bool,
     /// Ranks of one launch may read each other's `in` (`Options::direct`).
     pub direct: bool,
+    /// Calls that qualify run as flat launches (`Options::flat`, and direct reads on).
+    pub flat: bool,
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: Arc<HostAlloc>,
     conns: Mutex<Conns>,
@@ -211,6 +213,7 @@ impl Clique {
             scratch_bytes: opts.scratch_bytes,
             trace: opts.trace,
             direct,
+            flat: direct && opts.flat,
             words,
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),

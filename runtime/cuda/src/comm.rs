@@ -87,6 +87,9 @@ pub struct Options {
     /// Ranks of one launch read each other's `in` directly where the plan allows it
     /// ([`braid_plan::direct`]); `BRAID_DIRECT=0` sends everything through the FIFOs.
     pub direct: bool,
+    /// Calls whose every step reads the launch's inputs run as flat launches
+    /// ([`crate::flat`]); `BRAID_FLAT=0` runs them through the plan interpreter.
+    pub flat: bool,
 }
 
 impl Default for Options {
@@ -103,6 +106,7 @@ impl Default for Options {
             net_streams: 1,
             net_qps: 1,
             direct: true,
+            flat: true,
         }
     }
 }
@@ -110,7 +114,7 @@ impl Default for Options {
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
     /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`, `BRAID_NET_FORCE`,
-    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`.
+    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`, `BRAID_FLAT`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -143,6 +147,7 @@ impl Options {
             .map_err(CudaError::Invalid)?,
             trace: std::env::var_os("BRAID_TRACE").is_some_and(|v| !v.is_empty()),
             direct: std::env::var("BRAID_DIRECT").map_or(true, |v| v.trim() != "0"),
+            flat: std::env::var("BRAID_FLAT").map_or(true, |v| v.trim() != "0"),
         })
     }
 }

@@ -48,6 +48,8 @@ pub struct CudaPrepared {
     grid: u32,
     /// Where the table's step times are and how many steps, when they are recorded.
     trace: Option<(usize, usize)>,
+    /// The rank's plan as flat passes, where it qualifies ([`crate::flat`]).
+    flat: Option<crate::flat::FlatProgram>,
 }
 
 /// The kernel's argument: the calls of the ranks of one launch. Layout of `Launch` in
@@ -494,11 +496,17 @@ impl CudaEngine {
             &ends,
             table.ptr(),
         ))?;
+        let flat = if self.clique.flat && !res.trace {
+            crate::flat::program(plan, rank, layout.direct(), layout.chains())
+        } else {
+            None
+        };
         Ok(CudaPrepared {
             table,
             kernel,
             grid,
             trace: res.trace.then(|| layout.trace()),
+            flat,
         })
     }
 }
@@ -661,6 +669,19 @@ pub(crate) fn check_streams(g: &[Member<'_>]) -> Result<()> {
 /// # Safety
 /// As [`Engine::launch`].
 unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>], members: &[Member<'_>]) -> Result<()> {
+    if let Some(mut f) = flat_launch(g) {
+        let func = g[0].prepared.inner.kernel.flat.cu_function();
+        let grid = f.grid();
+        // SAFETY: `braid_flat` takes a `FlatLaunch` by value, which `flat::FlatLaunch`
+        // lays out; every address in it is inside a buffer of a call of this launch (the
+        // plan's steps, proved inside those buffers by `program::check` when prepared,
+        // resolved with the calls' geometry), and the caller guarantees the buffers.
+        unsafe { launch_joined(members, func, grid, &mut f)? };
+        for c in g {
+            c.engine.stats.launched_flat(1);
+        }
+        return Ok(());
+    }
     let mut p = LaunchParams {
         n: g.len() as u32,
         ..LaunchParams::default()
@@ -684,6 +705,31 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>], members: &[Member<'_>]) ->
     // proved its steps inside the call's buffers, scratch and FIFOs; the caller
     // guarantees the buffers.
     unsafe { launch_joined(members, func, total, &mut p) }
+}
+
+/// The flat launch of `g`, where every rank of it has a flat program and the launch
+/// resolves ([`crate::flat::resolve`]).
+fn flat_launch(g: &[&Launch<'_, CudaEngine>]) -> Option<crate::flat::FlatLaunch> {
+    let mut calls = [None; MAX_LOCAL];
+    for (i, c) in g.iter().enumerate() {
+        let direct = c.engine.clique().direct;
+        calls[i] = Some(crate::flat::RankCall {
+            rank: c.engine.rank(),
+            program: c.prepared.inner.flat.as_ref()?,
+            input: c.args.input,
+            output: c.args.output,
+            geometry: &c.args.geometry,
+            plan: c.prepared.plan.digest(),
+            lends_in: direct && c.args.in_untouched,
+            avg: c.args.avg_ranks > 1,
+        });
+    }
+    let calls: Vec<crate::flat::RankCall<'_>> =
+        calls[..g.len()].iter().flatten().copied().collect();
+    // Blocks of a flat launch never wait for one another: they need not be resident at
+    // once, and a large call may take a block per multiprocessor.
+    let max_grid = g[0].prepared.inner.kernel.multiprocessors;
+    crate::flat::resolve(&calls, max_grid)
 }
 
 /// Launches `func` with `grid` blocks and the one parameter `param` on the first

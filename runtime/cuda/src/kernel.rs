@@ -12,6 +12,8 @@ pub const INTERPRETER: &str = include_str!("../../../kernels_templates/braid_ker
 
 /// The kernel's entry point.
 pub const ENTRY: &str = "braid_kernel";
+/// The flat launch's entry point ([`crate::flat`]), in every module.
+pub const FLAT_ENTRY: &str = "braid_flat";
 /// The point-to-point entry point, in the [`p2p_variant`]'s module only.
 pub const P2P_ENTRY: &str = "braid_p2p";
 /// PreMulSum's scaling entry point, in each [`scale_variant`]'s module only.

@@ -21,6 +21,7 @@ pub mod compile;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod flat;
 pub mod graph;
 pub mod kernel;
 pub mod modules;

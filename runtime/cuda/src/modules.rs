@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone)]
 pub struct Loaded {
     pub func: CudaFunction,
+    /// The flat launch's kernel ([`crate::flat`]), from the same module.
+    pub flat: CudaFunction,
     /// Thread blocks of it one multiprocessor holds at once.
     pub blocks_per_sm: u32,
     /// Multiprocessors of the GPU.
@@ -56,6 +58,7 @@ pub fn get(ctx: &Arc<CudaContext>, variant: Variant, stats: &Stats) -> Result<Lo
     let module = ctx.load_module(Ptx::from_binary(compiled.cubin))?;
     stats.loaded();
     let func = module.load_function(kernel::ENTRY)?;
+    let flat = module.load_function(kernel::FLAT_ENTRY)?;
     let blocks = occupancy(&func, variant, ctx)?;
     let p2p = if variant == kernel::p2p_variant(variant.wire.host_fifo) {
         let f = module.load_function(kernel::P2P_ENTRY)?;
@@ -72,6 +75,7 @@ pub fn get(ctx: &Arc<CudaContext>, variant: Variant, stats: &Stats) -> Result<Lo
     let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let l = Loaded {
         func,
+        flat,
         blocks_per_sm: blocks,
         multiprocessors: sms as u32,
         p2p,

@@ -469,6 +469,16 @@ impl Layout {
         }
     }
 
+    /// The plan's direct pairs.
+    pub fn direct(&self) -> &braid_plan::direct::Direct {
+        &self.direct
+    }
+
+    /// The rank's chains that run as one pass.
+    pub fn chains(&self) -> &[Chain] {
+        &self.chains
+    }
+
     /// Bytes of the table.
     pub fn bytes(&self) -> usize {
         self.sec.total

@@ -1,5 +1,5 @@
 //! The structures the kernel reads (`kernels_templates/braid_kernel.cuh`) have exactly the
-//! layouts the host writes (`program::LAYOUT`, `engine::LAUNCH_LAYOUT`, `p2p::P2P_LAYOUT`). The structures are
+//! layouts the host writes (`program::LAYOUT`, `engine::LAUNCH_LAYOUT`, `p2p::P2P_LAYOUT`, `flat::FLAT_LAYOUT`). The structures are
 //! plain data of 32- and 64-bit integers, laid out alike by the host's C compiler and by
 //! NVRTC for a 64-bit GPU, so the test copies their definitions out of the template into
 //! a C file of static assertions and compiles it with the host's C compiler (no CUDA
@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-const STRUCTS: [&str; 13] = [
+const STRUCTS: [&str; 16] = [
     "End",
     "BlockDesc",
     "StepDesc",
@@ -22,6 +22,9 @@ const STRUCTS: [&str; 13] = [
     "P2pLane",
     "P2pTask",
     "P2pLaunch",
+    "FlatTask",
+    "FlatOp",
+    "FlatLaunch",
 ];
 
 /// The text of `struct NAME { ... };` in the template.
@@ -49,6 +52,12 @@ fn c_source(tamper: bool) -> String {
         braid_cuda::kernel::P2P_LANES,
         braid_cuda::kernel::P2P_TASKS
     );
+    c += &format!(
+        "#define FLAT_SEQS {}\n#define FLAT_TASKS {}\n#define FLAT_OPS {}\n",
+        braid_cuda::flat::MAX_SEQS,
+        braid_cuda::flat::MAX_TASKS,
+        braid_cuda::flat::MAX_OPS
+    );
     for s in STRUCTS {
         c += &format!("typedef struct {s} {s};\n");
     }
@@ -59,7 +68,8 @@ fn c_source(tamper: bool) -> String {
     let fields = braid_cuda::program::LAYOUT
         .iter()
         .chain(braid_cuda::engine::LAUNCH_LAYOUT)
-        .chain(braid_cuda::p2p::P2P_LAYOUT);
+        .chain(braid_cuda::p2p::P2P_LAYOUT)
+        .chain(braid_cuda::flat::FLAT_LAYOUT);
     for (i, (strukt, field, offset)) in fields.enumerate() {
         assert!(
             STRUCTS.contains(strukt),
@@ -73,11 +83,15 @@ fn c_source(tamper: bool) -> String {
         };
         c += &format!("_Static_assert({what} == {offset}, \"{strukt}.{field} is not at byte {offset} as the host writes it\");\n");
     }
-    // The flags the host sets in these structures have the kernel's values.
+    // The flags the host sets in these structures, and the flat launch's capacities,
+    // have the kernel's values.
     for (name, value) in [
         ("GPU_SCOPE", braid_cuda::program::GPU_SCOPE),
         ("NET", braid_cuda::program::NET),
         ("PUBLISH", braid_cuda::program::PUBLISH),
+        ("FLAT_SEQS", braid_cuda::flat::MAX_SEQS as u32),
+        ("FLAT_TASKS", braid_cuda::flat::MAX_TASKS as u32),
+        ("FLAT_OPS", braid_cuda::flat::MAX_OPS as u32),
     ] {
         let head = format!("constexpr u32 {name} = ");
         let at = src

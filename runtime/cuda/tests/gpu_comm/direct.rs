@@ -244,6 +244,34 @@ pub fn section() -> Result<Cases, String> {
         );
         cases.push((what, chains(plan, collective, root, n, count, dtype, split)));
     }
+    // (plan, collective, root, ranks, count, dtype, mode, whether it runs flat)
+    #[rustfmt::skip]
+    let flats: [(&str, Collective, Option<u32>, u32, usize, DType, Mode, bool); 10] = [
+        ("one_shot_oop_allreduce", Allreduce, None, 2, 2, DType::F32, OutOfPlace, true),
+        ("one_shot_oop_allreduce", Allreduce, None, 8, 1001, DType::Bf16, OutOfPlace, true),
+        ("one_shot_oop_allreduce", Allreduce, None, 8, 300_001, DType::F32, OutOfPlace, true),
+        ("direct_allgather", Allgather, None, 8, 333, DType::I32, OutOfPlace, true),
+        ("direct_reduce_scatter", ReduceScatter, None, 4, 4097, DType::F16, OutOfPlace, true),
+        ("direct_alltoall", Alltoall, None, 8, 50, DType::I32, OutOfPlace, true),
+        ("direct_broadcast", Broadcast, Some(3), 4, 77, DType::I32, OutOfPlace, true),
+        ("direct_reduce", Reduce, Some(5), 8, 3000, DType::F32, OutOfPlace, true),
+        ("direct_allgather", Allgather, None, 4, 333, DType::I32, InPlace, false),
+        ("ring_allreduce", Allreduce, None, 4, 4097, DType::F32, OutOfPlace, false),
+    ];
+    for (plan, collective, root, n, count, dtype, mode, runs_flat) in flats {
+        let what = format!(
+            "{plan} on {n} ranks, {count} {dtype} {mode}: {}",
+            if runs_flat {
+                "a flat launch, the interpreter's bits"
+            } else {
+                "not flat"
+            }
+        );
+        cases.push((
+            what,
+            flat(plan, collective, root, n, count, dtype, mode, runs_flat),
+        ));
+    }
     for rank_major in [false, true] {
         let what = format!(
             "two all-reduces of one size per rank in one group, issued {}",
@@ -419,6 +447,67 @@ fn chains(
     }
     if outputs[0] != outputs[1] {
         return Err("one pass and step by step differ in their bits".into());
+    }
+    Ok(())
+}
+
+/// A call run as a flat launch (`braid_cuda::flat`, the default) and through the plan
+/// interpreter (`BRAID_FLAT=0`): both the reference's result, the same bits, and the
+/// flat launches counted where the call qualifies (none where it does not, and none with
+/// flat launches off).
+#[allow(clippy::too_many_arguments)]
+fn flat(
+    plan: &str,
+    collective: Collective,
+    root: Option<u32>,
+    n: u32,
+    count: usize,
+    dtype: DType,
+    mode: Mode,
+    runs_flat: bool,
+) -> Result<(), String> {
+    let spec = CallSpec {
+        collective,
+        count,
+        dtype,
+        op: RedOp::Sum,
+        root,
+    };
+    let ins = inputs(collective, dtype, spec.op, n, count, 13);
+    let expected = reference(collective, dtype, spec.op, root, &ins);
+    let mut outputs = Vec::new();
+    for on in [true, false] {
+        let o = Options {
+            flat: on,
+            ..opts(10)
+        };
+        let r = ranks_of(n, plan, collective, root, &o)?;
+        let mut got = Vec::new();
+        let before: Vec<u64> = r.comms.iter().map(|c| c.stats().flat_launches).collect();
+        for _ in 0..2 {
+            let calls = run_between_app_kernels(&r, &spec, mode, Kind::Plain, &ins, |calls| {
+                let views: Vec<_> = calls.iter().map(RankCall::views).collect();
+                group_call(&r.comms, &r.streams, &views, &spec)
+            })?;
+            check_outputs(&spec, &calls, &expected)?;
+            got = calls
+                .iter()
+                .map(RankCall::output)
+                .collect::<Result<Vec<_>, _>>()?;
+        }
+        for (rank, (c, b)) in r.comms.iter().zip(&before).enumerate() {
+            let flat = c.stats().flat_launches - b;
+            let want = if on && runs_flat { 2 } else { 0 };
+            if flat != want {
+                return Err(format!(
+                    "rank {rank}: {flat} flat launches in 2 calls (flat {on}), expected {want}"
+                ));
+            }
+        }
+        outputs.push(got);
+    }
+    if outputs[0] != outputs[1] {
+        return Err("the flat launch and the interpreter differ in their bits".into());
     }
     Ok(())
 }

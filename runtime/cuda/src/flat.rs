@@ -1,0 +1,464 @@
+//! Flat launches: a call that the ranks of one launch can do entirely by reading each
+//! other's inputs runs as a short list of passes (`dst = op0 (+) op1 (+) ...`, element by
+//! element), given to a small kernel (`braid_flat`) in its launch arguments, instead of
+//! through the plan interpreter.
+//!
+//! The interpreter already lets such a call skip its FIFOs (direct pairs, chains as one
+//! pass: [`braid_plan::direct`]), but every block still loads its table, its descriptor
+//! and its step program before its first step, each a dependent round trip to memory, and
+//! runs through a large kernel whose instructions are fetched cold: for a small call that
+//! is most of its time. Here the host resolves the plan's steps to addresses when it
+//! launches (it knows every rank's buffers), so a block reads its whole program from the
+//! kernel's parameters and its first load is data.
+//!
+//! A rank's plan qualifies ([`program`]) when each of its steps is one of: a send the
+//! receiver reads itself (a direct pair's send: nothing to do), a direct receive (`dst =
+//! peer's in`, or `dst = own (+) peer's in`), a chain that runs as one pass (its head
+//! holds the whole chain, its links nothing), a local copy or reduce, or nothing; no step
+//! touches scratch; and every step waits only for earlier steps of its own block (or for
+//! sends that do nothing). A launch runs flat ([`resolve`]) when every rank of it
+//! qualifies and every peer it reads or is read by is in the launch with a call that
+//! lends its `in` (as the kernel's `direct_pair` decides: same plan and geometry, out of
+//! place). The passes keep the operand order of the steps they replace, so the bits are
+//! the interpreter's.
+
+use braid_plan::direct::Direct;
+use braid_plan::{Plan, StepKind};
+use braid_runtime::geometry::Geometry;
+
+/// Sequences (grid blocks before parts) one flat launch holds: `FLAT_SEQS` in the kernel.
+pub const MAX_SEQS: usize = 64;
+/// Passes over one chunk one flat launch holds: `FLAT_TASKS`.
+pub const MAX_TASKS: usize = 96;
+/// Operands of all those passes: `FLAT_OPS`.
+pub const MAX_OPS: usize = 128;
+/// Operands of one pass (the kernel's `FUSE_MAX`).
+pub const MAX_PASS_OPS: usize = crate::kernel::MAX_LOCAL;
+/// Bytes of a chunk each part of a pass gets at least: a larger call is cut into parts,
+/// each a grid block.
+pub const PART_BYTES: usize = 64 << 10;
+
+/// One operand of a pass: the rank's own `in` or `out` (0 or 1) from chunk `chunk` on,
+/// or a peer's `in` from chunk `chunk` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operand {
+    Own { buf: u8, chunk: u32 },
+    Peer { rank: u32, chunk: u32 },
+}
+
+/// `count` chunks of the rank's buffer `dst_buf` (0 in, 1 out) from `dst_chunk` on, each
+/// `ops[0] (+) ops[1] (+) ...` of the operands' same chunk (each operand advancing with
+/// it). One operand: a copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pass {
+    pub dst_buf: u8,
+    pub dst_chunk: u32,
+    pub count: u32,
+    pub ops: Vec<Operand>,
+}
+
+/// A rank's plan as flat passes: one sequence per plan block that does anything, each
+/// run in order by its grid block(s).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlatProgram {
+    pub seqs: Vec<Vec<Pass>>,
+    /// Ranks that must be in the launch, lending their `in`, because this rank reads it.
+    pub reads: Vec<u32>,
+    /// Ranks that must be in the launch because they read this rank's `in` (its sends do
+    /// nothing).
+    pub read_by: Vec<u32>,
+}
+
+fn own(s: braid_plan::Slice) -> Option<Operand> {
+    let buf = match s.buf {
+        braid_ir::Buf::In => 0,
+        braid_ir::Buf::Out => 1,
+        braid_ir::Buf::Scratch => return None,
+    };
+    Some(Operand::Own {
+        buf,
+        chunk: s.offset,
+    })
+}
+
+/// `rank`'s plan as a flat program, or `None` where it does not qualify (module docs).
+/// `direct` and `chains` are the plan's direct pairs and this rank's chains as the
+/// interpreter's table has them ([`crate::program::chains`]).
+pub fn program(
+    plan: &Plan,
+    rank: u32,
+    direct: &Direct,
+    chains: &[crate::program::Chain],
+) -> Option<FlatProgram> {
+    if plan.scratch_chunks > 0 {
+        return None;
+    }
+    let rp = plan.ranks.get(rank as usize)?;
+    // Which sequence and pass realizes each step (None: the step does nothing).
+    let mut realized: std::collections::BTreeMap<(u32, u32), Option<(usize, usize)>> =
+        Default::default();
+    let head_of: std::collections::BTreeMap<(u32, u32), usize> = chains
+        .iter()
+        .enumerate()
+        .flat_map(|(k, c)| c.steps.iter().map(move |&at| (at, k)))
+        .collect();
+    let mut out = FlatProgram::default();
+    // Chain links are realized by their head's pass: heads first.
+    let mut head_pass: Vec<Option<(usize, usize)>> = vec![None; chains.len()];
+    let mut seq_of_block: Vec<Option<usize>> = vec![None; rp.blocks.len()];
+    for (bi, b) in rp.blocks.iter().enumerate() {
+        for (si, s) in b.steps.iter().enumerate() {
+            let at = (bi as u32, si as u32);
+            let dat = (rank, bi as u32, si as u32);
+            let chain = head_of.get(&at).copied();
+            if let Some(k) = chain {
+                if chains[k].steps[0] != at {
+                    // A link: its head's pass does its work.
+                    continue;
+                }
+            }
+            let pass = if let Some(k) = chain {
+                let mut ops = Vec::new();
+                for op in &chains[k].ops {
+                    if op.rank == crate::program::NO_RANK {
+                        if !(0..=1).contains(&op.buf) {
+                            return None;
+                        }
+                        ops.push(Operand::Own {
+                            buf: op.buf as u8,
+                            chunk: op.off,
+                        });
+                    } else {
+                        ops.push(Operand::Peer {
+                            rank: op.rank,
+                            chunk: op.off,
+                        });
+                    }
+                }
+                Some((s.dst?, ops))
+            } else {
+                match s.kind {
+                    StepKind::Nop => None,
+                    StepKind::Send if direct.sends.contains(&dat) => {
+                        out.read_by.push(b.send_peer?);
+                        None
+                    }
+                    StepKind::Recv | StepKind::RecvReduceCopy => {
+                        let poff = *direct.recvs.get(&dat)?;
+                        let peer = Operand::Peer {
+                            rank: b.recv_peer?,
+                            chunk: poff,
+                        };
+                        let ops = if s.kind == StepKind::Recv {
+                            vec![peer]
+                        } else {
+                            vec![own(s.src?)?, peer]
+                        };
+                        Some((s.dst?, ops))
+                    }
+                    StepKind::Copy => {
+                        // A copy onto itself (in place) is nothing.
+                        if s.src == s.dst {
+                            None
+                        } else {
+                            Some((s.dst?, vec![own(s.src?)?]))
+                        }
+                    }
+                    StepKind::Reduce => Some((s.dst?, vec![own(s.dst?)?, own(s.src?)?])),
+                    _ => return None,
+                }
+            };
+            let Some((dst, ops)) = pass else {
+                realized.insert(at, None);
+                continue;
+            };
+            if ops.len() > MAX_PASS_OPS {
+                return None;
+            }
+            let Some(Operand::Own { buf: dst_buf, .. }) = own(dst) else {
+                return None;
+            };
+            for op in &ops {
+                if let Operand::Peer { rank: r, .. } = *op {
+                    out.reads.push(r);
+                }
+            }
+            let seq = *seq_of_block[bi].get_or_insert_with(|| {
+                out.seqs.push(Vec::new());
+                out.seqs.len() - 1
+            });
+            out.seqs[seq].push(Pass {
+                dst_buf,
+                dst_chunk: dst.offset,
+                count: s.count(),
+                ops,
+            });
+            let here = Some((seq, out.seqs[seq].len() - 1));
+            realized.insert(at, here);
+            if let Some(k) = chain {
+                head_pass[k] = here;
+            }
+        }
+    }
+    for (k, c) in chains.iter().enumerate() {
+        for &at in &c.steps[1..] {
+            realized.insert(at, head_pass[k]);
+        }
+    }
+    // Every step that does something waits only for what its own sequence did before
+    // it (or for steps that do nothing: sends the receiver reads itself).
+    for (bi, b) in rp.blocks.iter().enumerate() {
+        for (si, s) in b.steps.iter().enumerate() {
+            let at = (bi as u32, si as u32);
+            if head_of.get(&at).is_some_and(|&k| chains[k].steps[0] != at) {
+                continue; // a link: its deps are its chain's own order
+            }
+            let Some(&Some((seq, idx))) = realized.get(&at) else {
+                continue;
+            };
+            for d in &s.deps {
+                match realized.get(&(d.block, d.step)) {
+                    Some(None) => {}
+                    Some(&Some((ds, di))) if ds == seq && di < idx => {}
+                    _ => return None,
+                }
+            }
+        }
+    }
+    out.reads.sort_unstable();
+    out.reads.dedup();
+    out.read_by.sort_unstable();
+    out.read_by.dedup();
+    Some(out)
+}
+
+/// One rank's call in a launch, as [`resolve`] needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct RankCall<'a> {
+    pub rank: u32,
+    pub program: &'a FlatProgram,
+    pub input: u64,
+    pub output: u64,
+    pub geometry: &'a Geometry,
+    /// The plan's digest (with replicas): calls of one launch read each other only when
+    /// they run the same plan.
+    pub plan: u64,
+    /// The call lends its `in` (out of place, direct reads allowed).
+    pub lends_in: bool,
+    pub avg: bool,
+}
+
+/// The kernel's `FlatTask`: one pass over one chunk.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlatTask {
+    pub dst: u64,
+    /// Elements of the chunk that exist at `dst` (the rest is padding, not written).
+    pub valid: u32,
+    pub op0: u16,
+    pub nops: u16,
+}
+
+/// The kernel's `FlatOp`: one operand of a pass over one chunk.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlatOp {
+    pub ptr: u64,
+    /// Elements of the chunk that exist there (the rest reads as zero).
+    pub valid: u64,
+}
+
+/// The kernel's argument (`FlatLaunch` in `braid_kernel.cuh`): grid block `b` runs
+/// part `b % parts` of every chunk of sequence `b / parts`'s passes, in order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FlatLaunch {
+    pub nseq: u32,
+    pub parts: u32,
+    pub chunk_elems: u64,
+    pub first: [u16; MAX_SEQS + 1],
+    pub task: [FlatTask; MAX_TASKS],
+    pub op: [FlatOp; MAX_OPS],
+}
+
+impl Default for FlatLaunch {
+    fn default() -> Self {
+        FlatLaunch {
+            nseq: 0,
+            parts: 1,
+            chunk_elems: 0,
+            first: [0; MAX_SEQS + 1],
+            task: [FlatTask::default(); MAX_TASKS],
+            op: [FlatOp::default(); MAX_OPS],
+        }
+    }
+}
+
+impl FlatLaunch {
+    /// Grid blocks of the launch.
+    pub fn grid(&self) -> u32 {
+        self.nseq * self.parts
+    }
+}
+
+/// The layout checked against the kernel's structures (as [`crate::program::LAYOUT`]).
+pub const FLAT_LAYOUT: &[(&str, &str, usize)] = &[
+    ("FlatTask", "dst", std::mem::offset_of!(FlatTask, dst)),
+    ("FlatTask", "valid", std::mem::offset_of!(FlatTask, valid)),
+    ("FlatTask", "op0", std::mem::offset_of!(FlatTask, op0)),
+    ("FlatTask", "nops", std::mem::offset_of!(FlatTask, nops)),
+    ("FlatTask", "sizeof", std::mem::size_of::<FlatTask>()),
+    ("FlatOp", "ptr", std::mem::offset_of!(FlatOp, ptr)),
+    ("FlatOp", "valid", std::mem::offset_of!(FlatOp, valid)),
+    ("FlatOp", "sizeof", std::mem::size_of::<FlatOp>()),
+    ("FlatLaunch", "nseq", std::mem::offset_of!(FlatLaunch, nseq)),
+    (
+        "FlatLaunch",
+        "parts",
+        std::mem::offset_of!(FlatLaunch, parts),
+    ),
+    (
+        "FlatLaunch",
+        "chunk_elems",
+        std::mem::offset_of!(FlatLaunch, chunk_elems),
+    ),
+    (
+        "FlatLaunch",
+        "first",
+        std::mem::offset_of!(FlatLaunch, first),
+    ),
+    ("FlatLaunch", "task", std::mem::offset_of!(FlatLaunch, task)),
+    ("FlatLaunch", "op", std::mem::offset_of!(FlatLaunch, op)),
+    ("FlatLaunch", "sizeof", std::mem::size_of::<FlatLaunch>()),
+];
+
+/// The flat launch of `calls` (every rank of one launch), or `None` where it may not run
+/// flat (module docs) or does not fit the kernel's argument. `max_grid`: grid blocks it
+/// may take at most (parts are cut to fit).
+pub fn resolve(calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
+    let first = calls.first()?;
+    let g = first.geometry;
+    let elem = g.elem as u64;
+    // One geometry and one plan for all (what `direct_pair` checks on the device), no
+    // avg (its division needs every pass done), chunk lengths the task's u32 holds.
+    if calls
+        .iter()
+        .any(|c| c.plan != first.plan || c.geometry != g || c.avg)
+        || g.chunk_elems > u32::MAX as usize
+        || g.round_elems != g.chunk_elems
+    {
+        return None;
+    }
+    let call_of = |r: u32| calls.iter().find(|c| c.rank == r);
+    for c in calls {
+        for &r in &c.program.reads {
+            if !call_of(r).is_some_and(|p| p.lends_in && p.input != 0) {
+                return None;
+            }
+        }
+        if !c.program.read_by.is_empty() && !(c.lends_in && c.input != 0) {
+            return None;
+        }
+        for &r in &c.program.read_by {
+            call_of(r)?;
+        }
+    }
+    let nseq: usize = calls.iter().map(|c| c.program.seqs.len()).sum();
+    if nseq > MAX_SEQS {
+        return None;
+    }
+    let mut l = FlatLaunch {
+        nseq: nseq as u32,
+        chunk_elems: g.chunk_elems as u64,
+        ..FlatLaunch::default()
+    };
+    let (mut nt, mut no, mut s) = (0usize, 0usize, 0usize);
+    let at = |base: u64, chunk: u32| -> (u64, u64) {
+        let sp = g.span(chunk);
+        (base + sp.start as u64 * elem, sp.valid as u64)
+    };
+    for c in calls {
+        let base = |buf: u8| if buf == 0 { c.input } else { c.output };
+        for seq in &c.program.seqs {
+            l.first[s] = nt as u16;
+            s += 1;
+            for p in seq {
+                if base(p.dst_buf) == 0 {
+                    return None;
+                }
+                for i in 0..p.count {
+                    if nt == MAX_TASKS || no + p.ops.len() > MAX_OPS {
+                        return None;
+                    }
+                    let (dst, valid) = at(base(p.dst_buf), p.dst_chunk + i);
+                    l.task[nt] = FlatTask {
+                        dst,
+                        valid: valid as u32,
+                        op0: no as u16,
+                        nops: p.ops.len() as u16,
+                    };
+                    nt += 1;
+                    for op in &p.ops {
+                        let (b, chunk) = match *op {
+                            Operand::Own { buf, chunk } => (base(buf), chunk),
+                            Operand::Peer { rank, chunk } => (call_of(rank)?.input, chunk),
+                        };
+                        if b == 0 {
+                            return None;
+                        }
+                        let (ptr, valid) = at(b, chunk + i);
+                        l.op[no] = FlatOp { ptr, valid };
+                        no += 1;
+                    }
+                }
+            }
+        }
+    }
+    l.first[s] = nt as u16;
+    if nseq == 0 {
+        return None;
+    }
+    let chunk_bytes = g.chunk_elems * g.elem;
+    let want = chunk_bytes.div_ceil(PART_BYTES).max(1);
+    let room = (max_grid as usize / nseq).max(1);
+    l.parts = want.min(room) as u32;
+    Some(l)
+}
+
+/// What the kernel does with a flat launch, on host memory: the addresses are byte
+/// offsets into `mem` (elements of `elem` bytes), which the tests check results with.
+/// Grid blocks run one after another, so a launch whose sequences raced would not show it
+/// here: the plan verifier rules that out for the steps the passes replace.
+pub fn emulate<T: Copy + Default>(
+    l: &FlatLaunch,
+    mem: &mut [T],
+    elem: usize,
+    combine: impl Fn(T, T) -> T,
+) {
+    let unit = braid_runtime::geometry::unit(elem) as u64;
+    let per = (l.chunk_elems.div_ceil(l.parts as u64)).div_ceil(unit) * unit;
+    for b in 0..l.grid() {
+        let (s, p) = ((b / l.parts) as usize, b % l.parts);
+        let from = (per * p as u64).min(l.chunk_elems);
+        let to = (from + per).min(l.chunk_elems);
+        for t in &l.task[l.first[s] as usize..l.first[s + 1] as usize] {
+            let dv = (t.valid as u64).min(to).saturating_sub(from);
+            let ops = &l.op[t.op0 as usize..(t.op0 + t.nops) as usize];
+            for e in 0..dv {
+                let at = from + e;
+                let val = |o: &FlatOp| {
+                    if at < o.valid {
+                        mem[(o.ptr / elem as u64 + at) as usize]
+                    } else {
+                        T::default()
+                    }
+                };
+                let mut acc = val(&ops[0]);
+                for o in &ops[1..] {
+                    acc = combine(acc, val(o));
+                }
+                mem[(t.dst / elem as u64 + at) as usize] = acc;
+            }
+        }
+    }
+}
