@@ -955,7 +955,14 @@ __device__ void flat_run(const FlatLaunch& L) {
     }
     __syncthreads();
     const u64 dv = tk.valid > from ? min64(tk.valid, to) - from : 0;
-    fused_pass(reinterpret_cast<T*>(tk.dst) + from, dv, tk.nops);
+    T* d = reinterpret_cast<T*>(tk.dst) + from;
+    if (tk.nops <= 2) {
+      // A copy or one reduction: `move` keeps BRAID_UNROLL vectors per thread in flight
+      // (the one pass keeps one operand's, which starves a copy of memory parallelism).
+      move(d, dv, nullptr, 0, fp[0], fv[0], tk.nops == 2 ? fp[1] : nullptr, fv[1], dv);
+    } else {
+      fused_pass(d, dv, tk.nops);
+    }
     __syncthreads();
   }
 }

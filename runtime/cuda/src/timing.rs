@@ -27,6 +27,14 @@ pub fn time_calls(
     how: Timing,
 ) -> Result<Duration> {
     let iters = iters.max(1);
+    // Each stream once (ranks may share one).
+    let mut distinct: Vec<Stream> = Vec::with_capacity(streams.len());
+    for s in streams {
+        if !distinct.iter().any(|d| d.raw() == s.raw()) {
+            distinct.push(s.clone());
+        }
+    }
+    let streams = &distinct[..];
     let sync = || -> Result<()> {
         for s in streams {
             s.synchronize()?;

@@ -71,6 +71,11 @@ pub struct PerfArgs {
     /// One process per rank, as torchrun runs them.
     #[arg(long)]
     pub procs: bool,
+    /// The streams the ranks of this process call on (`--backend cuda`): one each, or one
+    /// per GPU shared by the ranks on it (one group call then needs no joins between
+    /// streams, as nccl-tests drives one stream per GPU).
+    #[arg(long, value_enum, default_value = "rank")]
+    pub streams: StreamsArg,
     #[arg(long, value_enum, default_value = "host")]
     pub backend: crate::cmd_run::Backend,
     /// Topology (ranks); the host backend defaults to an 8-GPU NVSwitch node.
@@ -103,6 +108,15 @@ pub struct PerfArgs {
     /// each row, on `--topo` with `BRAID_PROFILE`'s constants (else the defaults).
     #[arg(long)]
     pub predict: bool,
+}
+
+/// `--streams`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StreamsArg {
+    /// One stream per rank.
+    Rank,
+    /// One stream per GPU, shared by its ranks.
+    Gpu,
 }
 
 /// The plan with `channels` replicas, proved again (the replica count bounds the
@@ -391,6 +405,13 @@ pub fn run(args: &PerfArgs) -> Result<String, CliError> {
         runs: args.runs,
         roofline: None,
         nccl: None,
+        streams: (cuda && !args.procs).then(|| {
+            match args.streams {
+                StreamsArg::Rank => "one per rank",
+                StreamsArg::Gpu => "one per GPU, shared by its ranks",
+            }
+            .to_string()
+        }),
         model: model.as_ref().map(|(_, p)| p.source.clone()),
         rows: Vec::new(),
     };
@@ -763,9 +784,14 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
     } = *sweep;
     let rt = |e: braid_cuda::CudaError| CliError::Runtime(format!("error: {e}"));
     let topo = topo_arg::load(&args.topo)?;
-    let (comms, streams) = crate::cmd_run::open_cuda(n, registry, args.channels, Some(&topo))?;
+    let (comms, mut streams) = crate::cmd_run::open_cuda(n, registry, args.channels, Some(&topo))?;
     // Rank r is on GPU r % GPUs (open_cuda's placement).
     let gpus = braid_cuda::device_count().min(n as usize).max(1);
+    if args.streams == StreamsArg::Gpu {
+        for r in gpus..streams.len() {
+            streams[r] = streams[r % gpus].clone();
+        }
+    }
     let mut copier = braid_cuda::roofline::Copier::new(gpus).map_err(rt)?;
     let mut copies: std::collections::HashMap<(usize, usize, usize), Duration> =
         std::collections::HashMap::new();

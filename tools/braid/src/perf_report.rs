@@ -110,6 +110,9 @@ pub struct Report {
     /// The NCCL library compared against: its version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nccl: Option<String>,
+    /// The streams the ranks of one process called on (`--backend cuda`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub streams: Option<String>,
     /// `--predict`: where the model's constants come from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -142,12 +145,16 @@ impl Report {
         let nccl = self.rows.iter().any(|r| r.nccl_time_us.is_some());
         let model = self.rows.iter().any(|r| r.predicted_us.is_some());
         let mut out = format!(
-            "# braid perf {} on {} ({} ranks), {} backend{}: {} calls {} per run, median of {} runs, {} warm-up calls{}\n",
+            "# braid perf {} on {} ({} ranks), {} backend{}{}: {} calls {} per run, median of {} runs, {} warm-up calls{}\n",
             self.collective,
             self.topology,
             self.ranks,
             self.backend,
             if self.timing.contains("process") { ", one process per rank" } else { "" },
+            match self.streams.as_deref() {
+                Some(s) if s.starts_with("one per GPU") => ", one stream per GPU",
+                _ => "",
+            },
             self.iters,
             if self.timing.contains("graph") { "replayed from CUDA graphs" } else { "back to back" },
             self.runs,
@@ -279,6 +286,7 @@ mod tests {
             runs: 3,
             roofline: Some("device-to-device copy".into()),
             nccl: Some("2.28.9".into()),
+            streams: Some("one per GPU, shared by its ranks".into()),
             model: None,
             rows: vec![row()],
         }
@@ -287,6 +295,7 @@ mod tests {
     #[test]
     fn the_table_carries_every_column_asked_for() {
         let t = report().table();
+        assert!(t.contains("cuda backend, one stream per GPU:"), "{t}");
         assert!(
             t.contains("nccl(us)") && t.contains("ratio") && t.contains("NCCL 2.28.9"),
             "{t}"
