@@ -7,6 +7,7 @@
 //! **Must not know:** the runtime, CUDA. It reads plans and topologies only.
 
 pub mod bound;
+pub mod flat;
 pub mod profile;
 pub mod sim;
 pub mod trace;

@@ -100,6 +100,11 @@ pub struct Profile {
     /// else its largest rank's. 0 on the host backend (its blocks' start is `block_us`).
     #[serde(default)]
     pub launch_block_us: PerProtocol,
+    /// What a flat launch costs ([`crate::flat`]), µs: ranks sharing one GPU whose every
+    /// step reads the launch's inputs. 0: calls never run flat (the host backend, a rank
+    /// per GPU).
+    #[serde(default)]
+    pub flat_call_us: f64,
 }
 
 impl Default for PerProtocol {
@@ -164,9 +169,14 @@ impl Default for Profile {
             copy_gbps: PerProtocol::default(),
             shared_gbps: PerProtocol::default(),
             launch_block_us: PerProtocol::default(),
+            flat_call_us: 0.0,
         }
     }
 }
+
+/// A flat launch of 2 ranks sharing an H200, back to back as `braid perf` times it
+/// (1 element, `direct_broadcast`, one stream per rank: 2026-12-04, docs/perf.md).
+const SHARED_FLAT_CALL_US: f64 = 5.0;
 
 impl Profile {
     /// The built-in constants for ranks that share one GPU and launch together (several
@@ -206,6 +216,7 @@ impl Profile {
                 simple: 0.019,
                 ll: 0.012,
             },
+            flat_call_us: SHARED_FLAT_CALL_US,
             ..d
         }
     }
@@ -299,6 +310,12 @@ impl Profile {
         pp("copy_gbps", &self.copy_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
         pp("launch_block_us", &self.launch_block_us, false)?;
+        if !(self.flat_call_us.is_finite() && (0.0..1e9).contains(&self.flat_call_us)) {
+            return Err(format!(
+                "flat_call_us = {} is out of range",
+                self.flat_call_us
+            ));
+        }
         if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
             return Err("efficiency is a share: at most 1".into());
         }

@@ -35,6 +35,10 @@
 //!   at least [`SPLIT_MIN_BYTES`], the blocks of all its steps share the pass, so the
 //!   head's step takes one part's time.
 //!
+//! - A call that runs as a flat launch ([`crate::flat`]: every step a direct read, a
+//!   chain's one pass or a local copy, where the ranks share a GPU and the profile prices
+//!   flat launches) is priced as one: the launch and its passes' memory traffic.
+//!
 //! - A tiled plan (MSCCL's model) runs tile by tile, as the kernel does: every step once
 //!   per tile of its share (one FIFO slot per chunk), each waiting for its
 //!   dependencies' and its message's same tile, and each block's tiles in order.
@@ -180,6 +184,9 @@ pub fn predict(
     } else {
         braid_plan::direct::Direct::default()
     };
+    if let Some(p) = crate::flat::predict(plan, profile, call, &direct) {
+        return Ok(p);
+    }
     let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
     // Chains run as one pass: each head with the operands it reads and the blocks that
     // may share its pass (1: the head alone), and the links.

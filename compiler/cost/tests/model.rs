@@ -552,3 +552,75 @@ fn rooted_collectives_are_priced_alike_in_both_modes() {
         assert_eq!(price(Mode::InPlace), price(Mode::OutOfPlace), "{c}");
     }
 }
+
+/// A call whose every rank's plan is a flat program ([`braid_plan::flat`]) and whose ranks
+/// launch together on one GPU is priced as a flat launch where the profile has a price
+/// for one: its launch plus its passes' bytes at the shared memory rate, whatever the
+/// replicas; a plan that forwards (the ring), ranks that do not launch together, or a
+/// profile without flat launches get the step-by-step price.
+#[test]
+fn flat_launches_cost_their_launch_and_traffic() {
+    let (t, ps) = plans("nvswitch:8", Collective::Broadcast);
+    let profile = Profile::shared_gpu();
+    assert!(profile.flat_call_us > 0.0);
+    let call = |bytes: u64, replicas: u32, direct: bool| Call {
+        bytes,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas,
+        direct,
+    };
+    let direct_bc = plan(&ps, "direct_broadcast");
+    let big = 256u64 << 20;
+    let p = predict(direct_bc, &t, &profile, &call(big, 1, true)).unwrap();
+    // Seven ranks each read the root's input and write their output (the root's own
+    // copy too where the plan makes one): at least 14 x the bytes at the memory rate.
+    let floor = 14.0 * big as f64 / (profile.shared_gbps.simple * 1e3);
+    assert!(
+        p.total_us >= profile.flat_call_us + floor * 0.999,
+        "{}",
+        p.total_us
+    );
+    assert!(
+        p.total_us < profile.flat_call_us + floor * 1.2,
+        "{}",
+        p.total_us
+    );
+    // Replicas change nothing.
+    let p8 = predict(direct_bc, &t, &profile, &call(big, 8, true)).unwrap();
+    assert_eq!(p.total_us, p8.total_us);
+    // A small call costs the launch.
+    let small = predict(direct_bc, &t, &profile, &call(8, 1, true)).unwrap();
+    assert!(
+        (small.total_us - profile.flat_call_us).abs() < 0.1,
+        "{}",
+        small.total_us
+    );
+    // Not flat: ranks apart, or a profile without flat launches.
+    let apart = predict(direct_bc, &t, &profile, &call(8, 1, false)).unwrap();
+    assert!(
+        apart.total_us > small.total_us,
+        "{} <= {}",
+        apart.total_us,
+        small.total_us
+    );
+    let mut no_flat = profile.clone();
+    no_flat.flat_call_us = 0.0;
+    let stepwise = predict(direct_bc, &t, &no_flat, &call(8, 1, true)).unwrap();
+    assert!(stepwise.total_us > small.total_us);
+    // The chain forwards what it receives: never flat, slower at 256 MiB than the flat
+    // direct broadcast, which the ranking therefore selects.
+    let chain = plan(&ps, "chain_broadcast");
+    assert!(braid_plan::flat::program(chain, 1, &braid_plan::direct::direct(chain), 8).is_none());
+    let cands = shipped(&ps);
+    let req = Request {
+        collective: Collective::Broadcast,
+        root: Some(0),
+        mode: Mode::OutOfPlace,
+        bytes: big,
+        elem: 4,
+        direct: true,
+    };
+    let ranked = braid_cost::rank(&cands, &t, &profile, &req);
+    assert_eq!(ranked[0].name, "direct_broadcast", "{ranked:?}");
+}

@@ -14,6 +14,7 @@ pub mod diag;
 pub mod direct;
 pub mod dot;
 pub mod explain;
+pub mod flat;
 pub mod json;
 pub mod plan;
 pub mod traffic;

@@ -497,7 +497,7 @@ impl CudaEngine {
             table.ptr(),
         ))?;
         let flat = if self.clique.flat && !res.trace {
-            crate::flat::program(plan, rank, layout.direct(), layout.chains())
+            crate::flat::program(plan, rank, layout.direct())
         } else {
             None
         };

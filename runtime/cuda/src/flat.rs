@@ -11,19 +11,15 @@
 //! launches (it knows every rank's buffers), so a block reads its whole program from the
 //! kernel's parameters and its first load is data.
 //!
-//! A rank's plan qualifies ([`program`]) when each of its steps is one of: a send the
-//! receiver reads itself (a direct pair's send: nothing to do), a direct receive (`dst =
-//! peer's in`, or `dst = own (+) peer's in`), a chain that runs as one pass (its head
-//! holds the whole chain, its links nothing), a local copy or reduce, or nothing; no step
-//! touches scratch; and every step waits only for earlier steps of its own block (or for
-//! sends that do nothing). A launch runs flat ([`resolve`]) when every rank of it
-//! qualifies and every peer it reads or is read by is in the launch with a call that
-//! lends its `in` (as the kernel's `direct_pair` decides: same plan and geometry, out of
-//! place). The passes keep the operand order of the steps they replace, so the bits are
-//! the interpreter's.
+//! A rank's plan qualifies when [`braid_plan::flat::program`] makes it a flat program
+//! (every step a direct read, a chain run as one pass, a local copy or reduce, or a send
+//! its receiver reads itself; see there). A launch runs flat ([`resolve`]) when every
+//! rank of it qualifies and every peer it reads or is read by is in the launch with a
+//! call that lends its `in` (as the kernel's `direct_pair` decides: same plan and
+//! geometry, out of place). The passes keep the operand order of the steps they replace,
+//! so the bits are the interpreter's.
 
-use braid_plan::direct::Direct;
-use braid_plan::{Plan, StepKind};
+pub use braid_plan::flat::{FlatProgram, Operand};
 use braid_runtime::geometry::Geometry;
 
 /// Sequences (grid blocks before parts) one flat launch holds: `FLAT_SEQS` in the kernel.
@@ -34,203 +30,18 @@ pub const MAX_TASKS: usize = 96;
 pub const MAX_OPS: usize = 128;
 /// Operands of one pass (the kernel's `FUSE_MAX`).
 pub const MAX_PASS_OPS: usize = crate::kernel::MAX_LOCAL;
+
+/// `rank`'s plan as a flat program for this backend, where it qualifies.
+pub fn program(
+    plan: &braid_plan::Plan,
+    rank: u32,
+    direct: &braid_plan::direct::Direct,
+) -> Option<FlatProgram> {
+    braid_plan::flat::program(plan, rank, direct, MAX_PASS_OPS)
+}
 /// Bytes of a chunk each part of a pass gets at least: a larger call is cut into parts,
 /// each a grid block.
 pub const PART_BYTES: usize = 64 << 10;
-
-/// One operand of a pass: the rank's own `in` or `out` (0 or 1) from chunk `chunk` on,
-/// or a peer's `in` from chunk `chunk` on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operand {
-    Own { buf: u8, chunk: u32 },
-    Peer { rank: u32, chunk: u32 },
-}
-
-/// `count` chunks of the rank's buffer `dst_buf` (0 in, 1 out) from `dst_chunk` on, each
-/// `ops[0] (+) ops[1] (+) ...` of the operands' same chunk (each operand advancing with
-/// it). One operand: a copy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pass {
-    pub dst_buf: u8,
-    pub dst_chunk: u32,
-    pub count: u32,
-    pub ops: Vec<Operand>,
-}
-
-/// A rank's plan as flat passes: one sequence per plan block that does anything, each
-/// run in order by its grid block(s).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FlatProgram {
-    pub seqs: Vec<Vec<Pass>>,
-    /// Ranks that must be in the launch, lending their `in`, because this rank reads it.
-    pub reads: Vec<u32>,
-    /// Ranks that must be in the launch because they read this rank's `in` (its sends do
-    /// nothing).
-    pub read_by: Vec<u32>,
-}
-
-fn own(s: braid_plan::Slice) -> Option<Operand> {
-    let buf = match s.buf {
-        braid_ir::Buf::In => 0,
-        braid_ir::Buf::Out => 1,
-        braid_ir::Buf::Scratch => return None,
-    };
-    Some(Operand::Own {
-        buf,
-        chunk: s.offset,
-    })
-}
-
-/// `rank`'s plan as a flat program, or `None` where it does not qualify (module docs).
-/// `direct` and `chains` are the plan's direct pairs and this rank's chains as the
-/// interpreter's table has them ([`crate::program::chains`]).
-pub fn program(
-    plan: &Plan,
-    rank: u32,
-    direct: &Direct,
-    chains: &[crate::program::Chain],
-) -> Option<FlatProgram> {
-    if plan.scratch_chunks > 0 {
-        return None;
-    }
-    let rp = plan.ranks.get(rank as usize)?;
-    // Which sequence and pass realizes each step (None: the step does nothing).
-    let mut realized: std::collections::BTreeMap<(u32, u32), Option<(usize, usize)>> =
-        Default::default();
-    let head_of: std::collections::BTreeMap<(u32, u32), usize> = chains
-        .iter()
-        .enumerate()
-        .flat_map(|(k, c)| c.steps.iter().map(move |&at| (at, k)))
-        .collect();
-    let mut out = FlatProgram::default();
-    // Chain links are realized by their head's pass: heads first.
-    let mut head_pass: Vec<Option<(usize, usize)>> = vec![None; chains.len()];
-    let mut seq_of_block: Vec<Option<usize>> = vec![None; rp.blocks.len()];
-    for (bi, b) in rp.blocks.iter().enumerate() {
-        for (si, s) in b.steps.iter().enumerate() {
-            let at = (bi as u32, si as u32);
-            let dat = (rank, bi as u32, si as u32);
-            let chain = head_of.get(&at).copied();
-            if let Some(k) = chain {
-                if chains[k].steps[0] != at {
-                    // A link: its head's pass does its work.
-                    continue;
-                }
-            }
-            let pass = if let Some(k) = chain {
-                let mut ops = Vec::new();
-                for op in &chains[k].ops {
-                    if op.rank == crate::program::NO_RANK {
-                        if !(0..=1).contains(&op.buf) {
-                            return None;
-                        }
-                        ops.push(Operand::Own {
-                            buf: op.buf as u8,
-                            chunk: op.off,
-                        });
-                    } else {
-                        ops.push(Operand::Peer {
-                            rank: op.rank,
-                            chunk: op.off,
-                        });
-                    }
-                }
-                Some((s.dst?, ops))
-            } else {
-                match s.kind {
-                    StepKind::Nop => None,
-                    StepKind::Send if direct.sends.contains(&dat) => {
-                        out.read_by.push(b.send_peer?);
-                        None
-                    }
-                    StepKind::Recv | StepKind::RecvReduceCopy => {
-                        let poff = *direct.recvs.get(&dat)?;
-                        let peer = Operand::Peer {
-                            rank: b.recv_peer?,
-                            chunk: poff,
-                        };
-                        let ops = if s.kind == StepKind::Recv {
-                            vec![peer]
-                        } else {
-                            vec![own(s.src?)?, peer]
-                        };
-                        Some((s.dst?, ops))
-                    }
-                    StepKind::Copy => {
-                        // A copy onto itself (in place) is nothing.
-                        if s.src == s.dst {
-                            None
-                        } else {
-                            Some((s.dst?, vec![own(s.src?)?]))
-                        }
-                    }
-                    StepKind::Reduce => Some((s.dst?, vec![own(s.dst?)?, own(s.src?)?])),
-                    _ => return None,
-                }
-            };
-            let Some((dst, ops)) = pass else {
-                realized.insert(at, None);
-                continue;
-            };
-            if ops.len() > MAX_PASS_OPS {
-                return None;
-            }
-            let Some(Operand::Own { buf: dst_buf, .. }) = own(dst) else {
-                return None;
-            };
-            for op in &ops {
-                if let Operand::Peer { rank: r, .. } = *op {
-                    out.reads.push(r);
-                }
-            }
-            let seq = *seq_of_block[bi].get_or_insert_with(|| {
-                out.seqs.push(Vec::new());
-                out.seqs.len() - 1
-            });
-            out.seqs[seq].push(Pass {
-                dst_buf,
-                dst_chunk: dst.offset,
-                count: s.count(),
-                ops,
-            });
-            let here = Some((seq, out.seqs[seq].len() - 1));
-            realized.insert(at, here);
-            if let Some(k) = chain {
-                head_pass[k] = here;
-            }
-        }
-    }
-    for (k, c) in chains.iter().enumerate() {
-        for &at in &c.steps[1..] {
-            realized.insert(at, head_pass[k]);
-        }
-    }
-    // Every step that does something waits only for what its own sequence did before
-    // it (or for steps that do nothing: sends the receiver reads itself).
-    for (bi, b) in rp.blocks.iter().enumerate() {
-        for (si, s) in b.steps.iter().enumerate() {
-            let at = (bi as u32, si as u32);
-            if head_of.get(&at).is_some_and(|&k| chains[k].steps[0] != at) {
-                continue; // a link: its deps are its chain's own order
-            }
-            let Some(&Some((seq, idx))) = realized.get(&at) else {
-                continue;
-            };
-            for d in &s.deps {
-                match realized.get(&(d.block, d.step)) {
-                    Some(None) => {}
-                    Some(&Some((ds, di))) if ds == seq && di < idx => {}
-                    _ => return None,
-                }
-            }
-        }
-    }
-    out.reads.sort_unstable();
-    out.reads.dedup();
-    out.read_by.sort_unstable();
-    out.read_by.dedup();
-    Some(out)
-}
 
 /// One rank's call in a launch, as [`resolve`] needs it.
 #[derive(Clone, Copy, Debug)]
@@ -356,7 +167,8 @@ pub fn resolve(calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
                 return None;
             }
         }
-        if !c.program.read_by.is_empty() && !(c.lends_in && c.input != 0) {
+        let lends = c.lends_in && c.input != 0;
+        if !c.program.read_by.is_empty() && !lends {
             return None;
         }
         for &r in &c.program.read_by {

@@ -404,42 +404,29 @@ pub fn chains(plan: &Plan, rank: u32) -> Vec<Chain> {
 }
 
 fn chains_with(plan: &Plan, rank: u32, direct: &braid_plan::direct::Direct) -> Vec<Chain> {
-    let rp = &plan.ranks[rank as usize];
-    braid_plan::direct::chains(plan, direct)
+    use braid_plan::flat::Operand;
+    braid_plan::flat::rank_chains(plan, rank, direct, CHAIN_MAX)
         .into_iter()
-        .filter(|c| c.rank == rank)
-        .map(|c| {
-            let mut ops = Vec::new();
-            for (k, &(b, s)) in c.steps.iter().enumerate() {
-                let blk = &rp.blocks[b as usize];
-                let st = &blk.steps[s as usize];
-                let local = |sl: braid_plan::Slice| {
-                    let (buf, off) = buf_code(Some(sl));
-                    ChainOp {
+        .map(|c| Chain {
+            steps: c.chain.steps,
+            ops: c
+                .ops
+                .iter()
+                .map(|&o| match o {
+                    Operand::Own { buf, chunk } => ChainOp {
                         rank: NO_RANK,
-                        buf,
-                        off,
-                    }
-                };
-                if k == 0 && st.kind == StepKind::RecvReduceCopy {
-                    ops.extend(st.src.map(local));
-                }
-                match direct.recvs.get(&(rank, b, s)) {
-                    Some(&poff) => ops.push(ChainOp {
-                        rank: blk.recv_peer.unwrap_or(NO_RANK),
+                        buf: i32::from(buf),
+                        off: chunk,
+                    },
+                    Operand::Peer { rank, chunk } => ChainOp {
+                        rank,
                         buf: 0,
-                        off: poff,
-                    }),
-                    None => ops.extend(st.src.map(local)),
-                }
-            }
-            Chain {
-                steps: c.steps,
-                ops,
-                splits: c.splits,
-            }
+                        off: chunk,
+                    },
+                })
+                .collect(),
+            splits: c.chain.splits,
         })
-        .filter(|c| c.ops.len() <= CHAIN_MAX && c.steps.len() <= CHAIN_MAX)
         .collect()
 }
 

@@ -4,8 +4,9 @@
 //! result exactly; plans that need a FIFO, calls that do not lend their `in`, and
 //! launches missing a peer do not qualify.
 
-use braid_cuda::flat::{self, FlatLaunch, FlatProgram, RankCall};
+use braid_cuda::flat::{self, FlatLaunch, RankCall};
 use braid_ir::Collective;
+use braid_plan::flat::{FlatProgram, Operand};
 use braid_plan::Plan;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::geometry::{buffer_elems, Geometry};
@@ -16,7 +17,7 @@ fn programs(plan: &Plan) -> Option<Vec<FlatProgram>> {
     (0..plan.n_ranks)
         .map(|r| {
             let layout = braid_cuda::program::Layout::new(plan, r);
-            flat::program(plan, r, layout.direct(), layout.chains())
+            flat::program(plan, r, layout.direct())
         })
         .collect()
 }
@@ -256,9 +257,9 @@ fn a_chain_is_one_pass_with_the_operands_in_rank_order() {
             let own_at = if r == 1 { 0 } else { r };
             let peer = if r == 1 && k == 1 { 0 } else { k };
             let expect = if k == own_at {
-                flat::Operand::Own { buf: 0, chunk: 0 }
+                Operand::Own { buf: 0, chunk: 0 }
             } else {
-                flat::Operand::Peer {
+                Operand::Peer {
                     rank: peer as u32,
                     chunk: 0,
                 }

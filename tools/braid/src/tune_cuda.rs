@@ -12,6 +12,7 @@
 //! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
 //! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
+//! | `flat_call_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch) | the model reproduces the time |
 //!
 //! Step and hop come from the GPU's own clock because calls of many ranks in one process
 //! may be issued slower than the GPU runs them: their back-to-back time measures the host.
@@ -90,12 +91,17 @@ fn rt(e: braid_cuda::CudaError) -> CliError {
 
 /// The shipped chain broadcast from rank 0 on `nvswitch:n`.
 fn chain(n: u32) -> Result<Arc<Verified>, CliError> {
+    broadcast(n, "chain_broadcast")
+}
+
+/// The shipped broadcast `name` for `n` ranks, root 0.
+fn broadcast(n: u32, name: &str) -> Result<Arc<Verified>, CliError> {
     let topo = Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
     braid_library::Library::new(topo)
         .plans(Collective::Broadcast, Some(0))
         .into_iter()
-        .find(|p| p.name == "chain_broadcast")
-        .ok_or_else(|| CliError::Runtime("error: braid tune: no chain_broadcast".into()))
+        .find(|p| p.name == name)
+        .ok_or_else(|| CliError::Runtime(format!("error: braid tune: no {name}")))
 }
 
 /// Times one micro-benchmark on this machine's GPUs (rank `r` on GPU `r % GPUs`).
@@ -106,16 +112,30 @@ fn measure(
     protocol: Protocol,
     iters: u32,
 ) -> Result<Bench, CliError> {
-    let plan = chain(n)?;
+    measure_plan(chain(n)?, n, count, replicas, protocol, iters, false)
+}
+
+/// [`measure`] with `plan`; `direct`: ranks of one launch read each other's inputs
+/// (then no step times are recorded: recording them takes the interpreter).
+fn measure_plan(
+    plan: Arc<Verified>,
+    n: u32,
+    count: usize,
+    replicas: u32,
+    protocol: Protocol,
+    iters: u32,
+    direct: bool,
+) -> Result<Bench, CliError> {
     let registry = Registry::new();
     registry.add_verified(plan.clone(), Origin::User("braid tune".into()));
     let mut opts = crate::cmd_run::cuda_options(None)?;
     opts.policy.replicas = Some(replicas);
     opts.policy.protocol = Some(protocol);
-    opts.trace = true;
+    opts.trace = !direct;
     // The constants describe the FIFO path; direct reads are priced from them (a local
-    // copy or reduction), so the micro-benchmarks never take that path.
-    opts.direct = false;
+    // copy or reduction), so the micro-benchmarks take that path only to time a flat
+    // launch.
+    opts.direct = direct;
     let (comms, streams) = crate::cmd_run::open_cuda_with(n, Arc::new(registry), &opts)?;
     let case = braid_cuda::check::Case {
         collective: Collective::Broadcast,
@@ -157,12 +177,17 @@ fn measure(
 
 /// The model's time for `b` with `profile` on `topo`.
 fn model(b: &Bench, topo: &Topology, profile: &Profile) -> f64 {
+    model_with(b, topo, profile, false)
+}
+
+/// [`model`], with direct reads priced where `direct`.
+fn model_with(b: &Bench, topo: &Topology, profile: &Profile, direct: bool) -> f64 {
     let call = Call {
         bytes: b.count as u64 * 4,
         elem: 4,
         protocol: b.protocol,
         replicas: b.replicas,
-        direct: false,
+        direct,
     };
     predict(&b.plan, topo, profile, &call).map_or(f64::INFINITY, |p| p.total_us)
 }
@@ -319,6 +344,28 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 b.replicas,
                 b.us
             )),
+        ));
+    }
+    if shared {
+        // A flat launch: a broadcast every rank reads from the root's input directly.
+        progress("a flat launch: 1 element on 2 ranks");
+        let b = measure_plan(
+            broadcast(2, "direct_broadcast")?,
+            2,
+            1,
+            1,
+            Protocol::Simple,
+            iters,
+            true,
+        )?;
+        p.flat_call_us = solve(1e-3, b.us, false, b.us, |v| {
+            let mut q = p.clone();
+            q.flat_call_us = v;
+            model_with(&b, &c2, &q, true)
+        });
+        notes.push(format!(
+            "a flat launch {:.1} us (a direct broadcast of 1 element on 2 ranks {:.1} us)",
+            p.flat_call_us, b.us
         ));
     }
     p.source = format!(

@@ -94,6 +94,10 @@ fn slices(r: &Ranks, spec: &CallSpec, mode: Mode, how: Launch) -> Result<Vec<u64
         .collect()
 }
 
+/// A flat-launch case: plan, collective, root, ranks, count, dtype, mode, and whether
+/// it runs flat.
+type FlatRow = (&'static str, Collective, Option<u32>, u32, usize, DType, Mode, bool);
+
 /// One case: a plan run on two ranks (plan, collective, root, count, mode, how the ranks
 /// launch, direct reads on), and whether its slices must go through the FIFOs.
 type Row = (
@@ -246,7 +250,7 @@ pub fn section() -> Result<Cases, String> {
     }
     // (plan, collective, root, ranks, count, dtype, mode, whether it runs flat)
     #[rustfmt::skip]
-    let flats: [(&str, Collective, Option<u32>, u32, usize, DType, Mode, bool); 10] = [
+    let flats: [FlatRow; 10] = [
         ("one_shot_oop_allreduce", Allreduce, None, 2, 2, DType::F32, OutOfPlace, true),
         ("one_shot_oop_allreduce", Allreduce, None, 8, 1001, DType::Bf16, OutOfPlace, true),
         ("one_shot_oop_allreduce", Allreduce, None, 8, 300_001, DType::F32, OutOfPlace, true),

@@ -1,0 +1,92 @@
+//! The price of a flat launch: a call whose every step the ranks of one launch do by
+//! reading each other's inputs ([`braid_plan::flat`]) runs, on a GPU its ranks share, as
+//! one small kernel whose blocks read their passes from the launch's arguments and never
+//! wait: no step, slice or flag costs, only the launch and the passes' memory traffic.
+//!
+//! Where the profile prices flat launches (`flat_call_us` > 0, measured by `braid tune`
+//! on ranks sharing a GPU) and the call's ranks launch together with direct reads, a plan
+//! whose every rank has a flat program costs
+//!
+//! `flat_call_us + max(bytes accessed / shared rate, longest sequence / (parts x block rate))`
+//!
+//! where every pass over one chunk reads each operand and writes its destination once, a
+//! sequence is one block's passes in order, and a chunk of more than [`PART_BYTES`] is cut
+//! into parts run by blocks of their own, up to [`FLAT_BLOCKS`] blocks for the launch
+//! (the runtime's `braid_cuda::flat`). Replicas and protocol do not change it.
+
+use crate::profile::Profile;
+use crate::sim::{chunk_bytes, Call, Prediction, StepTime, FUSE_MAX};
+use braid_plan::Plan;
+
+/// Bytes of a chunk each part of a pass gets at least (the runtime's `flat::PART_BYTES`).
+pub const PART_BYTES: u64 = 64 << 10;
+/// Blocks a flat launch takes at most: one per multiprocessor of an H100 or H200.
+pub const FLAT_BLOCKS: u64 = 132;
+
+/// The flat launch's prediction for `call` of `plan`, or `None` where the call does not
+/// run flat (no direct reads, a profile without flat launches, or a rank whose plan does
+/// not qualify).
+pub fn predict(
+    plan: &Plan,
+    profile: &Profile,
+    call: &Call,
+    direct: &braid_plan::direct::Direct,
+) -> Option<Prediction> {
+    let proto = call.protocol;
+    let shared = profile.shared_gbps.get(proto);
+    if !call.direct || profile.flat_call_us <= 0.0 || shared <= 0.0 {
+        return None;
+    }
+    let programs = (0..plan.n_ranks)
+        .map(|r| braid_plan::flat::program(plan, r, direct, FUSE_MAX))
+        .collect::<Option<Vec<_>>>()?;
+    let chunk = chunk_bytes(plan, call.bytes, call.elem);
+    let seqs: u64 = programs.iter().map(|p| p.seqs.len() as u64).sum();
+    if seqs == 0 {
+        return None;
+    }
+    let parts = chunk
+        .div_ceil(PART_BYTES)
+        .clamp(1, (FLAT_BLOCKS / seqs).max(1));
+    // Bytes each sequence reads and writes, in its order of passes.
+    let mut accessed = 0f64;
+    let mut longest = 0f64;
+    for p in &programs {
+        for seq in &p.seqs {
+            let bytes: f64 = seq
+                .iter()
+                .map(|pass| f64::from(pass.count) * (pass.ops.len() as f64 + 1.0) * chunk as f64)
+                .sum();
+            accessed += bytes;
+            longest = longest.max(bytes);
+        }
+    }
+    let block = match profile.copy_gbps.get(proto) {
+        r if r > 0.0 => r,
+        _ => profile.block_gbps.get(proto),
+    };
+    // A block's rate was measured on copies (2 accesses per byte).
+    let body = (accessed / (shared * 1e3)).max(longest / parts as f64 / 2.0 / (block * 1e3));
+    // Every step in the one pass of the launch (the trace shows it so).
+    let timeline = plan
+        .ranks
+        .iter()
+        .flat_map(|rp| {
+            rp.blocks.iter().flat_map(move |b| {
+                b.steps.iter().enumerate().map(move |(si, s)| StepTime {
+                    rank: rp.rank,
+                    block: b.id,
+                    step: si as u32,
+                    kind: crate::sim::kind_name(s.kind),
+                    start_us: profile.flat_call_us,
+                    end_us: profile.flat_call_us + body,
+                })
+            })
+        })
+        .collect();
+    Some(Prediction {
+        total_us: profile.flat_call_us + body,
+        timeline,
+        chunk_bytes: chunk,
+    })
+}
