@@ -87,6 +87,10 @@ pub struct Target {
     /// on one GPU), so that out-of-place calls read peers' `in` directly where a plan
     /// allows ([`braid_plan::direct`]): what the cost model prices.
     pub direct: bool,
+    /// Whether such calls run as flat launches where every rank's plan is a flat program
+    /// ([`braid_plan::flat`]): what the cost model prices them as (when its profile
+    /// has a price for one).
+    pub flat: bool,
 }
 
 impl Target {
@@ -96,6 +100,7 @@ impl Target {
         size_replicas: false,
         ll: false,
         direct: false,
+        flat: false,
     };
 }
 
@@ -457,6 +462,7 @@ mod tests {
         size_replicas: true,
         ll: true,
         direct: false,
+        flat: false,
     };
 
     fn req(bytes: usize) -> Request {

@@ -117,6 +117,17 @@ pub fn price(
     } else {
         Some(Protocol::Simple)
     };
+    // A backend that runs no flat launches (or has them off) pays for the steps.
+    let stepwise;
+    let profile = if !target.flat && profile.flat_call_us > 0.0 {
+        stepwise = Profile {
+            flat_call_us: 0.0,
+            ..profile.clone()
+        };
+        &stepwise
+    } else {
+        profile
+    };
     let mut options = Vec::new();
     for (i, plan) in plans.iter().enumerate() {
         let counts = match replicas {

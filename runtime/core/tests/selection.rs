@@ -32,6 +32,7 @@ const GPU: Target = Target {
     size_replicas: true,
     ll: true,
     direct: false,
+    flat: false,
 };
 
 fn req(c: Collective, n: u32, bytes: usize) -> Request {
@@ -263,4 +264,58 @@ fn ranks_sharing_a_gpu_are_priced_with_the_shared_gpu_constants_without_a_profil
     let m = Policy::default().with_model(t, measured);
     assert!(!m.model.as_ref().unwrap().0.profile.is_builtin());
     assert!(Profile::shared_gpu().is_builtin() && Profile::shared_gpu().one_gpu());
+}
+
+/// Ranks sharing a GPU whose backend runs flat launches: a large 8-rank broadcast takes
+/// the direct broadcast, whose every rank reads the root's input in one flat launch
+/// (measured on the H200 at 4 MiB: 19 µs where the step-by-step launch took 100), with
+/// one replica (replicas change nothing in a flat launch, and near ties go to the fewest
+/// blocks); a backend without flat launches prices the plan step by step, where more
+/// replicas (or another plan) pay.
+#[test]
+fn ranks_that_run_flat_launches_are_priced_as_such() {
+    let (t, reg) = setup("nvswitch:8");
+    let model = Policy::default().with_model(t.clone(), Profile::default());
+    let bc = req(Collective::Broadcast, 8, 256 << 20);
+    let flat = Target {
+        direct: true,
+        flat: true,
+        ..GPU
+    };
+    let c = model.choose(&reg, &bc, &flat).unwrap();
+    assert_eq!((c.plan.name.as_str(), c.replicas), ("direct_broadcast", 1));
+    let stepwise = Target {
+        direct: true,
+        flat: false,
+        ..GPU
+    };
+    // The same plan priced step by step costs more than as one flat launch.
+    let plan = model.choose(&reg, &bc, &flat).unwrap().plan;
+    let creq = braid_cost::Request {
+        collective: bc.collective,
+        root: bc.root,
+        mode: bc.mode,
+        bytes: bc.bytes as u64,
+        elem: 4,
+        direct: true,
+    };
+    let at = |target: &Target| {
+        let profile = Profile::default();
+        braid_runtime::selection::price(
+            &t,
+            &profile.for_launch(true),
+            &[&plan],
+            &creq,
+            Some(1),
+            Some(Protocol::Simple),
+            target,
+        )[0]
+        .0
+    };
+    assert!(
+        at(&flat) * 2.0 < at(&stepwise),
+        "{} {}",
+        at(&flat),
+        at(&stepwise)
+    );
 }

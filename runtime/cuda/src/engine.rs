@@ -286,6 +286,7 @@ impl Engine for CudaEngine {
             size_replicas: true,
             ll: true,
             direct: self.clique.launches_together(),
+            flat: self.clique.launches_together() && self.clique.flat,
         }
     }
 

@@ -161,6 +161,8 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         size_replicas: true,
         ll: true,
         direct: profile.one_gpu(),
+        // The CUDA backend runs flat launches where its ranks launch together.
+        flat: profile.one_gpu(),
     };
     let plans: Vec<&braid_plan::Plan> = cands.iter().map(|c| c.plan).collect();
     let options = braid_runtime::selection::price(

@@ -96,7 +96,16 @@ fn slices(r: &Ranks, spec: &CallSpec, mode: Mode, how: Launch) -> Result<Vec<u64
 
 /// A flat-launch case: plan, collective, root, ranks, count, dtype, mode, and whether
 /// it runs flat.
-type FlatRow = (&'static str, Collective, Option<u32>, u32, usize, DType, Mode, bool);
+type FlatRow = (
+    &'static str,
+    Collective,
+    Option<u32>,
+    u32,
+    usize,
+    DType,
+    Mode,
+    bool,
+);
 
 /// One case: a plan run on two ranks (plan, collective, root, count, mode, how the ranks
 /// launch, direct reads on), and whether its slices must go through the FIFOs.
