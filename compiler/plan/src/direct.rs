@@ -50,6 +50,32 @@ fn lends_in(plan: &Plan, rank: usize) -> bool {
             .any(|s| s.dst.is_some_and(|d| d.buf == Buf::In))
 }
 
+/// Whether rank index `rank`'s steps leave its buffer unchanged when the call is in place
+/// (`in` and `out` one buffer, from the same element): they never write `in`, and write
+/// `out` only by copying the same chunks of `in` (a broadcast root's own copy), which in
+/// place is the identity. Such a call may lend its `in` to direct reads while it runs,
+/// provided the copies onto themselves are skipped, as the backends do.
+pub fn identity_in_place(plan: &Plan, rank: usize) -> bool {
+    let Some(rp) = plan.ranks.get(rank) else {
+        return false;
+    };
+    plan.in_chunks == plan.out_chunks
+        && rp
+            .blocks
+            .iter()
+            .flat_map(|b| &b.steps)
+            .all(|s| match s.dst {
+                None => true,
+                Some(d) if d.buf == Buf::In || d.buf == Buf::Scratch => false,
+                Some(d) => {
+                    s.kind == StepKind::Copy
+                        && s.src.is_some_and(|src| {
+                            src.buf == Buf::In && src.offset == d.offset && src.count == d.count
+                        })
+                }
+            })
+}
+
 /// The pairs of `plan` that qualify (see the module docs).
 pub fn direct(plan: &Plan) -> Direct {
     direct_over(plan, &crate::wiring::links(plan))

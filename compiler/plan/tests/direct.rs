@@ -251,3 +251,23 @@ fn a_chain_splits_only_when_its_operands_are_inputs_and_nothing_precedes_it() {
     let c0 = chains(&p, &direct(&p)).into_iter().find(|c| c.rank == 0);
     assert!(c0.is_some_and(|c| !c.splits));
 }
+
+/// A broadcast root's steps only copy `in` onto the same chunks of `out` (nothing in
+/// place): it lends its `in` in place too; ranks that receive into `out`, or reduce,
+/// change their buffer.
+#[test]
+fn only_a_broadcast_roots_copies_are_the_identity_in_place() {
+    use braid_plan::direct::identity_in_place;
+    let bc = shipped("direct_broadcast", Collective::Broadcast, 4);
+    assert!(identity_in_place(&bc, 0), "the root");
+    for r in 1..4 {
+        assert!(!identity_in_place(&bc, r), "rank {r} receives into out");
+    }
+    let ar = shipped("one_shot_oop_allreduce", Collective::Allreduce, 4);
+    assert!((0..4).all(|r| !identity_in_place(&ar, r)));
+    let ag = shipped("direct_allgather", Collective::Allgather, 4);
+    assert!(
+        (0..4).all(|r| !identity_in_place(&ag, r)),
+        "in and out differ in size"
+    );
+}

@@ -135,6 +135,9 @@ pub struct Prepared<P> {
     pub dtype: DType,
     /// The reduction the kernels perform (`Sum` for collectives that only move data).
     pub op: RedOp,
+    /// This rank's steps change nothing in place ([`braid_plan::direct::identity_in_place`]:
+    /// a broadcast root's): an in-place call still lends its `in`.
+    pub in_place_identity: bool,
     pub inner: P,
 }
 
@@ -515,7 +518,10 @@ impl<E: Engine> DeviceComm<E> {
             } else {
                 0
             },
-            in_untouched: mode == Mode::OutOfPlace,
+            // In place, a rank whose steps only copy chunks onto themselves (a broadcast
+            // root's) changes nothing either: the copies are skipped.
+            in_untouched: mode == Mode::OutOfPlace
+                || (prepared.in_place_identity && send == recv && sizes.send.is_some()),
         };
         tracing::info!(
             rank,
@@ -580,7 +586,9 @@ impl<E: Engine> DeviceComm<E> {
             key.dtype.name(),
             key.op.name()
         );
+        let in_place_identity = braid_plan::direct::identity_in_place(&plan, self.rank() as usize);
         let p = Arc::new(Prepared {
+            in_place_identity,
             plan,
             protocol: pkey.protocol,
             dtype: pkey.dtype,

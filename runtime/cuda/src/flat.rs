@@ -203,6 +203,13 @@ pub fn resolve(calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
                         return None;
                     }
                     let (dst, valid) = at(base(p.dst_buf), p.dst_chunk + i);
+                    if let [Operand::Own { buf, chunk }] = p.ops[..] {
+                        // A copy onto itself (in place): nothing to do, and nothing may
+                        // be written where peers read.
+                        if at(base(buf), chunk + i).0 == dst {
+                            continue;
+                        }
+                    }
                     l.task[nt] = FlatTask {
                         dst,
                         valid: valid as u32,

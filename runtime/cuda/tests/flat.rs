@@ -269,3 +269,43 @@ fn a_chain_is_one_pass_with_the_operands_in_rank_order() {
         assert_eq!(p.read_by.len(), 7);
     }
 }
+
+/// A broadcast root called in place lends its buffer (its steps only copy it onto
+/// itself): the flat launch reads it and writes nothing there.
+#[test]
+fn an_in_place_broadcast_root_is_read_and_never_written() {
+    let lib = braid_library::Library::new(Topology::from_arg("nvswitch:4").unwrap());
+    let v = lib
+        .plans(Collective::Broadcast, Some(0))
+        .into_iter()
+        .find(|p| p.name == "direct_broadcast")
+        .unwrap();
+    let progs = programs(&v).unwrap();
+    let geo = Geometry::new(Collective::Broadcast, 4, v.chunks, 0, 1000, 4, 1, 0);
+    let calls: Vec<RankCall<'_>> = (0..4u32)
+        .map(|r| RankCall {
+            rank: r,
+            program: &progs[r as usize],
+            // The root in place: one buffer.
+            input: if r == 0 { 4096 } else { 0 },
+            output: if r == 0 { 4096 } else { 65536 * u64::from(r) },
+            geometry: &geo,
+            plan: 1,
+            lends_in: r == 0,
+            avg: false,
+        })
+        .collect();
+    let l = flat::resolve(&calls, 132).unwrap();
+    let tasks = &l.task[..l.first[l.nseq as usize] as usize];
+    assert_eq!(
+        tasks.len(),
+        3,
+        "one copy per receiving rank, none on the root"
+    );
+    for t in tasks {
+        assert_ne!(t.dst, 4096, "the root's buffer is written");
+        let ops = &l.op[t.op0 as usize..(t.op0 + t.nops) as usize];
+        assert_eq!(ops.len(), 1);
+        assert_eq!(ops[0].ptr, 4096, "every rank reads the root's buffer");
+    }
+}

@@ -259,7 +259,7 @@ pub fn section() -> Result<Cases, String> {
     }
     // (plan, collective, root, ranks, count, dtype, mode, whether it runs flat)
     #[rustfmt::skip]
-    let flats: [FlatRow; 10] = [
+    let flats: [FlatRow; 11] = [
         ("one_shot_oop_allreduce", Allreduce, None, 2, 2, DType::F32, OutOfPlace, true),
         ("one_shot_oop_allreduce", Allreduce, None, 8, 1001, DType::Bf16, OutOfPlace, true),
         ("one_shot_oop_allreduce", Allreduce, None, 8, 300_001, DType::F32, OutOfPlace, true),
@@ -269,6 +269,7 @@ pub fn section() -> Result<Cases, String> {
         ("direct_broadcast", Broadcast, Some(3), 4, 77, DType::I32, OutOfPlace, true),
         ("direct_reduce", Reduce, Some(5), 8, 3000, DType::F32, OutOfPlace, true),
         ("direct_allgather", Allgather, None, 4, 333, DType::I32, InPlace, false),
+        ("direct_broadcast", Broadcast, Some(2), 8, 5000, DType::F32, InPlace, true),
         ("ring_allreduce", Allreduce, None, 4, 4097, DType::F32, OutOfPlace, false),
     ];
     for (plan, collective, root, n, count, dtype, mode, runs_flat) in flats {
