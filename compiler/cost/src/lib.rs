@@ -63,9 +63,9 @@ pub struct Ranked {
     pub result: Result<f64, String>,
 }
 
-/// Replica counts worth trying for `plan`: powers of two while the replicated plan stays
-/// within the verifier's channel bound.
-fn replica_counts(plan: &Plan) -> Vec<u32> {
+/// The most replicas of `plan` the plan verifier accepts: its connection channels, times
+/// the replicas, stay within the verifier's bound.
+pub fn max_replicas(plan: &Plan) -> u32 {
     let used = plan
         .ranks
         .iter()
@@ -73,14 +73,18 @@ fn replica_counts(plan: &Plan) -> Vec<u32> {
         .max()
         .unwrap_or(1)
         .max(1);
+    (MAX_CHANNELS / used).max(1)
+}
+
+/// Replica counts worth trying for `plan`: powers of two while the replicated plan stays
+/// within the verifier's channel bound.
+fn replica_counts(plan: &Plan) -> Vec<u32> {
     if plan.channels != 1 {
         // The plan chose its replicas itself.
         return vec![plan.channels.max(1)];
     }
-    (0..6)
-        .map(|k| 1u32 << k)
-        .filter(|r| r * used <= MAX_CHANNELS)
-        .collect()
+    let max = max_replicas(plan);
+    (0..6).map(|k| 1u32 << k).filter(|&r| r <= max).collect()
 }
 
 /// Why `plan` cannot serve `req`, if it cannot.

@@ -433,11 +433,15 @@ pub fn blocks_per_replica(plan: &Plan) -> u32 {
 
 /// Replicas for a call of `plan` moving `bytes` (one rank's larger buffer) when a rank may
 /// use `budget` thread blocks: a power of two, at least 1, one per [`BYTES_PER_REPLICA`],
-/// at most [`MAX_REPLICAS`], and never more blocks than the budget.
+/// at most [`MAX_REPLICAS`] (and what the plan verifier's channel bound allows the plan),
+/// and never more blocks than the budget.
 pub fn replicas(plan: &Plan, bytes: usize, budget: u32) -> u32 {
     let fit = (budget / blocks_per_replica(plan)).max(1);
     let want = (bytes / BYTES_PER_REPLICA).clamp(1, u32::MAX as usize) as u32;
-    let cap = want.min(MAX_REPLICAS).min(fit);
+    let cap = want
+        .min(MAX_REPLICAS)
+        .min(fit)
+        .min(braid_cost::max_replicas(plan));
     // Largest power of two not above `cap`.
     1 << (31 - cap.leading_zeros())
 }

@@ -75,7 +75,9 @@ fn replica_counts(plan: &braid_plan::Plan, target: &Target) -> Vec<u32> {
     if plan.channels != 1 || !target.size_replicas {
         return vec![plan.channels.max(1)];
     }
-    let fit = (target.block_budget / blocks_per_replica(plan)).clamp(1, MAX_REPLICAS);
+    let fit = (target.block_budget / blocks_per_replica(plan))
+        .clamp(1, MAX_REPLICAS)
+        .min(braid_cost::max_replicas(plan));
     (0..6).map(|k| 1u32 << k).filter(|&r| r <= fit).collect()
 }
 

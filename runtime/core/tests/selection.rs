@@ -319,3 +319,40 @@ fn ranks_that_run_flat_launches_are_priced_as_such() {
         at(&stepwise)
     );
 }
+
+/// Whatever the model chooses, with or without flat launches (which price every replica
+/// count alike), its replica count is one the plan verifier accepts: on one rank every
+/// plan is a local copy, and a bidirectional ring (two channels) may not take 32.
+#[test]
+fn every_choice_verifies_with_its_replicas() {
+    for n in [1u32, 2, 8] {
+        let (t, reg) = setup(&format!("nvswitch:{n}"));
+        let model = Policy::default().with_model(t.clone(), Profile::default());
+        for flat in [false, true] {
+            let target = Target {
+                direct: true,
+                flat,
+                ..GPU
+            };
+            for c in [
+                Collective::Allreduce,
+                Collective::Broadcast,
+                Collective::Allgather,
+            ] {
+                for bytes in [8usize, 1 << 20, 256 << 20] {
+                    let mut r = req(c, n, bytes);
+                    r.bytes = bytes.max(4 * n as usize);
+                    let Ok(choice) = model.choose(&reg, &r, &target) else {
+                        continue;
+                    };
+                    assert!(
+                        choice.plan.with_channels(choice.replicas).is_ok(),
+                        "{c} on {n} ranks, {bytes} B, flat {flat}: {} x{} does not verify",
+                        choice.plan.name,
+                        choice.replicas
+                    );
+                }
+            }
+        }
+    }
+}
