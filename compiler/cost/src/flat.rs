@@ -7,15 +7,19 @@
 //! on ranks sharing a GPU) and the call's ranks launch together with direct reads, a plan
 //! whose every rank has a flat program costs
 //!
-//! `flat_call_us + max(bytes accessed / shared rate, longest sequence / (parts x block rate))`
+//! `flat_call_us + max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
 //!
-//! where every pass over one chunk reads each operand and writes its destination once, a
-//! sequence is one block's passes in order, and a chunk of more than [`PART_BYTES`] is cut
+//! where every pass over one chunk reads each operand and writes its destination once,
+//! the memory serves every write and each chunk read once however many ranks read it
+//! (the ranks of one launch stream through a peer's input together: a one-shot
+//! all-reduce's eight ranks reading the same eight inputs, a broadcast's seven readers of
+//! the root's), a sequence is one block's passes in order, and a chunk of more than [`PART_BYTES`] is cut
 //! into parts run by blocks of their own, up to [`FLAT_BLOCKS`] blocks for the launch
 //! (the runtime's `braid_cuda::flat`). Replicas and protocol do not change it.
 
 use crate::profile::Profile;
 use crate::sim::{chunk_bytes, Call, Prediction, StepTime, FUSE_MAX};
+use braid_plan::flat::Operand;
 use braid_plan::Plan;
 
 /// Bytes of a chunk each part of a pass gets at least (the runtime's `flat::PART_BYTES`).
@@ -48,16 +52,30 @@ pub fn predict(
     let parts = chunk
         .div_ceil(PART_BYTES)
         .clamp(1, (FLAT_BLOCKS / seqs).max(1));
-    // Bytes each sequence reads and writes, in its order of passes.
+    // Bytes each sequence reads and writes, in its order of passes; and the bytes the
+    // memory serves: every write, and each chunk of each buffer read once however many
+    // ranks read it (they stream through it together, the later ones from the cache).
     let mut accessed = 0f64;
     let mut longest = 0f64;
-    for p in &programs {
+    let mut read: std::collections::HashSet<(u32, u8, u32)> = Default::default();
+    for (r, p) in programs.iter().enumerate() {
         for seq in &p.seqs {
-            let bytes: f64 = seq
-                .iter()
-                .map(|pass| f64::from(pass.count) * (pass.ops.len() as f64 + 1.0) * chunk as f64)
-                .sum();
-            accessed += bytes;
+            let mut bytes = 0f64;
+            for pass in seq {
+                bytes += f64::from(pass.count) * (pass.ops.len() as f64 + 1.0) * chunk as f64;
+                accessed += f64::from(pass.count) * chunk as f64;
+                for op in &pass.ops {
+                    let (owner, buf, first) = match *op {
+                        Operand::Own { buf, chunk } => (r as u32, buf, chunk),
+                        Operand::Peer { rank, chunk } => (rank, 0, chunk),
+                    };
+                    for i in 0..pass.count {
+                        if read.insert((owner, buf, first + i)) {
+                            accessed += chunk as f64;
+                        }
+                    }
+                }
+            }
             longest = longest.max(bytes);
         }
     }
