@@ -174,9 +174,10 @@ impl Default for Profile {
     }
 }
 
-/// A flat launch of 2 ranks sharing an H200, back to back as `braid perf` times it
-/// (1 element, `direct_broadcast`, one stream per rank: 2026-12-04, docs/perf.md).
-const SHARED_FLAT_CALL_US: f64 = 5.0;
+/// A flat launch of 2 ranks sharing an H200, as `braid tune --backend cuda` measured it
+/// beside the other shared-GPU constants (a direct broadcast of 1 element, back to back,
+/// one stream per rank: 2026-12-04, `bench/2026-12-04-h200-flat/profile8.json`).
+const SHARED_FLAT_CALL_US: f64 = 10.5;
 
 impl Profile {
     /// The built-in constants for ranks that share one GPU and launch together (several
