@@ -599,11 +599,21 @@ fn flat_launches_cost_their_launch_and_traffic() {
     // Not flat: ranks apart, or a profile without flat launches: every step priced, the
     // root's input read by each of its readers.
     let apart = predict(direct_bc, &t, &profile, &call(big, 1, false)).unwrap();
-    assert!(apart.total_us > p.total_us, "{} <= {}", apart.total_us, p.total_us);
+    assert!(
+        apart.total_us > p.total_us,
+        "{} <= {}",
+        apart.total_us,
+        p.total_us
+    );
     let mut no_flat = profile.clone();
     no_flat.flat_call_us = 0.0;
     let stepwise = predict(direct_bc, &t, &no_flat, &call(big, 1, true)).unwrap();
-    assert!(stepwise.total_us > p.total_us, "{} <= {}", stepwise.total_us, p.total_us);
+    assert!(
+        stepwise.total_us > p.total_us,
+        "{} <= {}",
+        stepwise.total_us,
+        p.total_us
+    );
     // The chain forwards what it receives: never flat, slower at 256 MiB than the flat
     // direct broadcast, which the ranking therefore selects.
     let chain = plan(&ps, "chain_broadcast");

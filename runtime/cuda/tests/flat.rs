@@ -207,32 +207,23 @@ fn a_launch_without_every_peer_or_lending_no_input_is_not_flat() {
     assert!(run_flat(&plan, &progs, 64, 132, false).is_none());
     // A launch of two of the four ranks (the others in other processes): no.
     let geo = Geometry::new(plan.collective, 4, plan.chunks, 0, 64, 4, 1, 0);
-    let calls: Vec<RankCall<'_>> = (0..2)
-        .map(|r| RankCall {
-            rank: r,
-            program: &progs[r as usize],
-            input: 4096 * (r as u64 + 1),
-            output: 65536 * (r as u64 + 1),
-            geometry: &geo,
-            plan: 1,
-            lends_in: true,
-            avg: false,
-        })
-        .collect();
-    assert!(flat::resolve(&calls, 132).is_none());
+    let ranks = |n: u32| -> Vec<RankCall<'_>> {
+        (0..n)
+            .map(|r| RankCall {
+                rank: r,
+                program: &progs[r as usize],
+                input: 4096 * (u64::from(r) + 1),
+                output: 65536 * (u64::from(r) + 1),
+                geometry: &geo,
+                plan: 1,
+                lends_in: true,
+                avg: false,
+            })
+            .collect()
+    };
+    assert!(flat::resolve(&ranks(2), 132).is_none());
     // Every rank, but one runs another plan (digest), or avg: no.
-    let all: Vec<RankCall<'_>> = (0..4)
-        .map(|r| RankCall {
-            rank: r,
-            program: &progs[r as usize],
-            input: 4096 * (r as u64 + 1),
-            output: 65536 * (r as u64 + 1),
-            geometry: &geo,
-            plan: 1,
-            lends_in: true,
-            avg: false,
-        })
-        .collect();
+    let all = ranks(4);
     assert!(flat::resolve(&all, 132).is_some());
     let mut other = all.clone();
     other[3].plan = 2;

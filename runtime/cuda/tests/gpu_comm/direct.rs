@@ -375,6 +375,31 @@ fn two_per_rank(rank_major: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Runs `spec` in `mode` twice as one group (the first call also sets up; the second is
+/// the usual one), each checked against `expected`; the second call's outputs.
+#[allow(clippy::type_complexity)]
+fn twice(
+    r: &Ranks,
+    spec: &CallSpec,
+    mode: Mode,
+    ins: &[Vec<u8>],
+    expected: &[Option<Vec<u8>>],
+) -> Result<Vec<Option<Vec<u8>>>, String> {
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let calls = run_between_app_kernels(r, spec, mode, Kind::Plain, ins, |calls| {
+            let views: Vec<_> = calls.iter().map(RankCall::views).collect();
+            group_call(&r.comms, &r.streams, &views, spec)
+        })?;
+        check_outputs(spec, &calls, expected)?;
+        got = calls
+            .iter()
+            .map(RankCall::output)
+            .collect::<Result<Vec<_>, _>>()?;
+    }
+    Ok(got)
+}
+
 /// A rank's chains of reductions (docs/cuda.md) run as one pass when every peer reads
 /// directly: with `BRAID_TRACE` on, every later link of such a chain records the same
 /// start and end (it did nothing; its head did it all), and the results are those of the
@@ -407,20 +432,7 @@ fn chains(
         };
         o.policy.replicas = Some(1);
         let r = ranks_of(n, plan, collective, root, &o)?;
-        let mut got = Vec::new();
-        // Twice: the first call also sets up; the second is the usual one.
-        for _ in 0..2 {
-            let calls =
-                run_between_app_kernels(&r, &spec, Mode::OutOfPlace, Kind::Plain, &ins, |calls| {
-                    let views: Vec<_> = calls.iter().map(RankCall::views).collect();
-                    group_call(&r.comms, &r.streams, &views, &spec)
-                })?;
-            check_outputs(&spec, &calls, &expected)?;
-            got = calls
-                .iter()
-                .map(RankCall::output)
-                .collect::<Result<Vec<_>, _>>()?;
-        }
+        let got = twice(&r, &spec, Mode::OutOfPlace, &ins, &expected)?;
         let mut fused = 0;
         for (rank, comm) in r.comms.iter().enumerate() {
             let (p, times) = comm
@@ -496,19 +508,8 @@ fn flat(
             ..opts(10)
         };
         let r = ranks_of(n, plan, collective, root, &o)?;
-        let mut got = Vec::new();
         let before: Vec<u64> = r.comms.iter().map(|c| c.stats().flat_launches).collect();
-        for _ in 0..2 {
-            let calls = run_between_app_kernels(&r, &spec, mode, Kind::Plain, &ins, |calls| {
-                let views: Vec<_> = calls.iter().map(RankCall::views).collect();
-                group_call(&r.comms, &r.streams, &views, &spec)
-            })?;
-            check_outputs(&spec, &calls, &expected)?;
-            got = calls
-                .iter()
-                .map(RankCall::output)
-                .collect::<Result<Vec<_>, _>>()?;
-        }
+        let got = twice(&r, &spec, mode, &ins, &expected)?;
         for (rank, (c, b)) in r.comms.iter().zip(&before).enumerate() {
             let flat = c.stats().flat_launches - b;
             let want = if on && runs_flat { 2 } else { 0 };
