@@ -216,10 +216,11 @@ pub(crate) fn judge_join(
 /// still unread would reset the connection, and the reset can reach the joiner before the
 /// reply does (it then reads "connection reset" instead of the reason; seen in CI). So
 /// the root says it is done writing and reads whatever the joiner still sends until it
-/// closes, for at most `LINGER`.
+/// closes, for at most `LINGER` (a joiner reads the reply and closes at once; on a loaded
+/// machine it may not run for a while, and 250 ms proved too short on two busy cores).
 pub(crate) fn refuse(stream: &TcpStream, why: &str, w: &Wait) {
     use std::io::Read;
-    const LINGER: Duration = Duration::from_millis(250);
+    const LINGER: Duration = Duration::from_secs(2);
     if Frame::new(kind::REFUSED, 0, why.as_bytes().to_vec())
         .write(stream, w)
         .is_err()
