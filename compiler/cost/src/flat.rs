@@ -7,10 +7,11 @@
 //! on ranks sharing a GPU) and the call's ranks launch together with direct reads, a plan
 //! whose every rank has a flat program costs
 //!
-//! `flat_call_us + max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
+//! `flat_call_us + ranks + max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
 //!
 //! where every pass over one chunk reads each operand and writes its destination once,
-//! the memory serves every write and each chunk read once however many ranks read it
+//! `ranks` what the ranks of the launch beyond two add (`Profile::ranks_us`), the memory
+//! serves every write and each chunk read once however many ranks read it
 //! (the ranks of one launch stream through a peer's input together: a one-shot
 //! all-reduce's eight ranks reading the same eight inputs, a broadcast's seven readers of
 //! the root's), a sequence is one block's passes in order, and a chunk of more than [`PART_BYTES`] is cut
@@ -103,7 +104,7 @@ pub fn predict(
         })
         .collect();
     Some(Prediction {
-        total_us: profile.flat_call_us + body,
+        total_us: profile.flat_call_us + profile.ranks_us(proto, plan.n_ranks) + body,
         timeline,
         chunk_bytes: chunk,
     })

@@ -105,6 +105,12 @@ pub struct Profile {
     /// per GPU).
     #[serde(default)]
     pub flat_call_us: f64,
+    /// What each rank of a launch beyond the first adds to a call where the ranks share
+    /// one GPU and one process issues their calls together, µs: back to back that is the
+    /// host's work (each rank's checks, the joins between the ranks' streams). `call_us`
+    /// and `flat_call_us` are a launch of 2 ranks, this included once. 0: nothing.
+    #[serde(default)]
+    pub rank_us: f64,
 }
 
 impl Default for PerProtocol {
@@ -170,6 +176,7 @@ impl Default for Profile {
             shared_gbps: PerProtocol::default(),
             launch_block_us: PerProtocol::default(),
             flat_call_us: 0.0,
+            rank_us: 0.0,
         }
     }
 }
@@ -179,7 +186,23 @@ impl Default for Profile {
 /// one stream per rank: 2026-12-04, `bench/2026-12-04-h200-flat/profile8.json`).
 const SHARED_FLAT_CALL_US: f64 = 10.5;
 
+/// What each rank beyond two added to that flat launch on the same H200 (the same
+/// broadcast on 8 ranks: 18.5 µs against 9.4 on 2, `braid tune` of 2026-12-04,
+/// `bench/2026-12-04-h200-flat/model-check-8r-flat-timed-on-8/`).
+const SHARED_RANK_US: f64 = 1.5;
+
 impl Profile {
+    /// What the ranks of a launch beyond the first add to a call of `n` ranks: where they
+    /// share one GPU (`shared_gbps` set), `rank_us` for each beyond the first two (the
+    /// launch of two is in `call_us` and `flat_call_us`); nothing otherwise.
+    pub fn ranks_us(&self, proto: braid_ir::Protocol, n: u32) -> f64 {
+        if self.shared_gbps.get(proto) > 0.0 {
+            self.rank_us * f64::from(n.saturating_sub(2))
+        } else {
+            0.0
+        }
+    }
+
     /// The built-in constants for ranks that share one GPU and launch together (several
     /// ranks of one process on it): what `braid tune --backend cuda` measured on an H200
     /// with 8 ranks sharing it (2026-12-03, `bench/2026-12-03-h200-model-check-direct/
@@ -218,6 +241,7 @@ impl Profile {
                 ll: 0.012,
             },
             flat_call_us: SHARED_FLAT_CALL_US,
+            rank_us: SHARED_RANK_US,
             ..d
         }
     }

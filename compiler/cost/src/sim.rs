@@ -547,7 +547,10 @@ pub fn predict(
     let launch = profile.launch_block_us.get(proto)
         * launched_blocks(plan, replicas, profile.shared_gbps.get(proto) > 0.0) as f64;
     Ok(Prediction {
-        total_us: profile.call_us.get(proto) + launch + last.max(busy).max(shared),
+        total_us: profile.call_us.get(proto)
+            + profile.ranks_us(proto, n)
+            + launch
+            + last.max(busy).max(shared),
         timeline,
         chunk_bytes: chunk,
     })

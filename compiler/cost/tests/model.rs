@@ -589,13 +589,10 @@ fn flat_launches_cost_their_launch_and_traffic() {
     // Replicas change nothing.
     let p8 = predict(direct_bc, &t, &profile, &call(big, 8, true)).unwrap();
     assert_eq!(p.total_us, p8.total_us);
-    // A small call costs the launch.
+    // A small call costs the launch (of its eight ranks).
     let small = predict(direct_bc, &t, &profile, &call(8, 1, true)).unwrap();
-    assert!(
-        (small.total_us - profile.flat_call_us).abs() < 0.1,
-        "{}",
-        small.total_us
-    );
+    let launch = profile.flat_call_us + profile.ranks_us(Protocol::Simple, 8);
+    assert!((small.total_us - launch).abs() < 0.1, "{}", small.total_us);
     // Not flat: ranks apart, or a profile without flat launches: every step priced, the
     // root's input read by each of its readers.
     let apart = predict(direct_bc, &t, &profile, &call(big, 1, false)).unwrap();
@@ -629,4 +626,38 @@ fn flat_launches_cost_their_launch_and_traffic() {
     };
     let ranked = braid_cost::rank(&cands, &t, &profile, &req);
     assert_eq!(ranked[0].name, "direct_broadcast", "{ranked:?}");
+}
+
+/// Where ranks share a GPU, each rank of the launch beyond two adds `rank_us` to a call
+/// (the host's work per rank, back to back), flat or not; a rank per GPU adds nothing.
+#[test]
+fn each_rank_of_a_shared_launch_adds_its_cost() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let call = |direct: bool| Call {
+        bytes: 8,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct,
+    };
+    for (name, direct) in [("one_shot_oop_allreduce", true), ("ring_allreduce", false)] {
+        let p = plan(&ps, name);
+        let mut shared = Profile::shared_gpu();
+        shared.rank_us = 0.0;
+        let base = predict(p, &t, &shared, &call(direct)).unwrap().total_us;
+        shared.rank_us = 1.5;
+        let more = predict(p, &t, &shared, &call(direct)).unwrap().total_us;
+        assert!(
+            (more - base - 6.0 * 1.5).abs() < 1e-6,
+            "{name}: {base} -> {more}"
+        );
+        let mut alone = Profile::default();
+        let a = predict(p, &t, &alone, &call(false)).unwrap().total_us;
+        alone.rank_us = 1.5;
+        assert_eq!(
+            predict(p, &t, &alone, &call(false)).unwrap().total_us,
+            a,
+            "{name}"
+        );
+    }
 }

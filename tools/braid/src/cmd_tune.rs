@@ -343,8 +343,9 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         },
         shared_gbps: PerProtocol::default(),
         launch_block_us: PerProtocol::default(),
-        // The host backend has no flat launches.
+        // The host backend has no flat launches, nor ranks sharing a launch.
         flat_call_us: 0.0,
+        rank_us: 0.0,
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(

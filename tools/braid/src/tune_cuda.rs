@@ -13,6 +13,7 @@
 //! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
 //! | `flat_call_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch) | the model reproduces the time |
+//! | `rank_us` | the same on the topology's ranks (at most a launch's) | the difference, per rank beyond two |
 //!
 //! Step and hop come from the GPU's own clock because calls of many ranks in one process
 //! may be issued slower than the GPU runs them: their back-to-back time measures the host.
@@ -371,6 +372,28 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             "a flat launch {:.1} us (a direct broadcast of 1 element on 2 ranks {:.1} us)",
             p.flat_call_us, b.us
         ));
+        // What each further rank of a launch adds (the host's work per rank, back to
+        // back): the same flat broadcast on the topology's ranks, at most a launch's.
+        let n = topo
+            .n_ranks()
+            .clamp(2, braid_cuda::kernel::MAX_LOCAL as u32);
+        if n > 2 {
+            progress(&format!("a flat launch: 1 element on {n} ranks"));
+            let bn = measure_plan(
+                broadcast(n, "direct_broadcast")?,
+                n,
+                1,
+                1,
+                Protocol::Simple,
+                iters,
+                true,
+            )?;
+            p.rank_us = ((bn.us - b.us) / f64::from(n - 2)).max(0.0);
+            notes.push(format!(
+                "a rank of a launch {:.2} us (the flat broadcast on {n} ranks {:.1} us)",
+                p.rank_us, bn.us
+            ));
+        }
     }
     p.source = format!(
         "braid tune, cuda backend, {gpus} GPU(s), {} ranks{}",
