@@ -9,13 +9,13 @@
 //!
 //! `flat_call_us + ranks + max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
 //!
-//! where every pass over one chunk reads each operand and writes its destination once,
-//! `ranks` what the ranks of the launch beyond two add (`Profile::ranks_us`), the memory
-//! serves every write and each chunk read once however many ranks read it
-//! (the ranks of one launch stream through a peer's input together: a one-shot
-//! all-reduce's eight ranks reading the same eight inputs, a broadcast's seven readers of
-//! the root's), a sequence is one block's passes in order, and a chunk of more than [`PART_BYTES`] is cut
-//! into parts run by blocks of their own, up to [`FLAT_BLOCKS`] blocks for the launch
+//! where every pass over one chunk reads each operand and writes its destination once;
+//! `ranks` is what the ranks of the launch beyond two add (`Profile::ranks_us`); the
+//! memory serves every write and each chunk read once however many ranks read it (the
+//! ranks of one launch stream through a peer's input together: a one-shot all-reduce's
+//! eight ranks reading the same eight inputs, a broadcast's seven readers of the root's);
+//! a sequence is one block's passes in order; and a chunk of more than [`PART_BYTES`] is
+//! cut into parts run by blocks of their own, up to [`FLAT_BLOCKS`] blocks for the launch
 //! (the runtime's `braid_cuda::flat`). Replicas and protocol do not change it.
 
 use crate::profile::Profile;
