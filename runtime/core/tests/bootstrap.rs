@@ -121,25 +121,37 @@ fn wrong_secret_is_refused_and_the_group_still_forms() {
 fn duplicate_rank_and_wrong_group_size_are_refused() {
     let (id, _root) = UniqueId::new(loopback()).unwrap();
     let n = 3;
-    // Ranks 0, 1, 1 (duplicate), 2, and a rank 2 that thinks the group has 5 ranks.
-    let starts = [(0, n), (1, n), (1, n), (2, n), (2, 5)];
-    let done = Arc::new(Barrier::new(starts.len()));
-    let handles: Vec<_> = starts
-        .into_iter()
-        .map(|(r, size)| {
-            let (id, done) = (id.clone(), done.clone());
-            thread::spawn(move || {
-                let b = Bootstrap::init(&id, r, size, T);
-                if let Ok(b) = &b {
-                    b.barrier().unwrap();
-                }
-                done.wait();
-                b.map(|_| ())
-            })
+    // Ranks 0, 1, 1 (duplicate) and a rank 2 that thinks the group has 5 ranks; the real
+    // rank 2 only once both refusals are in, so that they happen while the group forms
+    // (a joiner that comes after the group formed is not answered, whatever the load).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let start = |r: u32, size: u32, tx: std::sync::mpsc::Sender<(usize, bool)>, k: usize| {
+        let id = id.clone();
+        thread::spawn(move || {
+            let b = Bootstrap::init(&id, r, size, T);
+            let _ = tx.send((k, b.is_err()));
+            if let Ok(b) = &b {
+                b.barrier().unwrap();
+            }
+            b.map(|_| ())
         })
-        .collect();
+    };
+    let mut handles = vec![
+        start(0, n, tx.clone(), 0),
+        start(1, n, tx.clone(), 1),
+        start(1, n, tx.clone(), 2),
+        start(2, 5, tx.clone(), 4),
+    ];
+    let mut refused = 0;
+    while refused < 2 {
+        let (_, failed) = rx
+            .recv_timeout(2 * T)
+            .expect("the duplicate and the wrong size are refused in time");
+        refused += usize::from(failed);
+    }
+    handles.insert(3, start(2, n, tx, 3));
     let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    assert!(results[0].is_ok() && results[3].is_ok());
+    assert!(results[0].is_ok() && results[3].is_ok(), "{results:?}");
     let dup: Vec<_> = results[1..3]
         .iter()
         .filter_map(|r| r.as_ref().err())
