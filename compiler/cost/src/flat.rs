@@ -23,8 +23,7 @@ use crate::sim::{chunk_bytes, Call, Prediction, StepTime, FUSE_MAX};
 use braid_plan::flat::Operand;
 use braid_plan::Plan;
 
-/// Bytes of a chunk each part of a pass gets at least (the runtime's `flat::PART_BYTES`).
-pub const PART_BYTES: u64 = 64 << 10;
+pub use braid_plan::flat::PART_BYTES;
 /// Blocks a flat launch takes at most: one per multiprocessor of an H100 or H200.
 pub const FLAT_BLOCKS: u64 = 132;
 

@@ -14,6 +14,11 @@ use crate::direct::{Chain, Direct};
 use crate::plan::{Plan, Slice, StepKind};
 use braid_ir::Buf;
 
+/// Bytes of a chunk each part of a pass gets at least: a backend cuts a larger chunk into
+/// parts, each run by a block of its own (the CUDA backend's flat launches, and the cost
+/// model's price for them).
+pub const PART_BYTES: u64 = 64 << 10;
+
 /// One operand of a pass: the rank's own `in`, `out` or scratch (0, 1, 2) from chunk `chunk` on,
 /// or a peer's `in` from chunk `chunk` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -39,9 +39,9 @@ pub fn program(
 ) -> Option<FlatProgram> {
     braid_plan::flat::program(plan, rank, direct, MAX_PASS_OPS)
 }
-/// Bytes of a chunk each part of a pass gets at least: a larger call is cut into parts,
-/// each a grid block.
-pub const PART_BYTES: usize = 64 << 10;
+
+/// Bytes of a chunk each part of a pass gets at least ([`braid_plan::flat::PART_BYTES`]).
+pub const PART_BYTES: usize = braid_plan::flat::PART_BYTES as usize;
 
 /// One rank's call in a launch, as [`resolve`] needs it.
 #[derive(Clone, Copy, Debug)]
