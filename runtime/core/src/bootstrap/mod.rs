@@ -408,6 +408,64 @@ impl Bootstrap {
     }
 }
 
+/// How long a leaving rank waits at most for its goodbyes to be acknowledged.
+const SETTLE: Duration = Duration::from_secs(1);
+
+/// Before the streams close: reads (and drops) what the peers sent since the watcher
+/// stopped, and waits, up to [`SETTLE`], until the peer's TCP has acknowledged every byte
+/// sent (the goodbye). Closing a socket with unread bytes resets the connection, and a
+/// reset discards a goodbye not yet acknowledged (a lossy link retransmitting it): the
+/// peer would then take the rank for dead (seen in CI, ranks across a link that drops
+/// packets).
+fn settle<'a>(streams: impl Iterator<Item = &'a TcpStream> + Clone) {
+    use std::io::Read;
+    let end = Instant::now() + SETTLE;
+    for s in streams.clone() {
+        let _ = s.set_nonblocking(true);
+    }
+    loop {
+        let mut all_acked = true;
+        for s in streams.clone() {
+            let mut sink = [0u8; 256];
+            // A peer that closed or reset its end needs nothing more (a reset socket keeps
+            // counting its unsent bytes).
+            let closed = loop {
+                match (&*s).read(&mut sink) {
+                    Ok(0) => break true,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break true,
+                }
+            };
+            all_acked &= closed || unacknowledged(s) == 0;
+        }
+        if all_acked || Instant::now() >= end {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Bytes `s` sent that its peer has not acknowledged yet (0 where unknown).
+#[cfg(target_os = "linux")]
+fn unacknowledged(s: &TcpStream) -> i32 {
+    use std::os::fd::AsRawFd;
+    let mut queued: libc::c_int = 0;
+    // SAFETY: a live socket; TIOCOUTQ writes one int.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+    if r == 0 {
+        queued
+    } else {
+        0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unacknowledged(_: &TcpStream) -> i32 {
+    0
+}
+
 /// How long rank 0 of a failed group waits for its members to close (see `linger`).
 const LINGER: Duration = Duration::from_millis(1500);
 
@@ -431,6 +489,7 @@ impl Drop for Bootstrap {
                 );
                 let _ = p.send(&Frame::new(kind::GOODBYE, 0, Vec::new()), &w);
             }
+            settle(self.beats.iter().map(|p| &p.stream));
         }
         if self.rank == 0 && self.abort.load(Ordering::SeqCst) {
             self.linger();
