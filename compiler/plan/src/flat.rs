@@ -50,16 +50,21 @@ pub struct FlatProgram {
     pub read_by: Vec<u32>,
 }
 
-fn own(s: Slice) -> Option<Operand> {
-    let buf = match s.buf {
-        Buf::In => 0,
-        Buf::Out => 1,
-        Buf::Scratch => return None,
-    };
-    Some(Operand::Own {
-        buf,
+/// The rank's own slice `s` as an operand (buffer 0 in, 1 out, 2 scratch).
+fn local(s: Slice) -> Operand {
+    Operand::Own {
+        buf: match s.buf {
+            Buf::In => 0,
+            Buf::Out => 1,
+            Buf::Scratch => 2,
+        },
         chunk: s.offset,
-    })
+    }
+}
+
+/// [`local`], except scratch, which no flat pass touches.
+fn own(s: Slice) -> Option<Operand> {
+    (s.buf != Buf::Scratch).then(|| local(s))
 }
 
 /// A chain of `rank` that runs as one pass, with its operands in the order they combine
@@ -84,14 +89,6 @@ pub fn rank_chains(plan: &Plan, rank: u32, direct: &Direct, max: usize) -> Vec<R
             for (k, &(b, s)) in c.steps.iter().enumerate() {
                 let blk = &rp.blocks[b as usize];
                 let st = &blk.steps[s as usize];
-                let local = |sl: Slice| Operand::Own {
-                    buf: match sl.buf {
-                        Buf::In => 0,
-                        Buf::Out => 1,
-                        Buf::Scratch => 2,
-                    },
-                    chunk: sl.offset,
-                };
                 if k == 0 && st.kind == StepKind::RecvReduceCopy {
                     ops.extend(st.src.map(local));
                 }
@@ -127,8 +124,6 @@ pub fn program(plan: &Plan, rank: u32, direct: &Direct, max_ops: usize) -> Optio
         .flat_map(|(k, c)| c.chain.steps.iter().map(move |&at| (at, k)))
         .collect();
     let mut out = FlatProgram::default();
-    // Chain links are realized by their head's pass: heads first.
-    let mut head_pass: Vec<Option<(usize, usize)>> = vec![None; chains.len()];
     let mut seq_of_block: Vec<Option<usize>> = vec![None; rp.blocks.len()];
     for (bi, b) in rp.blocks.iter().enumerate() {
         for (si, s) in b.steps.iter().enumerate() {
@@ -207,16 +202,14 @@ pub fn program(plan: &Plan, rank: u32, direct: &Direct, max_ops: usize) -> Optio
                 count: s.count(),
                 ops,
             });
-            let here = Some((seq, out.seqs[seq].len() - 1));
-            realized.insert(at, here);
-            if let Some(k) = chain {
-                head_pass[k] = here;
-            }
+            realized.insert(at, Some((seq, out.seqs[seq].len() - 1)));
         }
     }
-    for (k, c) in chains.iter().enumerate() {
+    // Chain links are realized by their head's pass.
+    for c in &chains {
+        let head = realized.get(&c.chain.steps[0]).copied().flatten();
         for &at in &c.chain.steps[1..] {
-            realized.insert(at, head_pass[k]);
+            realized.insert(at, head);
         }
     }
     // Every step that does something waits only for what its own sequence did before
