@@ -924,7 +924,8 @@ struct FlatTask {     // 16 bytes: one pass over one chunk
   u64 dst;
   u32 valid;          // elements of the chunk that exist at dst (the rest is not written)
   unsigned short op0; // its operands: op[op0 .. op0 + nops)
-  unsigned short nops;
+  unsigned char nops;
+  unsigned char ndst; // destinations: dst, then op[op0 + nops .. op0 + nops + ndst - 1)
 };
 
 struct FlatOp {       // 16 bytes
@@ -941,6 +942,56 @@ struct FlatLaunch {
   FlatOp op[FLAT_OPS];
 };
 
+// A pass with several destinations (ranks of the launch that compute the same chunk, the
+// result written to each): `fd[0 .. nd)` get `fp[0] (+) ... (+) fp[n - 1]`, element by
+// element. BRAID_UNROLL vectors per thread in flight, as `move`.
+__shared__ T* fd[FUSE_MAX];
+__device__ __forceinline__ void flat_pass(u64 dv, u32 n, u32 nd) {
+  u64 full = dv;
+  bool vec = true;
+  for (u32 k = 0; k < n; k++) {
+    full = min64(full, fv[k]);
+    vec = vec && aligned16(fp[k]);
+  }
+  for (u32 j = 0; j < nd; j++) vec = vec && aligned16(fd[j]);
+  u64 done = 0;
+  if (vec) {
+    const u64 m = full / UNIT;
+    done = m * UNIT;
+    const u64 bd = blockDim.x;
+    u64 v = threadIdx.x;
+    for (; v + (BRAID_UNROLL - 1) * bd < m; v += BRAID_UNROLL * bd) {
+      uint4 acc[BRAID_UNROLL];
+      for (u32 k = 0; k < n; k++) {
+        const uint4* a = reinterpret_cast<const uint4*>(fp[k]) + v;
+        uint4 x[BRAID_UNROLL];
+#pragma unroll
+        for (int u = 0; u < BRAID_UNROLL; u++) x[u] = BRAID_LD(a + u * bd);
+#pragma unroll
+        for (int u = 0; u < BRAID_UNROLL; u++) acc[u] = k == 0 ? x[u] : apply_pack<T, OP>(acc[u], x[u]);
+      }
+      for (u32 j = 0; j < nd; j++) {
+        uint4* w = reinterpret_cast<uint4*>(fd[j]) + v;
+#pragma unroll
+        for (int u = 0; u < BRAID_UNROLL; u++) w[u * bd] = acc[u];
+      }
+    }
+    for (; v < m; v += bd) {
+      uint4 acc;
+      for (u32 k = 0; k < n; k++) {
+        const uint4 x = BRAID_LD(reinterpret_cast<const uint4*>(fp[k]) + v);
+        acc = k == 0 ? x : apply_pack<T, OP>(acc, x);
+      }
+      for (u32 j = 0; j < nd; j++) reinterpret_cast<uint4*>(fd[j])[v] = acc;
+    }
+  }
+  for (u64 e = done + threadIdx.x; e < dv; e += blockDim.x) {
+    T acc = e < fv[0] ? ldcg(fp[0] + e) : Num<T>::zero();
+    for (u32 k = 1; k < n; k++) acc = apply<T, OP>(acc, e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero());
+    for (u32 j = 0; j < nd; j++) fd[j][e] = acc;
+  }
+}
+
 __device__ void flat_run(const FlatLaunch& L) {
   const u32 s = blockIdx.x / L.parts, p = blockIdx.x % L.parts;
   const u64 per = ((L.chunk_elems + L.parts - 1) / L.parts + UNIT - 1) / UNIT * UNIT;
@@ -948,20 +999,25 @@ __device__ void flat_run(const FlatLaunch& L) {
   const u64 to = min64(L.chunk_elems, from + per);
   for (u32 i = L.first[s]; i < L.first[s + 1]; i++) {
     const FlatTask tk = L.task[i];
-    if (threadIdx.x < tk.nops) {
+    const u32 n = tk.nops, nd = tk.ndst;
+    if (threadIdx.x < n) {
       const FlatOp o = L.op[tk.op0 + threadIdx.x];
       fp[threadIdx.x] = reinterpret_cast<const T*>(o.ptr) + from;
       fv[threadIdx.x] = o.valid > from ? min64(o.valid, to) - from : 0;
+    } else if (threadIdx.x < n + nd - 1) {
+      fd[threadIdx.x - n + 1] = reinterpret_cast<T*>(L.op[tk.op0 + threadIdx.x].ptr) + from;
     }
+    if (threadIdx.x == 0) fd[0] = reinterpret_cast<T*>(tk.dst) + from;
     __syncthreads();
     const u64 dv = tk.valid > from ? min64(tk.valid, to) - from : 0;
-    T* d = reinterpret_cast<T*>(tk.dst) + from;
-    if (tk.nops <= 2) {
+    if (nd == 1 && n <= 2) {
       // A copy or one reduction: `move` keeps BRAID_UNROLL vectors per thread in flight
       // (the one pass keeps one operand's, which starves a copy of memory parallelism).
-      move(d, dv, nullptr, 0, fp[0], fv[0], tk.nops == 2 ? fp[1] : nullptr, fv[1], dv);
+      move(fd[0], dv, nullptr, 0, fp[0], fv[0], n == 2 ? fp[1] : nullptr, fv[1], dv);
+    } else if (nd == 1) {
+      fused_pass(fd[0], dv, n);
     } else {
-      fused_pass(d, dv, tk.nops);
+      flat_pass(dv, n, nd);
     }
     __syncthreads();
   }

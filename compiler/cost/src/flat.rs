@@ -9,7 +9,9 @@
 //!
 //! `flat_call_us + ranks + max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
 //!
-//! where every pass over one chunk reads each operand and writes its destination once;
+//! where every pass over one chunk reads each operand and writes each destination once
+//! (passes that several ranks share are one pass with a destination per rank, as
+//! [`braid_plan::flat::launch`] makes them);
 //! `ranks` is what the ranks of the launch beyond two add (`Profile::ranks_us`); the
 //! memory serves every write and each chunk read once however many ranks read it (the
 //! ranks of one launch stream through a peer's input together: a one-shot all-reduce's
@@ -20,7 +22,6 @@
 
 use crate::profile::Profile;
 use crate::sim::{chunk_bytes, Call, Prediction, StepTime, FUSE_MAX};
-use braid_plan::flat::Operand;
 use braid_plan::Plan;
 
 pub use braid_plan::flat::PART_BYTES;
@@ -28,8 +29,9 @@ pub use braid_plan::flat::PART_BYTES;
 pub const FLAT_BLOCKS: u64 = 132;
 
 /// The flat launch's prediction for `call` of `plan`, or `None` where the call does not
-/// run flat (no direct reads, a profile without flat launches, or a rank whose plan does
-/// not qualify).
+/// run flat (ranks in launches of their own, a profile without flat launches, a rank
+/// whose plan does not qualify, or, in place, a launch that writes an input before every
+/// read of it).
 pub fn predict(
     plan: &Plan,
     profile: &Profile,
@@ -38,14 +40,33 @@ pub fn predict(
 ) -> Option<Prediction> {
     let proto = call.protocol;
     let shared = profile.shared_gbps.get(proto);
-    if !call.direct || profile.flat_call_us <= 0.0 || shared <= 0.0 {
+    // In place, the ranks of one launch read no inputs directly (the interpreter's
+    // rule), but the flat launch may still run where it reads every input before
+    // writing it.
+    let in_place = !call.direct && call.together;
+    if !(call.direct || in_place) || profile.flat_call_us <= 0.0 || shared <= 0.0 {
         return None;
     }
+    let all;
+    let direct = if in_place {
+        all = braid_plan::direct::direct(plan);
+        &all
+    } else {
+        direct
+    };
     let programs = (0..plan.n_ranks)
         .map(|r| braid_plan::flat::program(plan, r, direct, FUSE_MAX))
         .collect::<Option<Vec<_>>>()?;
     let chunk = chunk_bytes(plan, call.bytes, call.elem);
-    let seqs: u64 = programs.iter().map(|p| p.seqs.len() as u64).sum();
+    // The ranks' programs as one launch, passes several ranks share done once (as the
+    // runtime runs them).
+    let pairs: Vec<(u32, &braid_plan::flat::FlatProgram)> =
+        (0..plan.n_ranks).zip(programs.iter()).collect();
+    let launch = braid_plan::flat::launch(&pairs, FUSE_MAX)?;
+    if in_place && !braid_plan::flat::runs_in_place(plan, &launch) {
+        return None;
+    }
+    let seqs = launch.seqs.len() as u64;
     if seqs == 0 {
         return None;
     }
@@ -54,30 +75,25 @@ pub fn predict(
         .clamp(1, (FLAT_BLOCKS / seqs).max(1));
     // Bytes each sequence reads and writes, in its order of passes; and the bytes the
     // memory serves: every write, and each chunk of each buffer read once however many
-    // ranks read it (they stream through it together, the later ones from the cache).
+    // passes read it (they stream through it together, the later ones from the cache).
     let mut accessed = 0f64;
     let mut longest = 0f64;
     let mut read: std::collections::HashSet<(u32, u8, u32)> = Default::default();
-    for (r, p) in programs.iter().enumerate() {
-        for seq in &p.seqs {
-            let mut bytes = 0f64;
-            for pass in seq {
-                bytes += f64::from(pass.count) * (pass.ops.len() as f64 + 1.0) * chunk as f64;
-                accessed += f64::from(pass.count) * chunk as f64;
-                for op in &pass.ops {
-                    let (owner, buf, first) = match *op {
-                        Operand::Own { buf, chunk } => (r as u32, buf, chunk),
-                        Operand::Peer { rank, chunk } => (rank, 0, chunk),
-                    };
-                    for i in 0..pass.count {
-                        if read.insert((owner, buf, first + i)) {
-                            accessed += chunk as f64;
-                        }
+    for seq in &launch.seqs {
+        let mut bytes = 0f64;
+        for pass in seq {
+            let count = f64::from(pass.count);
+            bytes += count * (pass.ops.len() + pass.dsts.len()) as f64 * chunk as f64;
+            accessed += count * pass.dsts.len() as f64 * chunk as f64;
+            for op in &pass.ops {
+                for i in 0..pass.count {
+                    if read.insert((op.rank, op.buf, op.chunk + i)) {
+                        accessed += chunk as f64;
                     }
                 }
             }
-            longest = longest.max(bytes);
         }
+        longest = longest.max(bytes);
     }
     let block = match profile.copy_gbps.get(proto) {
         r if r > 0.0 => r,

@@ -181,6 +181,7 @@ pub fn rank_with(
                     protocol: proto,
                     replicas: r,
                     direct: req.direct_reads(),
+                    together: req.direct,
                 };
                 let result = predict(p, topo, profile, &call).map(|x| x.total_us);
                 let better = match (&best, &result) {

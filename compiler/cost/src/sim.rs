@@ -77,6 +77,9 @@ pub struct Call {
     /// ([`braid_plan::direct`]), a receiver reads its sender's `in` itself and the send
     /// costs nothing.
     pub direct: bool,
+    /// The ranks run in one launch (whether or not the call is out of place): a call in
+    /// place may still run as a flat launch ([`crate::flat`]).
+    pub together: bool,
 }
 
 /// When one step of one block ran, in the simulation (µs from the call's start).

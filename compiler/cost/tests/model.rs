@@ -35,6 +35,7 @@ fn time(p: &braid_plan::Plan, t: &Topology, bytes: u64, protocol: Protocol, repl
             protocol,
             replicas,
             direct: false,
+            together: false,
         },
     )
     .unwrap()
@@ -177,6 +178,7 @@ fn the_timeline_has_every_step_once_and_receives_after_their_sends() {
             protocol: Protocol::Simple,
             replicas: 1,
             direct: false,
+            together: false,
         },
     )
     .unwrap();
@@ -282,6 +284,7 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
             protocol: Protocol::Simple,
             replicas,
             direct: false,
+            together: false,
         };
         predict(ring, &t, profile, &call).unwrap().total_us
     };
@@ -329,6 +332,7 @@ fn each_launched_block_adds_its_cost() {
             protocol: Protocol::Ll,
             replicas,
             direct: false,
+            together: false,
         };
         predict(ring, &t, profile, &call).unwrap().total_us
     };
@@ -375,6 +379,7 @@ fn direct_reads_skip_the_sends_and_their_memory_traffic() {
         protocol: Protocol::Simple,
         replicas: 1,
         direct,
+        together: direct,
     };
     let fifo = predict(oop, &t, &profile, &call(false)).unwrap();
     let direct = predict(oop, &t, &profile, &call(true)).unwrap();
@@ -444,6 +449,7 @@ fn direct_chains_run_as_one_pass() {
         protocol,
         replicas: 1,
         direct,
+        together: direct,
     };
     let fused = predict(oop, &t, &profile, &call(true, bytes, Protocol::Simple)).unwrap();
     let chains = braid_plan::direct::chains(oop, &braid_plan::direct::direct(oop));
@@ -569,6 +575,7 @@ fn flat_launches_cost_their_launch_and_traffic() {
         protocol: Protocol::Simple,
         replicas,
         direct,
+        together: direct,
     };
     let direct_bc = plan(&ps, "direct_broadcast");
     let big = 256u64 << 20;
@@ -639,6 +646,7 @@ fn each_rank_of_a_shared_launch_adds_its_cost() {
         protocol: Protocol::Simple,
         replicas: 1,
         direct,
+        together: direct,
     };
     for (name, direct) in [("one_shot_oop_allreduce", true), ("ring_allreduce", false)] {
         let p = plan(&ps, name);

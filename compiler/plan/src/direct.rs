@@ -28,6 +28,13 @@ pub struct Direct {
     pub sends: BTreeSet<At>,
     /// Receiving steps that read the sender's `in`, from its chunk `value` on.
     pub recvs: BTreeMap<At, u32>,
+    /// Plain receives (`recv`) whose sender sends chunks of its `out`: (sender's rank,
+    /// its chunk). Not direct pairs (the sender's `out` is written while the call runs);
+    /// a flat launch may still do one as part of the pass that writes those chunks
+    /// ([`crate::flat::launch`]). The interpreter keeps them in the FIFO.
+    pub forwards: BTreeMap<At, (u32, u32)>,
+    /// The sending steps of `forwards`.
+    pub forward_sends: BTreeSet<At>,
 }
 
 impl Direct {
@@ -88,9 +95,10 @@ pub fn direct_over(plan: &Plan, links: &[Link]) -> Direct {
         let (Some((sr, sb)), Some((rr, rb))) = (l.sender, l.receiver) else {
             continue;
         };
-        if !lends_in(plan, sr) || l.sends.len() != l.recvs.len() {
+        if l.sends.len() != l.recvs.len() {
             continue;
         }
+        let lends = lends_in(plan, sr);
         let sblock = &plan.ranks[sr].blocks[sb];
         let rblock = &plan.ranks[rr].blocks[rb];
         let pairs: Vec<_> = l
@@ -104,12 +112,24 @@ pub fn direct_over(plan: &Plan, links: &[Link]) -> Direct {
         }
         for (si, s, ri, r) in pairs {
             let Some(src) = s.src else { continue };
-            let inside = u64::from(src.offset) + u64::from(src.count) <= u64::from(plan.in_chunks);
+            let end = u64::from(src.offset) + u64::from(src.count);
             let reads_only = matches!(r.kind, StepKind::Recv | StepKind::RecvReduceCopy);
-            if s.kind == StepKind::Send && src.buf == Buf::In && inside && reads_only {
-                out.sends.insert((sr as u32, sb as u32, si as u32));
-                out.recvs
-                    .insert((rr as u32, rb as u32, ri as u32), src.offset);
+            let (send, recv) = (
+                (sr as u32, sb as u32, si as u32),
+                (rr as u32, rb as u32, ri as u32),
+            );
+            if s.kind != StepKind::Send {
+                continue;
+            }
+            if src.buf == Buf::In && lends && end <= u64::from(plan.in_chunks) && reads_only {
+                out.sends.insert(send);
+                out.recvs.insert(recv, src.offset);
+            } else if src.buf == Buf::Out
+                && end <= u64::from(plan.out_chunks)
+                && r.kind == StepKind::Recv
+            {
+                out.forward_sends.insert(send);
+                out.forwards.insert(recv, (l.sender_rank, src.offset));
             }
         }
     }
@@ -156,6 +176,20 @@ impl Chain {
 /// or more, and none that another step depends on (a step that waited for a link of
 /// the chain would see the destination half reduced; run as one pass, it would not).
 pub fn chains(plan: &Plan, direct: &Direct) -> Vec<Chain> {
+    chains_with(plan, direct, false)
+}
+
+/// [`chains`] as a flat launch takes them ([`crate::flat`]), whose passes never wait for
+/// each other's blocks: a link may also be the first of several steps of its block,
+/// where the later ones touch nothing of the chain's destination, and sends may wait for
+/// the last link (a flat launch does them as part of the chain's pass, or they do
+/// nothing). A two-shot all-reduce's first shot is such a chain: each block that adds a
+/// peer's block then receives another rank's result.
+pub fn flat_chains(plan: &Plan, direct: &Direct) -> Vec<Chain> {
+    chains_with(plan, direct, true)
+}
+
+fn chains_with(plan: &Plan, direct: &Direct, flat: bool) -> Vec<Chain> {
     let mut out = Vec::new();
     for (ri, rp) in plan.ranks.iter().enumerate() {
         let r = ri as u32;
@@ -167,21 +201,28 @@ pub fn chains(plan: &Plan, direct: &Direct) -> Vec<Chain> {
                 && matches!(st.kind, StepKind::Recv | StepKind::RecvReduceCopy)
                 && st.dst.is_some()
         };
-        // How many steps wait for each step.
+        // How many steps wait for each step (sends apart, where flat), and which steps
+        // sends wait for.
         let mut waiters: BTreeMap<(u32, u32), u32> = BTreeMap::new();
-        for d in rp
-            .blocks
-            .iter()
-            .flat_map(|b| &b.steps)
-            .flat_map(|s| &s.deps)
-        {
-            *waiters.entry((d.block, d.step)).or_insert(0) += 1;
+        let mut send_waited: BTreeSet<(u32, u32)> = BTreeSet::new();
+        for st in rp.blocks.iter().flat_map(|b| &b.steps) {
+            for d in &st.deps {
+                if flat && st.kind == StepKind::Send {
+                    send_waited.insert((d.block, d.step));
+                } else {
+                    *waiters.entry((d.block, d.step)).or_insert(0) += 1;
+                }
+            }
         }
         // next[x] = y: y adds one operand to x's destination after x.
         let mut next: BTreeMap<(u32, u32), Option<(u32, u32)>> = BTreeMap::new();
         for (bi, b) in rp.blocks.iter().enumerate() {
             let y = (bi as u32, 0u32);
-            let [s] = b.steps.as_slice() else { continue };
+            let s = match b.steps.as_slice() {
+                [s] => s,
+                [s, ..] if flat => s,
+                _ => continue,
+            };
             let [d] = s.deps.as_slice() else { continue };
             let x = (d.block, d.step);
             let adds = match s.kind {
@@ -225,7 +266,26 @@ pub fn chains(plan: &Plan, direct: &Direct) -> Vec<Chain> {
             let closed = steps
                 .iter()
                 .enumerate()
-                .all(|(k, s)| waiters.get(s).copied().unwrap_or(0) == inner(k));
+                .all(|(k, s)| waiters.get(s).copied().unwrap_or(0) == inner(k))
+                && steps[..steps.len() - 1]
+                    .iter()
+                    .all(|s| !send_waited.contains(s));
+            // A link's later steps (flat) keep off the chain's destination.
+            let dst = step(first).dst;
+            let apart = |x: Option<crate::plan::Slice>| match (x, dst) {
+                (Some(a), Some(d)) => {
+                    a.buf != d.buf
+                        || a.offset + a.count <= d.offset
+                        || d.offset + d.count <= a.offset
+                }
+                _ => true,
+            };
+            let closed = closed
+                && steps[1..].iter().all(|&(b, _)| {
+                    rp.blocks[b as usize].steps[1..]
+                        .iter()
+                        .all(|st| apart(st.src) && apart(st.dst))
+                });
             if steps.len() >= 2 && closed {
                 // A direct receive's operand is its peer's `in`; a head that reduces and
                 // every local reduce add their own `src`.

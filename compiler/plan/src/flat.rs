@@ -20,11 +20,14 @@ use braid_ir::Buf;
 pub const PART_BYTES: u64 = 64 << 10;
 
 /// One operand of a pass: the rank's own `in`, `out` or scratch (0, 1, 2) from chunk `chunk` on,
-/// or a peer's `in` from chunk `chunk` on.
+/// a peer's `in` from chunk `chunk` on (a direct receive), or a peer's `out` (a receive of
+/// what the peer wrote there: [`crate::direct::Direct::forwards`], done by the pass that
+/// writes it, [`launch`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operand {
     Own { buf: u8, chunk: u32 },
     Peer { rank: u32, chunk: u32 },
+    PeerOut { rank: u32, chunk: u32 },
 }
 
 /// `count` chunks of the rank's buffer `dst_buf` (0 in, 1 out) from `dst_chunk` on, each
@@ -45,6 +48,9 @@ pub struct FlatProgram {
     pub seqs: Vec<Vec<Pass>>,
     /// Ranks that must be in the launch, lending their `in`, because this rank reads it.
     pub reads: Vec<u32>,
+    /// Ranks that must be in the launch with an `out`, because this rank receives what
+    /// they write there.
+    pub reads_out: Vec<u32>,
     /// Ranks that must be in the launch because they read this rank's `in` (its sends do
     /// nothing).
     pub read_by: Vec<u32>,
@@ -75,13 +81,25 @@ pub struct RankChain {
     pub ops: Vec<Operand>,
 }
 
-/// `rank`'s chains ([`crate::direct::chains`]) with their operands, those of at most
-/// `max` operands and steps (what one pass of a backend takes).
-pub fn rank_chains(plan: &Plan, rank: u32, direct: &Direct, max: usize) -> Vec<RankChain> {
+/// `rank`'s chains ([`crate::direct::chains`], or [`crate::direct::flat_chains`] where
+/// `flat`) with their operands, those of at most `max` operands and steps (what one pass
+/// of a backend takes).
+pub fn rank_chains(
+    plan: &Plan,
+    rank: u32,
+    direct: &Direct,
+    max: usize,
+    flat: bool,
+) -> Vec<RankChain> {
     let Some(rp) = plan.ranks.get(rank as usize) else {
         return Vec::new();
     };
-    crate::direct::chains(plan, direct)
+    let chains = if flat {
+        crate::direct::flat_chains(plan, direct)
+    } else {
+        crate::direct::chains(plan, direct)
+    };
+    chains
         .into_iter()
         .filter(|c| c.rank == rank)
         .map(|c| {
@@ -114,7 +132,7 @@ pub fn program(plan: &Plan, rank: u32, direct: &Direct, max_ops: usize) -> Optio
         return None;
     }
     let rp = plan.ranks.get(rank as usize)?;
-    let chains = rank_chains(plan, rank, direct, max_ops);
+    let chains = rank_chains(plan, rank, direct, max_ops, true);
     // Which sequence and pass realizes each step (None: the step does nothing).
     let mut realized: std::collections::BTreeMap<(u32, u32), Option<(usize, usize)>> =
         Default::default();
@@ -148,9 +166,16 @@ pub fn program(plan: &Plan, rank: u32, direct: &Direct, max_ops: usize) -> Optio
             } else {
                 match s.kind {
                     StepKind::Nop => None,
-                    StepKind::Send if direct.sends.contains(&dat) => {
+                    StepKind::Send
+                        if direct.sends.contains(&dat) || direct.forward_sends.contains(&dat) =>
+                    {
                         out.read_by.push(b.send_peer?);
                         None
+                    }
+                    StepKind::Recv if direct.forwards.contains_key(&dat) => {
+                        let (peer, chunk) = direct.forwards[&dat];
+                        out.reads_out.push(peer);
+                        Some((s.dst?, vec![Operand::PeerOut { rank: peer, chunk }]))
                     }
                     StepKind::Recv | StepKind::RecvReduceCopy => {
                         let poff = *direct.recvs.get(&dat)?;
@@ -237,7 +262,316 @@ pub fn program(plan: &Plan, rank: u32, direct: &Direct, max_ops: usize) -> Optio
     }
     out.reads.sort_unstable();
     out.reads.dedup();
+    out.reads_out.sort_unstable();
+    out.reads_out.dedup();
     out.read_by.sort_unstable();
     out.read_by.dedup();
     Some(out)
+}
+
+/// A run of chunks of a rank's buffer (0 in, 1 out) from `chunk` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Loc {
+    pub rank: u32,
+    pub buf: u8,
+    pub chunk: u32,
+}
+
+impl Loc {
+    /// Where `op` of `rank`'s program reads (a peer's operand is its `in`).
+    pub fn of(rank: u32, op: Operand) -> Loc {
+        match op {
+            Operand::Own { buf, chunk } => Loc { rank, buf, chunk },
+            Operand::Peer { rank, chunk } => Loc {
+                rank,
+                buf: 0,
+                chunk,
+            },
+            Operand::PeerOut { rank, chunk } => Loc {
+                rank,
+                buf: 1,
+                chunk,
+            },
+        }
+    }
+}
+
+/// A pass of a launch: `count` chunks of every destination in `dsts`, each
+/// `ops[0] (+) ops[1] (+) ...` of the operands' same chunk (each advancing with it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchPass {
+    pub dsts: Vec<Loc>,
+    pub count: u32,
+    pub ops: Vec<Loc>,
+}
+
+/// The flat programs of the ranks of one launch as one list of sequences, each run in
+/// order by its grid block(s), the sequences concurrently.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaunchProgram {
+    pub seqs: Vec<Vec<LaunchPass>>,
+}
+
+impl LaunchProgram {
+    /// Passes over one chunk (what a backend holds as tasks), destinations counted once
+    /// per pass.
+    pub fn tasks(&self) -> usize {
+        self.seqs.iter().flatten().map(|p| p.count as usize).sum()
+    }
+}
+
+/// The programs of the ranks of one launch (`(rank, program)`, in launch order) as one
+/// launch program, or `None` where they cannot run as one (a receive of a peer's `out`
+/// that no pass can do).
+///
+/// Two things make it more than the programs side by side:
+///
+/// - **Forwards.** A receive of chunks of a peer's `out` ([`Operand::PeerOut`]: a
+///   two-shot all-reduce's second shot, a ring allgather's or a chain broadcast's
+///   forwarding) waits for the pass that writes them, on another rank: a flat launch's
+///   blocks never wait for each other, so it is done by that pass, as one more
+///   destination of it. That needs one pass to write those chunks (the value sent is the
+///   one it leaves), and the receive's destination to be its own (no other pass reads or
+///   writes it, but further forwards of it, which go to the same pass). A receive that
+///   cannot be done so makes the launch not flat.
+/// - **Merges.** Passes that compute the same thing for several ranks are done once and
+///   written to each of them: an all-reduce's ranks each summing the same inputs, a
+///   broadcast's or an allgather's receivers each copying the same chunk. A pass is
+///   merged only where it stands alone: it reads only inputs (which no pass writes) and
+///   no other pass reads or writes any chunk it writes; so it may run in any sequence,
+///   at any place, with the same result. Passes merge when their operands are the same
+///   chunks in the same order (the first two may be swapped: every reduction is
+///   commutative, `a (+) b` is `b (+) a` bit for bit), and take the first one's order
+///   and place.
+///
+/// A pass writes at most `max_dsts` destinations (a forward that would need more makes
+/// the launch not flat; merges stop there).
+pub fn launch(programs: &[(u32, &FlatProgram)], max_dsts: usize) -> Option<LaunchProgram> {
+    use std::collections::{HashMap, HashSet};
+    let max_dsts = max_dsts.max(1);
+    // Every pass, in launch order: (sequence, pass, a forward's source).
+    let mut passes: Vec<(usize, LaunchPass, Option<Loc>)> = Vec::new();
+    let mut nseq = 0;
+    for &(rank, p) in programs {
+        for seq in &p.seqs {
+            for pass in seq {
+                let ops: Vec<Loc> = pass.ops.iter().map(|op| Loc::of(rank, *op)).collect();
+                let forward = match pass.ops[..] {
+                    [Operand::PeerOut { .. }] => Some(ops[0]),
+                    _ if pass
+                        .ops
+                        .iter()
+                        .any(|o| matches!(o, Operand::PeerOut { .. })) =>
+                    {
+                        return None
+                    }
+                    _ => None,
+                };
+                let dst = Loc {
+                    rank,
+                    buf: pass.dst_buf,
+                    chunk: pass.dst_chunk,
+                };
+                passes.push((
+                    nseq,
+                    LaunchPass {
+                        dsts: vec![dst],
+                        count: pass.count,
+                        ops,
+                    },
+                    forward,
+                ));
+            }
+            nseq += 1;
+        }
+    }
+    // How many passes write each chunk, and read it other than as a forward.
+    let chunk_of = |l: Loc, i: u32| (l.rank, l.buf, l.chunk + i);
+    let mut writes: HashMap<(u32, u8, u32), u32> = HashMap::new();
+    let mut reads: HashSet<(u32, u8, u32)> = HashSet::new();
+    for (_, p, fwd) in &passes {
+        for i in 0..p.count {
+            for d in &p.dsts {
+                *writes.entry(chunk_of(*d, i)).or_default() += 1;
+            }
+            if fwd.is_none() {
+                reads.extend(p.ops.iter().map(|o| chunk_of(*o, i)));
+            }
+        }
+    }
+    let only = |writes: &HashMap<(u32, u8, u32), u32>, l: Loc, count: u32| {
+        (0..count)
+            .all(|i| writes.get(&chunk_of(l, i)) == Some(&1) && !reads.contains(&chunk_of(l, i)))
+    };
+    // Forwards, until none is left (a forward of a forward goes to the pass its source
+    // went to).
+    let mut removed = vec![false; passes.len()];
+    loop {
+        let mut progress = false;
+        let mut left = false;
+        for k in 0..passes.len() {
+            let Some(src) = passes[k].2.filter(|_| !removed[k]) else {
+                continue;
+            };
+            let count = passes[k].1.count;
+            // The one pass that writes the source chunks, whole.
+            let writer = (0..passes.len()).find(|&w| {
+                w != k
+                    && !removed[w]
+                    && passes[w].2.is_none()
+                    && passes[w].1.count == count
+                    && passes[w].1.dsts.contains(&src)
+            });
+            let sole = (0..count).all(|i| writes.get(&chunk_of(src, i)) == Some(&1));
+            let dsts = passes[k].1.dsts.clone();
+            let own = dsts.iter().all(|d| d.buf == 1 && only(&writes, *d, count));
+            match writer {
+                Some(w) if sole && own && passes[w].1.dsts.len() + dsts.len() <= max_dsts => {
+                    passes[w].1.dsts.extend(dsts);
+                    removed[k] = true;
+                    progress = true;
+                }
+                _ => left = true,
+            }
+        }
+        if !left {
+            break;
+        }
+        if !progress {
+            return None;
+        }
+    }
+    // Merges.
+    let inputs_only = |p: &LaunchPass| {
+        p.ops
+            .iter()
+            .all(|o| o.buf == 0 && (0..p.count).all(|i| !writes.contains_key(&chunk_of(*o, i))))
+    };
+    let mut out = LaunchProgram::default();
+    let mut seq_at: Vec<Option<usize>> = vec![None; nseq];
+    let mut open: HashMap<(Vec<Loc>, u32), (usize, usize)> = HashMap::new();
+    for (k, (seq, pass, _)) in passes.into_iter().enumerate() {
+        if removed[k] {
+            continue;
+        }
+        let alone = inputs_only(&pass)
+            && pass
+                .dsts
+                .iter()
+                .all(|d| d.buf == 1 && only(&writes, *d, pass.count));
+        let key = {
+            let mut ops = pass.ops.clone();
+            if ops.len() >= 2 && ops[1] < ops[0] {
+                ops.swap(0, 1);
+            }
+            (ops, pass.count)
+        };
+        if alone {
+            if let Some(&(s, i)) = open.get(&key) {
+                let target: &mut LaunchPass = &mut out.seqs[s][i];
+                if target.dsts.len() + pass.dsts.len() <= max_dsts {
+                    target.dsts.extend(pass.dsts);
+                    if target.dsts.len() == max_dsts {
+                        open.remove(&key);
+                    }
+                    continue;
+                }
+            }
+        }
+        let s = *seq_at[seq].get_or_insert_with(|| {
+            out.seqs.push(Vec::new());
+            out.seqs.len() - 1
+        });
+        if alone && pass.dsts.len() < max_dsts {
+            open.insert(key, (s, out.seqs[s].len()));
+        }
+        out.seqs[s].push(pass);
+    }
+    Some(out)
+}
+
+/// A range `[start, end)` a task of a launch reads or writes (bytes, or chunks of a
+/// rank's buffers laid out one after another), with the task (in launch order) and the
+/// sequence it runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub start: u64,
+    pub end: u64,
+    pub task: usize,
+    pub seq: usize,
+}
+
+/// Whether every read of an input (`reads`) happens before any write to it (`writes`),
+/// whatever order a launch's sequences run in: a place read and written is read and
+/// written at the same place of a chunk (so by the same thread of the same block) by the
+/// same task, or by a later task of the same sequence. Then every read sees the input,
+/// as out of place, and the writes are those of the call out of place: the launch may
+/// run in place. (Empty ranges touch nothing, wherever they start.)
+pub fn reads_before_writes(reads: &[Access], writes: &[Access]) -> bool {
+    reads.iter().all(|r| {
+        writes.iter().all(|w| {
+            r.end <= w.start
+                || w.end <= r.start
+                || r.start == r.end
+                || w.start == w.end
+                || (r.start == w.start && (w.task == r.task || (w.seq == r.seq && w.task > r.task)))
+        })
+    })
+}
+
+/// Whether `launch` (every rank of `plan`) may run in place, where a rank's `in` and
+/// `out` are one buffer as NCCL lays them out (an allgather's `in` is its block of
+/// `out`, a reduce-scatter's `out` its block of `in`, the others one buffer from the same
+/// place): [`reads_before_writes`] over the launch's passes, chunk by chunk, the way a
+/// backend runs them (each chunk of a pass a task, in order; a copy onto itself skipped).
+/// What the cost model prices; a backend checks the addresses it launches with.
+pub fn runs_in_place(plan: &Plan, launch: &LaunchProgram) -> bool {
+    use braid_ir::Collective;
+    let (ic, oc) = (u64::from(plan.in_chunks), u64::from(plan.out_chunks));
+    // A rank's buffer as chunks, from `base`: its larger buffer's chunks.
+    let span = ic.max(oc);
+    let at = |l: Loc, i: u32| -> u64 {
+        let c = u64::from(l.chunk + i);
+        let pos = u64::from(l.rank);
+        let within = match (plan.collective, l.buf) {
+            (Collective::Allgather, 0) => pos * ic + c,
+            (Collective::ReduceScatter, 1) => pos * oc + c,
+            _ => c,
+        };
+        pos * span + within
+    };
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    let mut task = 0;
+    for (seq, passes) in launch.seqs.iter().enumerate() {
+        for p in passes {
+            for i in 0..p.count {
+                for o in p.ops.iter().filter(|o| o.buf == 0) {
+                    let s = at(*o, i);
+                    reads.push(Access {
+                        start: s,
+                        end: s + 1,
+                        task,
+                        seq,
+                    });
+                }
+                for d in &p.dsts {
+                    let s = at(*d, i);
+                    // A copy onto itself is nothing (backends skip it).
+                    if let [o] = p.ops[..] {
+                        if at(o, i) == s {
+                            continue;
+                        }
+                    }
+                    writes.push(Access {
+                        start: s,
+                        end: s + 1,
+                        task,
+                        seq,
+                    });
+                }
+                task += 1;
+            }
+        }
+    }
+    reads_before_writes(&reads, &writes)
 }

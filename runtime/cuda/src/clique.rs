@@ -135,10 +135,19 @@ pub struct Clique {
     pub launches: Mutex<Launches>,
     /// Per GPU: an event joining several ranks' streams around one launch.
     join: Mutex<HashMap<usize, Event>>,
+    /// Launch programs of flat launches made so far, per plan digest and ranks of the
+    /// launch in order ([`Clique::flat_program`]).
+    flat_programs: Mutex<HashMap<FlatKey, Option<Arc<crate::flat::LaunchProgram>>>>,
     /// Why the clique was aborted, when the reason came from outside (a peer's failure
     /// the bootstrap noticed).
     abort_reason: Arc<Mutex<Option<String>>>,
 }
+
+/// A flat launch program's key: the plan's digest and the ranks of the launch in order.
+type FlatKey = (u64, [u32; crate::kernel::MAX_LOCAL], usize);
+
+/// Flat launch programs a clique keeps at most (it starts over past them).
+const FLAT_PROGRAMS: usize = 256;
 
 /// What [`Clique::launches`] keeps.
 #[derive(Default)]
@@ -219,8 +228,37 @@ impl Clique {
             p2p_channels: OnceLock::new(),
             launches: Mutex::new(Launches::default()),
             join: Mutex::new(HashMap::new()),
+            flat_programs: Mutex::new(HashMap::new()),
             abort_reason: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// The launch program of the flat launch of `calls` (one plan, `digest`), made once
+    /// per plan and ranks ([`crate::flat::launch_program`]; `None` where they cannot
+    /// run as one).
+    pub fn flat_program(
+        &self,
+        digest: u64,
+        calls: &[crate::flat::RankCall<'_>],
+    ) -> Option<Arc<crate::flat::LaunchProgram>> {
+        let mut ranks = [0u32; crate::kernel::MAX_LOCAL];
+        for (slot, c) in ranks.iter_mut().zip(calls) {
+            *slot = c.rank;
+        }
+        if calls.len() > ranks.len() {
+            return None;
+        }
+        let key = (digest, ranks, calls.len());
+        let mut m = self.flat_programs.lock().ok()?;
+        if let Some(p) = m.get(&key) {
+            return p.clone();
+        }
+        if m.len() >= FLAT_PROGRAMS {
+            m.clear();
+        }
+        let p = crate::flat::launch_program(calls).map(Arc::new);
+        m.insert(key, p.clone());
+        p
     }
 
     /// Whether every rank of the communicator is here, on one GPU, with direct reads on:

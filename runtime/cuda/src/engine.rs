@@ -711,26 +711,26 @@ unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>], members: &[Member<'_>]) ->
 /// The flat launch of `g`, where every rank of it has a flat program and the launch
 /// resolves ([`crate::flat::resolve`]).
 fn flat_launch(g: &[&Launch<'_, CudaEngine>]) -> Option<crate::flat::FlatLaunch> {
-    let mut calls = [None; MAX_LOCAL];
-    for (i, c) in g.iter().enumerate() {
-        let direct = c.engine.clique().direct;
-        calls[i] = Some(crate::flat::RankCall {
-            rank: c.engine.rank(),
-            program: c.prepared.inner.flat.as_ref()?,
-            input: c.args.input,
-            output: c.args.output,
-            geometry: &c.args.geometry,
-            plan: c.prepared.plan.digest(),
-            lends_in: direct && c.args.in_untouched,
-            avg: c.args.avg_ranks > 1,
-        });
-    }
-    let calls: Vec<crate::flat::RankCall<'_>> =
-        calls[..g.len()].iter().flatten().copied().collect();
+    let calls = g
+        .iter()
+        .map(|c| {
+            Some(crate::flat::RankCall {
+                rank: c.engine.rank(),
+                program: c.prepared.inner.flat.as_ref()?,
+                input: c.args.input,
+                output: c.args.output,
+                geometry: &c.args.geometry,
+                plan: c.prepared.plan.digest(),
+                in_untouched: c.args.in_untouched,
+                avg: c.args.avg_ranks > 1,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let prog = g[0].engine.clique().flat_program(calls[0].plan, &calls)?;
     // Blocks of a flat launch never wait for one another: they need not be resident at
     // once, and a large call may take a block per multiprocessor.
     let max_grid = g[0].prepared.inner.kernel.multiprocessors;
-    crate::flat::resolve(&calls, max_grid)
+    crate::flat::resolve_program(&calls, &prog, max_grid)
 }
 
 /// Launches `func` with `grid` blocks and the one parameter `param` on the first

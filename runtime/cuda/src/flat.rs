@@ -12,14 +12,18 @@
 //! kernel's parameters and its first load is data.
 //!
 //! A rank's plan qualifies when [`braid_plan::flat::program`] makes it a flat program
-//! (every step a direct read, a chain run as one pass, a local copy or reduce, or a send
-//! its receiver reads itself; see there). A launch runs flat ([`resolve`]) when every
-//! rank of it qualifies and every peer it reads or is read by is in the launch with a
-//! call that lends its `in` (as the kernel's `direct_pair` decides: same plan and
-//! geometry, out of place). The passes keep the operand order of the steps they replace,
-//! so the bits are the interpreter's.
+//! (every step a direct read, a chain run as one pass, a local copy or reduce, a receive
+//! of what a peer wrote, or a send its receiver reads itself; see there). The ranks of a
+//! launch run as one launch program ([`braid_plan::flat::launch`]: a receive of what a
+//! peer wrote done by the pass that writes it, passes several ranks share done once,
+//! written to each). A launch runs flat ([`resolve`]) when every rank of it qualifies,
+//! every peer it reads or is read by is in the launch with the buffers read, all run one
+//! plan on one geometry, and, where some call is in place, every read of an input
+//! happens before any write to it ([`braid_plan::flat::reads_before_writes`], on the
+//! addresses launched). The passes keep the operand order of the steps they replace, so
+//! the bits are the interpreter's.
 
-pub use braid_plan::flat::{FlatProgram, Operand};
+pub use braid_plan::flat::{FlatProgram, LaunchProgram, Loc, Operand};
 use braid_runtime::geometry::Geometry;
 
 /// Sequences (grid blocks before parts) one flat launch holds: `FLAT_SEQS` in the kernel.
@@ -54,8 +58,9 @@ pub struct RankCall<'a> {
     /// The plan's digest (with replicas): calls of one launch read each other only when
     /// they run the same plan.
     pub plan: u64,
-    /// The call lends its `in` (out of place, direct reads allowed).
-    pub lends_in: bool,
+    /// The call never writes its `in` (out of place). Where a call does (in place), the
+    /// launch runs flat only if no pass writes an input before every read of it.
+    pub in_untouched: bool,
     pub avg: bool,
 }
 
@@ -67,7 +72,11 @@ pub struct FlatTask {
     /// Elements of the chunk that exist at `dst` (the rest is padding, not written).
     pub valid: u32,
     pub op0: u16,
-    pub nops: u16,
+    /// Operands `op[op0 .. op0 + nops)`.
+    pub nops: u8,
+    /// Destinations: `dst`, then `op[op0 + nops .. op0 + nops + ndst - 1)` (the same
+    /// valid length).
+    pub ndst: u8,
 }
 
 /// The kernel's `FlatOp`: one operand of a pass over one chunk.
@@ -118,6 +127,7 @@ pub const FLAT_LAYOUT: &[(&str, &str, usize)] = &[
     ("FlatTask", "valid", std::mem::offset_of!(FlatTask, valid)),
     ("FlatTask", "op0", std::mem::offset_of!(FlatTask, op0)),
     ("FlatTask", "nops", std::mem::offset_of!(FlatTask, nops)),
+    ("FlatTask", "ndst", std::mem::offset_of!(FlatTask, ndst)),
     ("FlatTask", "sizeof", std::mem::size_of::<FlatTask>()),
     ("FlatOp", "ptr", std::mem::offset_of!(FlatOp, ptr)),
     ("FlatOp", "valid", std::mem::offset_of!(FlatOp, valid)),
@@ -143,10 +153,26 @@ pub const FLAT_LAYOUT: &[(&str, &str, usize)] = &[
     ("FlatLaunch", "sizeof", std::mem::size_of::<FlatLaunch>()),
 ];
 
+/// The launch program of `calls` ([`braid_plan::flat::launch`]: their programs, with the
+/// passes several ranks share done once).
+pub fn launch_program(calls: &[RankCall<'_>]) -> Option<LaunchProgram> {
+    let programs: Vec<(u32, &FlatProgram)> = calls.iter().map(|c| (c.rank, c.program)).collect();
+    braid_plan::flat::launch(&programs, MAX_PASS_OPS)
+}
+
 /// The flat launch of `calls` (every rank of one launch), or `None` where it may not run
 /// flat (module docs) or does not fit the kernel's argument. `max_grid`: grid blocks it
 /// may take at most (parts are cut to fit).
 pub fn resolve(calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
+    resolve_program(calls, &launch_program(calls)?, max_grid)
+}
+
+/// [`resolve`] with the calls' launch program ([`launch_program`] of the same calls).
+pub fn resolve_program(
+    calls: &[RankCall<'_>],
+    prog: &LaunchProgram,
+    max_grid: u32,
+) -> Option<FlatLaunch> {
     let first = calls.first()?;
     let g = first.geometry;
     let elem = g.elem as u64;
@@ -163,20 +189,21 @@ pub fn resolve(calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
     let call_of = |r: u32| calls.iter().find(|c| c.rank == r);
     for c in calls {
         for &r in &c.program.reads {
-            if !call_of(r).is_some_and(|p| p.lends_in && p.input != 0) {
+            if call_of(r).is_none_or(|p| p.input == 0) {
                 return None;
             }
         }
-        let lends = c.lends_in && c.input != 0;
-        if !c.program.read_by.is_empty() && !lends {
-            return None;
+        for &r in &c.program.reads_out {
+            if call_of(r).is_none_or(|p| p.output == 0) {
+                return None;
+            }
         }
         for &r in &c.program.read_by {
             call_of(r)?;
         }
     }
-    let nseq: usize = calls.iter().map(|c| c.program.seqs.len()).sum();
-    if nseq > MAX_SEQS {
+    let nseq = prog.seqs.len();
+    if nseq == 0 || nseq > MAX_SEQS {
         return None;
     }
     let mut l = FlatLaunch {
@@ -184,57 +211,92 @@ pub fn resolve(calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
         chunk_elems: g.chunk_elems as u64,
         ..FlatLaunch::default()
     };
-    let (mut nt, mut no, mut s) = (0usize, 0usize, 0usize);
-    let at = |base: u64, chunk: u32| -> (u64, u64) {
-        let sp = g.span(chunk);
-        (base + sp.start as u64 * elem, sp.valid as u64)
+    // In place, some call writes where it or its peers read: the launch is checked.
+    let checked = calls.iter().any(|c| !c.in_untouched);
+    let mut hazards = Hazards::default();
+    let (mut nt, mut no) = (0usize, 0usize);
+    let at = |l: Loc, i: u32| -> Option<(u64, u64)> {
+        let c = call_of(l.rank)?;
+        let base = if l.buf == 0 { c.input } else { c.output };
+        if base == 0 {
+            return None;
+        }
+        let sp = g.span(l.chunk + i);
+        Some((base + sp.start as u64 * elem, sp.valid as u64))
     };
-    for c in calls {
-        let base = |buf: u8| if buf == 0 { c.input } else { c.output };
-        for seq in &c.program.seqs {
-            l.first[s] = nt as u16;
-            s += 1;
-            for p in seq {
-                if base(p.dst_buf) == 0 {
-                    return None;
+    for (s, seq) in prog.seqs.iter().enumerate() {
+        l.first[s] = nt as u16;
+        for p in seq {
+            for i in 0..p.count {
+                let mut ops = [FlatOp::default(); MAX_PASS_OPS];
+                for (k, op) in p.ops.iter().enumerate() {
+                    let (ptr, valid) = at(*op, i)?;
+                    *ops.get_mut(k)? = FlatOp { ptr, valid };
                 }
-                for i in 0..p.count {
-                    if nt == MAX_TASKS || no + p.ops.len() > MAX_OPS {
+                let ops = &ops[..p.ops.len()];
+                let mut dsts = [(0u64, 0u64); MAX_PASS_OPS];
+                let mut nd = 0;
+                for d in &p.dsts {
+                    let (ptr, valid) = at(*d, i)?;
+                    // A copy onto itself (in place): nothing to do, and nothing may be
+                    // written where peers read.
+                    if ops.len() == 1 && ops[0].ptr == ptr {
+                        continue;
+                    }
+                    *dsts.get_mut(nd)? = (ptr, valid);
+                    nd += 1;
+                }
+                // One task per run of destinations with the same valid length (the
+                // task's), in order.
+                let mut dsts = &mut dsts[..nd];
+                while let Some(&(_, valid)) = dsts.first() {
+                    let same = dsts.iter().take_while(|d| d.1 == valid).count();
+                    let (these, rest) = dsts.split_at_mut(same);
+                    if nt == MAX_TASKS || no + ops.len() + these.len() - 1 > MAX_OPS {
                         return None;
                     }
-                    let (dst, valid) = at(base(p.dst_buf), p.dst_chunk + i);
-                    if let [Operand::Own { buf, chunk }] = p.ops[..] {
-                        // A copy onto itself (in place): nothing to do, and nothing may
-                        // be written where peers read.
-                        if at(base(buf), chunk + i).0 == dst {
-                            continue;
-                        }
-                    }
                     l.task[nt] = FlatTask {
-                        dst,
+                        dst: these[0].0,
                         valid: valid as u32,
                         op0: no as u16,
-                        nops: p.ops.len() as u16,
+                        nops: ops.len() as u8,
+                        ndst: these.len() as u8,
                     };
-                    nt += 1;
-                    for op in &p.ops {
-                        let (b, chunk) = match *op {
-                            Operand::Own { buf, chunk } => (base(buf), chunk),
-                            Operand::Peer { rank, chunk } => (call_of(rank)?.input, chunk),
-                        };
-                        if b == 0 {
-                            return None;
-                        }
-                        let (ptr, valid) = at(b, chunk + i);
-                        l.op[no] = FlatOp { ptr, valid };
+                    for (k, o) in ops.iter().enumerate() {
+                        l.op[no] = *o;
                         no += 1;
+                        if checked && p.ops[k].buf == 0 {
+                            let len = o.valid.min(g.chunk_elems as u64) * elem;
+                            hazards.reads.push(Access {
+                                start: o.ptr,
+                                end: o.ptr + len,
+                                task: nt,
+                                seq: s,
+                            });
+                        }
                     }
+                    for &(ptr, v) in these.iter() {
+                        if ptr != these[0].0 {
+                            l.op[no] = FlatOp { ptr, valid: v };
+                            no += 1;
+                        }
+                        if checked {
+                            hazards.writes.push(Access {
+                                start: ptr,
+                                end: ptr + v * elem,
+                                task: nt,
+                                seq: s,
+                            });
+                        }
+                    }
+                    nt += 1;
+                    dsts = rest;
                 }
             }
         }
     }
-    l.first[s] = nt as u16;
-    if nseq == 0 {
+    l.first[nseq] = nt as u16;
+    if checked && !hazards.none() {
         return None;
     }
     let chunk_bytes = g.chunk_elems * g.elem;
@@ -244,10 +306,25 @@ pub fn resolve(calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
     Some(l)
 }
 
+/// The reads of inputs and the writes of a launch whose calls may write where they or
+/// their peers read (in place), in bytes ([`braid_plan::flat::reads_before_writes`]).
+#[derive(Default)]
+struct Hazards {
+    reads: Vec<Access>,
+    writes: Vec<Access>,
+}
+
+impl Hazards {
+    fn none(&self) -> bool {
+        braid_plan::flat::reads_before_writes(&self.reads, &self.writes)
+    }
+}
+
 /// What the kernel does with a flat launch, on host memory: the addresses are byte
 /// offsets into `mem` (elements of `elem` bytes), which the tests check results with.
 /// Grid blocks run one after another, so a launch whose sequences raced would not show it
-/// here: the plan verifier rules that out for the steps the passes replace.
+/// here: the plan verifier rules that out for the steps the passes replace, `launch` for
+/// the passes it moves, and [`resolve`]'s check for calls in place.
 pub fn emulate<T: Copy + Default>(
     l: &FlatLaunch,
     mem: &mut [T],
@@ -262,7 +339,9 @@ pub fn emulate<T: Copy + Default>(
         let to = (from + per).min(l.chunk_elems);
         for t in &l.task[l.first[s] as usize..l.first[s + 1] as usize] {
             let dv = (t.valid as u64).min(to).saturating_sub(from);
-            let ops = &l.op[t.op0 as usize..(t.op0 + t.nops) as usize];
+            let nops = t.nops as usize;
+            let all = &l.op[t.op0 as usize..t.op0 as usize + nops + t.ndst as usize - 1];
+            let (ops, extra) = all.split_at(nops);
             for e in 0..dv {
                 let at = from + e;
                 let val = |o: &FlatOp| {
@@ -277,6 +356,9 @@ pub fn emulate<T: Copy + Default>(
                     acc = combine(acc, val(o));
                 }
                 mem[(t.dst / elem as u64 + at) as usize] = acc;
+                for d in extra {
+                    mem[(d.ptr / elem as u64 + at) as usize] = acc;
+                }
             }
         }
     }

@@ -405,27 +405,31 @@ pub fn chains(plan: &Plan, rank: u32) -> Vec<Chain> {
 
 fn chains_with(plan: &Plan, rank: u32, direct: &braid_plan::direct::Direct) -> Vec<Chain> {
     use braid_plan::flat::Operand;
-    braid_plan::flat::rank_chains(plan, rank, direct, CHAIN_MAX)
+    braid_plan::flat::rank_chains(plan, rank, direct, CHAIN_MAX, false)
         .into_iter()
-        .map(|c| Chain {
-            steps: c.chain.steps,
-            ops: c
-                .ops
-                .iter()
-                .map(|&o| match o {
-                    Operand::Own { buf, chunk } => ChainOp {
-                        rank: NO_RANK,
-                        buf: i32::from(buf),
-                        off: chunk,
-                    },
-                    Operand::Peer { rank, chunk } => ChainOp {
-                        rank,
-                        buf: 0,
-                        off: chunk,
-                    },
-                })
-                .collect(),
-            splits: c.chain.splits,
+        .filter_map(|c| {
+            Some(Chain {
+                ops: c
+                    .ops
+                    .iter()
+                    .map(|&o| match o {
+                        Operand::Own { buf, chunk } => Some(ChainOp {
+                            rank: NO_RANK,
+                            buf: i32::from(buf),
+                            off: chunk,
+                        }),
+                        Operand::Peer { rank, chunk } => Some(ChainOp {
+                            rank,
+                            buf: 0,
+                            off: chunk,
+                        }),
+                        // (Chains read inputs only: a peer's `out` is no operand of one.)
+                        Operand::PeerOut { .. } => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+                steps: c.chain.steps,
+                splits: c.chain.splits,
+            })
         })
         .collect()
 }

@@ -1,8 +1,8 @@
 //! Flat launches (`braid_cuda::flat`) without a GPU: every shipped plan that qualifies,
 //! on 2, 4 and 8 ranks, resolved for one launch of all ranks and run by the host's model
 //! of the kernel (`emulate`, the same passes, parts and padding rules), gives NCCL's
-//! result exactly; plans that need a FIFO, calls that do not lend their `in`, and
-//! launches missing a peer do not qualify.
+//! result exactly, out of place and, where the launch's hazard check lets it run, in
+//! place; plans that need a FIFO and launches missing a peer do not qualify.
 
 use braid_cuda::flat::{self, FlatLaunch, RankCall};
 use braid_ir::Collective;
@@ -22,15 +22,25 @@ fn programs(plan: &Plan) -> Option<Vec<FlatProgram>> {
         .collect()
 }
 
+/// How [`run_flat`] lays the calls out.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    OutOfPlace,
+    /// NCCL's in-place layouts (an allgather's `in` is its slot of `out`, a
+    /// reduce-scatter's `out` its block of `in`, the others one buffer).
+    InPlace,
+}
+
 /// Every rank's call of `plan` with `count`, laid out in one host memory of f32 (the
-/// "addresses" are byte offsets into it, none 0), run flat; each rank's output (None
-/// where it has none) and the launch.
+/// "addresses" are byte offsets into it, none 0), run flat (passes several ranks share
+/// merged where `merge`); each rank's output (None where it has none) and the launch.
 fn run_flat(
     plan: &Plan,
     progs: &[FlatProgram],
     count: usize,
     max_grid: u32,
-    lends_in: bool,
+    mode: Mode,
+    merge: bool,
 ) -> Option<(Vec<Option<Vec<f32>>>, FlatLaunch)> {
     let n = plan.n_ranks;
     let (in_e, out_e) = buffer_elems(plan.collective, n, count);
@@ -41,26 +51,49 @@ fn run_flat(
         let (has_in, has_out) = braid_cuda::program::has_buffers(plan, r);
         let mut bytes = vec![0u8; in_e * 4];
         fill_input(DType::F32, RedOp::Sum, r, n, 7, &mut bytes);
-        let input = if has_in {
-            let at = mem.len();
-            mem.extend(
-                bytes
-                    .chunks(4)
-                    .map(|b| f32::from_le_bytes(b.try_into().unwrap())),
-            );
-            (at * 4) as u64
-        } else {
-            0
+        let input: Vec<f32> = bytes
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let at = mem.len() as u64 * 4;
+        // Poison: a pass that skips an element leaves a value no reduction makes.
+        let poison = |mem: &mut Vec<f32>, k: usize| mem.extend(std::iter::repeat_n(-12345.0f32, k));
+        let (i, o) = match (mode, has_in, has_out) {
+            (Mode::InPlace, true, true) => match plan.collective {
+                Collective::Allgather => {
+                    poison(&mut mem, out_e);
+                    let slot = r as usize * count;
+                    mem[at as usize / 4 + slot..at as usize / 4 + slot + count]
+                        .copy_from_slice(&input);
+                    (at + slot as u64 * 4, at)
+                }
+                Collective::ReduceScatter => {
+                    mem.extend(&input);
+                    (at, at + (r as usize * count) as u64 * 4)
+                }
+                _ => {
+                    mem.extend(&input);
+                    (at, at)
+                }
+            },
+            _ => {
+                let i = if has_in {
+                    mem.extend(&input);
+                    at
+                } else {
+                    0
+                };
+                let o = if has_out {
+                    let o = mem.len() as u64 * 4;
+                    poison(&mut mem, out_e);
+                    o
+                } else {
+                    0
+                };
+                (i, o)
+            }
         };
-        let output = if has_out {
-            let at = mem.len();
-            // Poison: a pass that skips an element leaves a value no reduction makes.
-            mem.extend(std::iter::repeat_n(-12345.0f32, out_e));
-            (at * 4) as u64
-        } else {
-            0
-        };
-        bufs.push((input, output));
+        bufs.push((i, o));
     }
     let calls: Vec<RankCall<'_>> = (0..n)
         .map(|r| RankCall {
@@ -70,11 +103,17 @@ fn run_flat(
             output: bufs[r as usize].1,
             geometry: &geo,
             plan: 1,
-            lends_in,
+            in_untouched: mode == Mode::OutOfPlace,
             avg: false,
         })
         .collect();
-    let l = flat::resolve(&calls, max_grid)?;
+    let prog = if merge {
+        flat::launch_program(&calls)?
+    } else {
+        let p: Vec<(u32, &FlatProgram)> = calls.iter().map(|c| (c.rank, c.program)).collect();
+        braid_plan::flat::launch(&p, 1)?
+    };
+    let l = flat::resolve_program(&calls, &prog, max_grid)?;
     flat::emulate(&l, &mut mem, 4, |a: f32, b: f32| a + b);
     let outs = bufs
         .iter()
@@ -117,6 +156,8 @@ const COLLECTIVES: [(Collective, Option<u32>); 6] = [
 #[test]
 fn every_qualifying_shipped_plan_gives_nccls_result() {
     let mut flat_plans = std::collections::BTreeSet::new();
+    // (plan@ranks, merged): plans whose launch runs flat in place.
+    let mut in_place = std::collections::BTreeSet::new();
     for n in [2u32, 4, 8] {
         let lib =
             braid_library::Library::new(Topology::from_arg(&format!("nvswitch:{n}")).unwrap());
@@ -126,38 +167,62 @@ fn every_qualifying_shipped_plan_gives_nccls_result() {
                 let Some(progs) = programs(plan) else {
                     continue;
                 };
-                flat_plans.insert(format!("{}@{n}", plan.name));
+                let name = format!("{}@{n}", plan.name);
+                flat_plans.insert(name.clone());
                 // Short chunks with padding, one element, and a count whose chunks are
                 // cut into parts.
                 for (count, grid) in [
                     (1usize, 132u32),
                     (37, 132),
                     (1000, 132),
-                    (300_000, 132),
-                    (300_000, 1),
+                    (100_000, 132),
+                    (100_000, 1),
                 ] {
-                    let (got, l) = run_flat(plan, &progs, count, grid, true).unwrap_or_else(|| {
-                        panic!(
-                            "{} on {n} ranks, count {count}: qualifies but does not resolve",
-                            plan.name
-                        )
-                    });
-                    assert!(
-                        l.grid() <= grid.max(l.nseq),
-                        "{}: grid {} over {grid}",
-                        plan.name,
-                        l.grid()
-                    );
-                    if count == 300_000 && grid > 1 {
-                        assert!(l.parts > 1, "{}: a large call is cut into parts", plan.name);
-                    }
-                    let want = expected(plan, count);
-                    for r in 0..n as usize {
-                        assert_eq!(
-                            got[r], want[r],
-                            "{} on {n} ranks, count {count}, rank {r}",
-                            plan.name
+                    for (mode, merge) in [
+                        (Mode::OutOfPlace, true),
+                        (Mode::OutOfPlace, false),
+                        (Mode::InPlace, true),
+                        (Mode::InPlace, false),
+                    ] {
+                        if !merge && count > 1000 {
+                            continue; // (what merging changes shows at every count)
+                        }
+                        let what = format!("{name}, count {count}, {mode:?}, merged {merge}");
+                        let ran = run_flat(plan, &progs, count, grid, mode, merge);
+                        if mode == Mode::InPlace && merge {
+                            // The cost model's verdict, from the plan, is the addresses'.
+                            let pairs: Vec<(u32, &FlatProgram)> =
+                                (0..n).zip(progs.iter()).collect();
+                            let model = braid_plan::flat::launch(&pairs, flat::MAX_PASS_OPS)
+                                .is_some_and(|l| braid_plan::flat::runs_in_place(plan, &l));
+                            assert_eq!(model, ran.is_some(), "{what}: the plan's verdict");
+                        }
+                        let Some((got, l)) = ran else {
+                            // Out of place every qualifying plan runs flat (where a pass
+                            // may write several destinations, if it forwards); in place
+                            // only where no pass writes what another reads first.
+                            let forwards = progs.iter().any(|p| !p.reads_out.is_empty());
+                            assert!(
+                                mode == Mode::InPlace || (forwards && !merge),
+                                "{what}: qualifies but does not resolve"
+                            );
+                            continue;
+                        };
+                        if mode == Mode::InPlace {
+                            in_place.insert((name.clone(), merge));
+                        }
+                        assert!(
+                            l.grid() <= grid.max(l.nseq),
+                            "{what}: grid {} over {grid}",
+                            l.grid()
                         );
+                        if l.chunk_elems * 4 > 2 * flat::PART_BYTES as u64 && grid > 1 {
+                            assert!(l.parts > 1, "{what}: a large call is cut into parts");
+                        }
+                        let want = expected(plan, count);
+                        for r in 0..n as usize {
+                            assert_eq!(got[r], want[r], "{what}, rank {r}");
+                        }
                     }
                 }
             }
@@ -173,20 +238,153 @@ fn every_qualifying_shipped_plan_gives_nccls_result() {
         "direct_reduce_scatter@8",
         "direct_broadcast@8",
         "direct_reduce@8",
+        "two_shot_allreduce@4",
+        "two_shot_allreduce@8",
     ] {
         assert!(
             flat_plans.contains(name),
             "{name} runs flat ({flat_plans:?})"
         );
     }
-    // Plans that forward what they receive need their FIFOs.
-    for name in [
-        "ring_allreduce@8",
-        "tree_allreduce@8",
-        "two_shot_allreduce@4",
-    ] {
+    // Plans that reduce what they receive need their FIFOs.
+    for name in ["ring_allreduce@8", "tree_allreduce@8"] {
         assert!(!flat_plans.contains(name), "{name} cannot run flat");
     }
+    // In place: an allgather's ranks read slots no one writes; a reduce-scatter's or a
+    // reduce's one pass reads and writes its block element by element; an all-reduce's
+    // ranks write what the others read, unless their one pass is merged into one that
+    // reads every input and writes every output element by element. An alltoall's ranks
+    // overwrite blocks their peers read: never.
+    for (name, merged, runs) in [
+        ("direct_allgather@8", false, true),
+        ("direct_allgather@8", true, true),
+        ("direct_reduce_scatter@8", false, true),
+        ("direct_reduce@8", false, true),
+        ("direct_broadcast@8", true, true),
+        ("one_shot_oop_allreduce@2", false, false),
+        ("one_shot_oop_allreduce@8", false, false),
+        ("one_shot_oop_allreduce@2", true, true),
+        ("one_shot_oop_allreduce@8", true, true),
+        // A two-shot all-reduce's second shot is done by its first (forwards).
+        ("two_shot_allreduce@4", true, true),
+        ("two_shot_allreduce@8", true, true),
+        ("two_shot_allreduce@8", false, false),
+        ("direct_alltoall@4", true, false),
+        ("direct_alltoall@8", true, false),
+    ] {
+        assert_eq!(
+            in_place.contains(&(name.to_string(), merged)),
+            runs,
+            "{name} in place, merged {merged}"
+        );
+    }
+}
+
+/// A launch's tasks, each with its destinations (the task's and its extra ones).
+fn tasks(l: &FlatLaunch) -> Vec<(Vec<u64>, Vec<u64>)> {
+    l.task[..l.first[l.nseq as usize] as usize]
+        .iter()
+        .map(|t| {
+            let at = t.op0 as usize;
+            let ops = &l.op[at..at + t.nops as usize];
+            let extra = &l.op[at + t.nops as usize..at + t.nops as usize + t.ndst as usize - 1];
+            (
+                std::iter::once(t.dst)
+                    .chain(extra.iter().map(|o| o.ptr))
+                    .collect(),
+                ops.iter().map(|o| o.ptr).collect(),
+            )
+        })
+        .collect()
+}
+
+/// Ranks that compute the same chunk compute it once and write it to each of them.
+#[test]
+fn passes_that_ranks_share_are_done_once() {
+    let lib = braid_library::Library::new(Topology::from_arg("nvswitch:8").unwrap());
+    for (c, root, name, want) in [
+        // One pass reading the eight inputs, writing the eight outputs.
+        (
+            Collective::Allreduce,
+            None,
+            "one_shot_oop_allreduce",
+            vec![(8, 8)],
+        ),
+        // Each rank's input read once, written to the eight outputs.
+        (
+            Collective::Allgather,
+            None,
+            "direct_allgather",
+            vec![(8, 1); 8],
+        ),
+        // The root's input read once, written to every output.
+        (
+            Collective::Broadcast,
+            Some(2),
+            "direct_broadcast",
+            vec![(8, 1)],
+        ),
+        // Nothing to share: one pass per rank, its block of every input.
+        (
+            Collective::ReduceScatter,
+            None,
+            "direct_reduce_scatter",
+            vec![(1, 8); 8],
+        ),
+    ] {
+        let v = lib
+            .plans(c, root)
+            .into_iter()
+            .find(|p| p.name == name)
+            .unwrap();
+        let progs = programs(&v).unwrap();
+        let (_, l) = run_flat(&v, &progs, 1000, 132, Mode::OutOfPlace, true).unwrap();
+        let got: Vec<(usize, usize)> = tasks(&l).iter().map(|(d, o)| (d.len(), o.len())).collect();
+        assert_eq!(got, want, "{name}: (destinations, operands) per task");
+        // Every destination written once.
+        let mut dsts: Vec<u64> = tasks(&l).into_iter().flat_map(|(d, _)| d).collect();
+        let all = dsts.len();
+        dsts.sort_unstable();
+        dsts.dedup();
+        assert_eq!(dsts.len(), all, "{name}: a destination written twice");
+    }
+}
+
+/// In place, a launch where a rank writes what a peer reads, in another sequence, is
+/// not flat, whatever order its blocks would run in; the same launch out of place is.
+#[test]
+fn a_launch_that_writes_what_a_peer_reads_is_not_flat_in_place() {
+    let plan = one_shot(2);
+    let progs = programs(&plan).unwrap();
+    let geo = Geometry::new(plan.collective, 2, plan.chunks, 0, 64, 4, 1, 0);
+    let calls = |in_place: bool| -> Vec<RankCall<'_>> {
+        (0..2u32)
+            .map(|r| {
+                let at = 4096 * (u64::from(r) + 1);
+                RankCall {
+                    rank: r,
+                    program: &progs[r as usize],
+                    input: at,
+                    output: if in_place { at } else { at + 65536 },
+                    geometry: &geo,
+                    plan: 1,
+                    in_untouched: !in_place,
+                    avg: false,
+                }
+            })
+            .collect()
+    };
+    let unmerged = |c: &[RankCall<'_>]| {
+        let p: Vec<(u32, &FlatProgram)> = c.iter().map(|c| (c.rank, c.program)).collect();
+        braid_plan::flat::launch(&p, 1).unwrap()
+    };
+    let oop = calls(false);
+    assert!(flat::resolve_program(&oop, &unmerged(&oop), 132).is_some());
+    let ip = calls(true);
+    assert!(flat::resolve_program(&ip, &unmerged(&ip), 132).is_none());
+    // Merged, each element of both buffers is read and written by one thread.
+    let l = flat::resolve(&ip, 132).unwrap();
+    assert_eq!(tasks(&l), vec![(vec![4096, 8192], vec![4096, 8192])]);
 }
 
 fn one_shot(n: u32) -> Plan {
@@ -200,11 +398,9 @@ fn one_shot(n: u32) -> Plan {
 }
 
 #[test]
-fn a_launch_without_every_peer_or_lending_no_input_is_not_flat() {
+fn a_launch_without_every_peer_is_not_flat() {
     let plan = one_shot(4);
     let progs = programs(&plan).unwrap();
-    // In place (the calls do not lend their `in`): no direct reads, no flat launch.
-    assert!(run_flat(&plan, &progs, 64, 132, false).is_none());
     // A launch of two of the four ranks (the others in other processes): no.
     let geo = Geometry::new(plan.collective, 4, plan.chunks, 0, 64, 4, 1, 0);
     let ranks = |n: u32| -> Vec<RankCall<'_>> {
@@ -216,7 +412,7 @@ fn a_launch_without_every_peer_or_lending_no_input_is_not_flat() {
                 output: 65536 * (u64::from(r) + 1),
                 geometry: &geo,
                 plan: 1,
-                lends_in: true,
+                in_untouched: true,
                 avg: false,
             })
             .collect()
@@ -282,21 +478,11 @@ fn an_in_place_broadcast_root_is_read_and_never_written() {
             output: if r == 0 { 4096 } else { 65536 * u64::from(r) },
             geometry: &geo,
             plan: 1,
-            lends_in: r == 0,
+            in_untouched: r == 0,
             avg: false,
         })
         .collect();
     let l = flat::resolve(&calls, 132).unwrap();
-    let tasks = &l.task[..l.first[l.nseq as usize] as usize];
-    assert_eq!(
-        tasks.len(),
-        3,
-        "one copy per receiving rank, none on the root"
-    );
-    for t in tasks {
-        assert_ne!(t.dst, 4096, "the root's buffer is written");
-        let ops = &l.op[t.op0 as usize..(t.op0 + t.nops) as usize];
-        assert_eq!(ops.len(), 1);
-        assert_eq!(ops[0].ptr, 4096, "every rank reads the root's buffer");
-    }
+    // One copy of the root's buffer, written to each receiving rank, none to the root.
+    assert_eq!(tasks(&l), vec![(vec![65536, 131072, 196608], vec![4096])]);
 }

@@ -280,6 +280,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             protocol: best_p,
             replicas: best_r,
             direct: req.direct_reads(),
+            together: req.direct,
         };
         let pred = braid_cost::predict(plan, &topo, &profile, &call)
             .map_err(|e| CliError::Runtime(format!("error: {e}")))?;

@@ -492,14 +492,14 @@ struct Sweep<'a> {
 }
 
 /// With `--predict`, the model's time for the row's call: `plan` (replicated as it ran)
-/// with `protocol`, for the row's size; `direct`: the ranks ran in one launch, out of
-/// place (receivers read their senders' `in` where the plan allows).
+/// with `protocol`, for the row's size; `together`: the ranks ran in one launch;
+/// `direct`: and out of place (receivers read their senders' `in` where the plan allows).
 fn predict_row(
     sweep: &Sweep,
     r: &mut Row,
     plan: &braid_plan::Plan,
     protocol: braid_ir::Protocol,
-    direct: bool,
+    (direct, together): (bool, bool),
 ) {
     let Some((topo, profile)) = sweep.model else {
         return;
@@ -510,10 +510,11 @@ fn predict_row(
         protocol,
         replicas: plan.channels.max(1),
         direct,
+        together,
     };
     // As the runtime prices it: ranks of one launch without a measured profile with the
     // built-in constants for a shared GPU.
-    match braid_cost::predict(plan, topo, &profile.for_launch(direct), &call) {
+    match braid_cost::predict(plan, topo, &profile.for_launch(together), &call) {
         Ok(p) => r.set_predicted(p.total_us),
         Err(e) => tracing::info!(plan = %plan.name, "the model cannot price it: {e}"),
     }
@@ -662,7 +663,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 *rate.get_or_insert_with(|| braid_runtime::bench::copy_rate(m.bytes, threads));
             let roof = bytes_moved(&m.plan, args.dtype, count) / rate;
             r.set_roofline(roof * 1e6);
-            predict_row(sweep, &mut r, &m.plan, m.protocol, false);
+            predict_row(sweep, &mut r, &m.plan, m.protocol, (false, false));
             report.rows.push(r);
         }
     }
@@ -757,7 +758,7 @@ fn run_procs(
                 / braid_runtime::bench::copy_rate(bytes, threads);
             r.set_roofline(roof * 1e6);
             if let Ok(plan) = replicated(plan, Some(first.replicas)) {
-                predict_row(sweep, &mut r, &plan, proto, false);
+                predict_row(sweep, &mut r, &plan, proto, (false, false));
             }
         }
         report.rows.push(r);
@@ -923,8 +924,9 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
             }
             r.set_roofline(roof.as_secs_f64() * 1e6);
             if n > 1 {
-                let direct = mode == Mode::OutOfPlace && comms[0].launches_together();
-                predict_row(sweep, &mut r, &plan, proto, direct);
+                let together = comms[0].launches_together();
+                let direct = mode == Mode::OutOfPlace && together;
+                predict_row(sweep, &mut r, &plan, proto, (direct, together));
             }
             if let Some(nc) = &nccl {
                 let t = nc

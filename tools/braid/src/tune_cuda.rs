@@ -189,6 +189,7 @@ fn model_with(b: &Bench, topo: &Topology, profile: &Profile, direct: bool) -> f6
         protocol: b.protocol,
         replicas: b.replicas,
         direct,
+        together: direct,
     };
     predict(&b.plan, topo, profile, &call).map_or(f64::INFINITY, |p| p.total_us)
 }
