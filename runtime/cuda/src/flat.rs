@@ -23,6 +23,7 @@
 //! addresses launched). The passes keep the operand order of the steps they replace, so
 //! the bits are the interpreter's.
 
+use braid_plan::flat::Access;
 pub use braid_plan::flat::{FlatProgram, LaunchProgram, Loc, Operand};
 use braid_runtime::geometry::Geometry;
 

@@ -259,7 +259,7 @@ pub fn section() -> Result<Cases, String> {
     }
     // (plan, collective, root, ranks, count, dtype, mode, whether it runs flat)
     #[rustfmt::skip]
-    let flats: [FlatRow; 11] = [
+    let flats: [FlatRow; 16] = [
         ("one_shot_oop_allreduce", Allreduce, None, 2, 2, DType::F32, OutOfPlace, true),
         ("one_shot_oop_allreduce", Allreduce, None, 8, 1001, DType::Bf16, OutOfPlace, true),
         ("one_shot_oop_allreduce", Allreduce, None, 8, 300_001, DType::F32, OutOfPlace, true),
@@ -268,7 +268,12 @@ pub fn section() -> Result<Cases, String> {
         ("direct_alltoall", Alltoall, None, 8, 50, DType::I32, OutOfPlace, true),
         ("direct_broadcast", Broadcast, Some(3), 4, 77, DType::I32, OutOfPlace, true),
         ("direct_reduce", Reduce, Some(5), 8, 3000, DType::F32, OutOfPlace, true),
-        ("direct_allgather", Allgather, None, 4, 333, DType::I32, InPlace, false),
+        ("direct_allgather", Allgather, None, 4, 333, DType::I32, InPlace, true),
+        ("two_shot_allreduce", Allreduce, None, 2, 3, DType::F32, InPlace, true),
+        ("two_shot_allreduce", Allreduce, None, 4, 1001, DType::Bf16, OutOfPlace, true),
+        ("two_shot_allreduce", Allreduce, None, 8, 300_001, DType::F32, InPlace, true),
+        ("direct_reduce_scatter", ReduceScatter, None, 8, 4097, DType::F32, InPlace, true),
+        ("direct_alltoall", Alltoall, None, 4, 50, DType::I32, InPlace, false),
         ("direct_broadcast", Broadcast, Some(2), 8, 5000, DType::F32, InPlace, true),
         ("ring_allreduce", Allreduce, None, 4, 4097, DType::F32, OutOfPlace, false),
     ];
