@@ -986,8 +986,16 @@ __device__ __forceinline__ void flat_pass(u64 dv, u32 n, u32 nd) {
     }
   }
   for (u64 e = done + threadIdx.x; e < dv; e += blockDim.x) {
-    T acc = e < fv[0] ? ldcg(fp[0] + e) : Num<T>::zero();
-    for (u32 k = 1; k < n; k++) acc = apply<T, OP>(acc, e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero());
+    // Every operand's element loaded before the first is combined: one load latency
+    // (a small call is all tail).
+    T x[FUSE_MAX];
+#pragma unroll
+    for (u32 k = 0; k < FUSE_MAX; k++)
+      x[k] = k < n && e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero();
+    T acc = x[0];
+#pragma unroll
+    for (u32 k = 1; k < FUSE_MAX; k++)
+      if (k < n) acc = apply<T, OP>(acc, x[k]);
     for (u32 j = 0; j < nd; j++) fd[j][e] = acc;
   }
 }

@@ -62,7 +62,7 @@ pub fn predict(
     // runtime runs them).
     let pairs: Vec<(u32, &braid_plan::flat::FlatProgram)> =
         (0..plan.n_ranks).zip(programs.iter()).collect();
-    let launch = braid_plan::flat::launch(&pairs, FUSE_MAX)?;
+    let launch = braid_plan::flat::launch(&pairs, braid_plan::flat::MAX_DSTS)?;
     if in_place && !braid_plan::flat::runs_in_place(plan, &launch) {
         return None;
     }
@@ -70,9 +70,7 @@ pub fn predict(
     if seqs == 0 {
         return None;
     }
-    let parts = chunk
-        .div_ceil(PART_BYTES)
-        .clamp(1, (FLAT_BLOCKS / seqs).max(1));
+    let parts = braid_plan::flat::parts(chunk, seqs, FLAT_BLOCKS);
     // Bytes each sequence reads and writes, in its order of passes; and the bytes the
     // memory serves: every write, and each chunk of each buffer read once however many
     // passes read it (they stream through it together, the later ones from the cache).

@@ -182,9 +182,15 @@ impl Default for Profile {
 }
 
 /// A flat launch of 2 ranks sharing an H200, as `braid tune --backend cuda` measured it
-/// beside the other shared-GPU constants (a direct broadcast of 1 element, back to back,
-/// one stream per rank: 2026-12-04, `bench/2026-12-04-h200-flat/profile8.json`).
-const SHARED_FLAT_CALL_US: f64 = 10.5;
+/// (a direct broadcast of 1 element, back to back, one stream per rank, the launch
+/// program of both ranks one pass: 2026-12-04,
+/// `bench/2026-12-04-h200-launch-programs/profile2.json`; the same tune measured `call_us`
+/// 7.2). An earlier tune of the same day measured 10.5 µs
+/// (`bench/2026-12-04-h200-flat/profile8.json`), above the interpreter's call, which
+/// `braid perf` does not show (5-6 µs for such calls); as a default it made a 2-rank
+/// all-reduce of 8 B take the interpreter (10 µs) over the flat launch (5 µs). The tune
+/// now also checks that the calls it times ran flat.
+const SHARED_FLAT_CALL_US: f64 = 6.6;
 
 /// What each rank beyond two added to that flat launch on the same H200 (the same
 /// broadcast on 8 ranks: 18.5 µs against 9.4 on 2, `braid tune` of 2026-12-04,

@@ -19,6 +19,28 @@ use braid_ir::Buf;
 /// model's price for them).
 pub const PART_BYTES: u64 = 64 << 10;
 
+/// How many parts each chunk of a launch's passes is cut into, each run by a block of
+/// its own, for `seqs` sequences and `max_blocks` blocks for the launch: a part per
+/// [`PART_BYTES`] of the chunk, at most `max_blocks / seqs` (at least one). Parts of a
+/// MiB or more are made whole MiB (fewer parts), so that each starts where the memory's
+/// 2 MiB pages do in buffers that do: a 256 MiB broadcast on 8 ranks cut into 132 parts
+/// of 1.94 MiB ran its memory at 2.4 TB/s, in 128 parts of 2 MiB at 3.5 (docs/perf.md).
+pub fn parts(chunk_bytes: u64, seqs: u64, max_blocks: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    let room = (max_blocks / seqs.max(1)).max(1);
+    let parts = chunk_bytes.div_ceil(PART_BYTES).clamp(1, room);
+    let per = chunk_bytes.div_ceil(parts);
+    if per >= MIB {
+        chunk_bytes.div_ceil(per.div_ceil(MIB) * MIB).max(1)
+    } else {
+        parts
+    }
+}
+
+/// Destinations one pass of a launch program writes at most ([`launch`]): a backend's
+/// and the cost model's.
+pub const MAX_DSTS: usize = 8;
+
 /// One operand of a pass: the rank's own `in`, `out` or scratch (0, 1, 2) from chunk `chunk` on,
 /// a peer's `in` from chunk `chunk` on (a direct receive), or a peer's `out` (a receive of
 /// what the peer wrote there: [`crate::direct::Direct::forwards`], done by the pass that
@@ -490,6 +512,24 @@ pub fn launch(programs: &[(u32, &FlatProgram)], max_dsts: usize) -> Option<Launc
     Some(out)
 }
 
+/// Where rank `rank`'s `in` and `out` are one place when a call of `collective` is in
+/// place, as NCCL lays such calls out: `(a, b)`, `in`'s chunk `a` is `out`'s chunk `b`
+/// (an allgather's `in` is its block of `out`, a reduce-scatter's `out` its block of
+/// `in`, the others one buffer from the same element). Chunks follow from there alike.
+pub fn in_place_anchor(
+    collective: braid_ir::Collective,
+    rank: u32,
+    in_chunks: u32,
+    out_chunks: u32,
+) -> (u32, u32) {
+    use braid_ir::Collective;
+    match collective {
+        Collective::Allgather => (0, rank * in_chunks),
+        Collective::ReduceScatter => (rank * out_chunks, 0),
+        _ => (0, 0),
+    }
+}
+
 /// A range `[start, end)` a task of a launch reads or writes (bytes, or chunks of a
 /// rank's buffers laid out one after another), with the task (in launch order) and the
 /// sequence it runs in.
@@ -526,19 +566,19 @@ pub fn reads_before_writes(reads: &[Access], writes: &[Access]) -> bool {
 /// backend runs them (each chunk of a pass a task, in order; a copy onto itself skipped).
 /// What the cost model prices; a backend checks the addresses it launches with.
 pub fn runs_in_place(plan: &Plan, launch: &LaunchProgram) -> bool {
-    use braid_ir::Collective;
     let (ic, oc) = (u64::from(plan.in_chunks), u64::from(plan.out_chunks));
-    // A rank's buffer as chunks, from `base`: its larger buffer's chunks.
+    // Rank `r`'s buffer as the chunks of its larger buffer, from `r * span` on; its `in`
+    // and `out` chunks where NCCL's in-place layout puts them.
     let span = ic.max(oc);
     let at = |l: Loc, i: u32| -> u64 {
+        let (a, b) = in_place_anchor(plan.collective, l.rank, plan.in_chunks, plan.out_chunks);
         let c = u64::from(l.chunk + i);
-        let pos = u64::from(l.rank);
-        let within = match (plan.collective, l.buf) {
-            (Collective::Allgather, 0) => pos * ic + c,
-            (Collective::ReduceScatter, 1) => pos * oc + c,
-            _ => c,
+        let within = if l.buf == 0 {
+            u64::from(b.max(a)) - u64::from(a) + c
+        } else {
+            u64::from(a.max(b)) - u64::from(b) + c
         };
-        pos * span + within
+        u64::from(l.rank) * span + within
     };
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
     let mut task = 0;

@@ -131,3 +131,20 @@ fn an_alltoall_never_runs_in_place_and_an_allgather_does() {
         assert!(p.dsts.iter().all(|d| d.chunk == src.rank));
     }
 }
+
+#[test]
+fn parts_are_a_block_per_part_bytes_up_to_the_launch_and_whole_mib_when_large() {
+    use braid_plan::flat::{parts, PART_BYTES};
+    const MIB: u64 = 1 << 20;
+    // Small chunks: one part; a part per PART_BYTES up to the blocks a sequence gets.
+    assert_eq!(parts(0, 4, 132), 1);
+    assert_eq!(parts(1000, 4, 132), 1);
+    assert_eq!(parts(3 * PART_BYTES, 4, 132), 3);
+    assert_eq!(parts(64 * MIB, 1, 132), 132);
+    // A MiB or more per part: whole MiB.
+    assert_eq!(parts(256 * MIB, 1, 132), 128);
+    assert_eq!(parts(256 * MIB, 8, 132), 16);
+    assert_eq!(parts(256 * MIB, 3, 132), 43);
+    // More sequences than blocks: one part each.
+    assert_eq!(parts(256 * MIB, 200, 132), 1);
+}

@@ -123,6 +123,8 @@ pub struct Clique {
     pub direct: bool,
     /// Calls that qualify run as flat launches (`Options::flat`, and direct reads on).
     pub flat: bool,
+    /// Destinations a pass of a flat launch writes at most (`Options::flat_dsts`).
+    pub flat_dsts: usize,
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: Arc<HostAlloc>,
     conns: Mutex<Conns>,
@@ -137,7 +139,7 @@ pub struct Clique {
     join: Mutex<HashMap<usize, Event>>,
     /// Launch programs of flat launches made so far, per plan digest and ranks of the
     /// launch in order ([`Clique::flat_program`]).
-    flat_programs: Mutex<HashMap<FlatKey, Option<Arc<crate::flat::LaunchProgram>>>>,
+    flat_programs: Mutex<HashMap<FlatKey, Option<Arc<crate::flat::Program>>>>,
     /// Why the clique was aborted, when the reason came from outside (a peer's failure
     /// the bootstrap noticed).
     abort_reason: Arc<Mutex<Option<String>>>,
@@ -223,6 +225,7 @@ impl Clique {
             trace: opts.trace,
             direct,
             flat: direct && opts.flat,
+            flat_dsts: opts.flat_dsts,
             words,
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),
@@ -238,9 +241,10 @@ impl Clique {
     /// run as one).
     pub fn flat_program(
         &self,
+        plan: &braid_plan::Plan,
         digest: u64,
         calls: &[crate::flat::RankCall<'_>],
-    ) -> Option<Arc<crate::flat::LaunchProgram>> {
+    ) -> Option<Arc<crate::flat::Program>> {
         let mut ranks = [0u32; crate::kernel::MAX_LOCAL];
         for (slot, c) in ranks.iter_mut().zip(calls) {
             *slot = c.rank;
@@ -256,7 +260,7 @@ impl Clique {
         if m.len() >= FLAT_PROGRAMS {
             m.clear();
         }
-        let p = crate::flat::launch_program(calls).map(Arc::new);
+        let p = crate::flat::launch_program(plan, calls, self.flat_dsts).map(Arc::new);
         m.insert(key, p.clone());
         p
     }

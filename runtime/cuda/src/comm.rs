@@ -90,6 +90,9 @@ pub struct Options {
     /// Calls whose every step reads the launch's inputs run as flat launches
     /// ([`crate::flat`]); `BRAID_FLAT=0` runs them through the plan interpreter.
     pub flat: bool,
+    /// Destinations one pass of a flat launch writes at most (`BRAID_FLAT_DSTS`, 1 to
+    /// [`braid_plan::flat::MAX_DSTS`]: 1 merges no passes and does no forwards).
+    pub flat_dsts: usize,
 }
 
 impl Default for Options {
@@ -107,6 +110,7 @@ impl Default for Options {
             net_qps: 1,
             direct: true,
             flat: true,
+            flat_dsts: braid_plan::flat::MAX_DSTS,
         }
     }
 }
@@ -114,7 +118,7 @@ impl Default for Options {
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
     /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`, `BRAID_NET_FORCE`,
-    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`, `BRAID_FLAT`.
+    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`, `BRAID_FLAT`, `BRAID_FLAT_DSTS`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -148,6 +152,12 @@ impl Options {
             trace: std::env::var_os("BRAID_TRACE").is_some_and(|v| !v.is_empty()),
             direct: std::env::var("BRAID_DIRECT").map_or(true, |v| v.trim() != "0"),
             flat: std::env::var("BRAID_FLAT").map_or(true, |v| v.trim() != "0"),
+            flat_dsts: std::env::var("BRAID_FLAT_DSTS")
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .map_or(braid_plan::flat::MAX_DSTS, |d| {
+                    d.clamp(1, braid_plan::flat::MAX_DSTS)
+                }),
         })
     }
 }

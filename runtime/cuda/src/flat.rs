@@ -154,24 +154,121 @@ pub const FLAT_LAYOUT: &[(&str, &str, usize)] = &[
     ("FlatLaunch", "sizeof", std::mem::size_of::<FlatLaunch>()),
 ];
 
-/// The launch program of `calls` ([`braid_plan::flat::launch`]: their programs, with the
-/// passes several ranks share done once).
-pub fn launch_program(calls: &[RankCall<'_>]) -> Option<LaunchProgram> {
-    let programs: Vec<(u32, &FlatProgram)> = calls.iter().map(|c| (c.rank, c.program)).collect();
-    braid_plan::flat::launch(&programs, MAX_PASS_OPS)
+/// A launch program ([`braid_plan::flat::launch`]) with what resolving it needs of its
+/// plan.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub launch: LaunchProgram,
+    collective: braid_ir::Collective,
+    n: u32,
+    in_chunks: u32,
+    out_chunks: u32,
+    /// The plan's verdict ([`braid_plan::flat::runs_in_place`]): the launch may run in
+    /// place where the buffers are laid out as NCCL lays out calls in place.
+    in_place: bool,
 }
 
-/// The flat launch of `calls` (every rank of one launch), or `None` where it may not run
-/// flat (module docs) or does not fit the kernel's argument. `max_grid`: grid blocks it
-/// may take at most (parts are cut to fit).
-pub fn resolve(calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
-    resolve_program(calls, &launch_program(calls)?, max_grid)
+/// The launch program of `calls` of `plan` (their programs, with receives done by the
+/// pass that writes what they receive and the passes several ranks share done once), or
+/// `None` where they cannot run as one. `max_dsts`: destinations a pass writes at most
+/// (at most [`MAX_PASS_OPS`]).
+pub fn launch_program(
+    plan: &braid_plan::Plan,
+    calls: &[RankCall<'_>],
+    max_dsts: usize,
+) -> Option<Program> {
+    let programs: Vec<(u32, &FlatProgram)> = calls.iter().map(|c| (c.rank, c.program)).collect();
+    Some(Program::new(
+        plan,
+        braid_plan::flat::launch(&programs, max_dsts.min(MAX_PASS_OPS))?,
+    ))
+}
+
+impl Program {
+    /// `launch`, a launch program of `plan`, with the plan's verdict on running in place.
+    pub fn new(plan: &braid_plan::Plan, launch: LaunchProgram) -> Program {
+        Program {
+            in_place: braid_plan::flat::runs_in_place(plan, &launch),
+            collective: plan.collective,
+            n: plan.n_ranks,
+            in_chunks: plan.in_chunks,
+            out_chunks: plan.out_chunks,
+            launch,
+        }
+    }
+
+    /// The plan's verdict on running in place ([`braid_plan::flat::runs_in_place`]).
+    pub fn runs_in_place(&self) -> bool {
+        self.in_place
+    }
+
+    /// The same program without the plan's verdict: a launch in place is checked on its
+    /// addresses whatever they are (what the verdict stands for, which tests compare).
+    pub fn checked_on_addresses(mut self) -> Program {
+        self.in_place = false;
+        self
+    }
+}
+
+/// The flat launch of `calls` (every rank of one launch) of `plan`, or `None` where it
+/// may not run flat (module docs) or does not fit the kernel's argument. `max_grid`:
+/// grid blocks it may take at most (parts are cut to fit).
+pub fn resolve(
+    plan: &braid_plan::Plan,
+    calls: &[RankCall<'_>],
+    max_grid: u32,
+) -> Option<FlatLaunch> {
+    resolve_program(
+        calls,
+        &launch_program(plan, calls, braid_plan::flat::MAX_DSTS)?,
+        max_grid,
+    )
+}
+
+/// Whether the calls' buffers lie as the plan's verdict on running in place assumes:
+/// each call's `in` and `out` apart, or one place as NCCL lays a call in place out
+/// ([`braid_plan::flat::in_place_anchor`]), and no two calls' buffers overlapping.
+fn laid_out_as_planned(calls: &[RankCall<'_>], prog: &Program) -> bool {
+    let g = calls[0].geometry;
+    let elem = g.elem as u64;
+    let (ie, oe) = braid_runtime::geometry::buffer_elems(prog.collective, prog.n, g.count);
+    let mut extents = Vec::with_capacity(2 * calls.len());
+    for c in calls {
+        let i = (c.input, c.input + ie as u64 * elem);
+        let o = (c.output, c.output + oe as u64 * elem);
+        match (c.input != 0, c.output != 0) {
+            (true, true) if i.0 < o.1 && o.0 < i.1 => {
+                let (a, b) = braid_plan::flat::in_place_anchor(
+                    prog.collective,
+                    c.rank,
+                    prog.in_chunks,
+                    prog.out_chunks,
+                );
+                if c.input + g.span(a).start as u64 * elem
+                    != c.output + g.span(b).start as u64 * elem
+                {
+                    return false;
+                }
+                extents.push((i.0.min(o.0), i.1.max(o.1)));
+            }
+            (has_in, has_out) => {
+                if has_in {
+                    extents.push(i);
+                }
+                if has_out {
+                    extents.push(o);
+                }
+            }
+        }
+    }
+    extents.sort_unstable();
+    extents.windows(2).all(|w| w[0].1 <= w[1].0)
 }
 
 /// [`resolve`] with the calls' launch program ([`launch_program`] of the same calls).
 pub fn resolve_program(
     calls: &[RankCall<'_>],
-    prog: &LaunchProgram,
+    prog: &Program,
     max_grid: u32,
 ) -> Option<FlatLaunch> {
     let first = calls.first()?;
@@ -203,7 +300,7 @@ pub fn resolve_program(
             call_of(r)?;
         }
     }
-    let nseq = prog.seqs.len();
+    let nseq = prog.launch.seqs.len();
     if nseq == 0 || nseq > MAX_SEQS {
         return None;
     }
@@ -212,8 +309,10 @@ pub fn resolve_program(
         chunk_elems: g.chunk_elems as u64,
         ..FlatLaunch::default()
     };
-    // In place, some call writes where it or its peers read: the launch is checked.
-    let checked = calls.iter().any(|c| !c.in_untouched);
+    // In place, some call writes where it or its peers read: the launch is checked, on
+    // its addresses, unless the plan's verdict applies to how the buffers lie.
+    let checked = calls.iter().any(|c| !c.in_untouched)
+        && !(prog.in_place && laid_out_as_planned(calls, prog));
     let mut hazards = Hazards::default();
     let (mut nt, mut no) = (0usize, 0usize);
     let at = |l: Loc, i: u32| -> Option<(u64, u64)> {
@@ -225,27 +324,41 @@ pub fn resolve_program(
         let sp = g.span(l.chunk + i);
         Some((base + sp.start as u64 * elem, sp.valid as u64))
     };
-    for (s, seq) in prog.seqs.iter().enumerate() {
+    for (s, seq) in prog.launch.seqs.iter().enumerate() {
         l.first[s] = nt as u16;
         for p in seq {
             for i in 0..p.count {
+                // Destinations first: a chunk that is padding only (a small call's empty
+                // chunks) has nothing to write, and its operands need no resolving.
+                let mut dsts = [(0u64, 0u64); MAX_PASS_OPS];
+                let mut nd = 0;
+                for d in &p.dsts {
+                    let (ptr, valid) = at(*d, i)?;
+                    if valid > 0 {
+                        *dsts.get_mut(nd)? = (ptr, valid);
+                        nd += 1;
+                    }
+                }
+                if nd == 0 {
+                    continue;
+                }
                 let mut ops = [FlatOp::default(); MAX_PASS_OPS];
                 for (k, op) in p.ops.iter().enumerate() {
                     let (ptr, valid) = at(*op, i)?;
                     *ops.get_mut(k)? = FlatOp { ptr, valid };
                 }
                 let ops = &ops[..p.ops.len()];
-                let mut dsts = [(0u64, 0u64); MAX_PASS_OPS];
-                let mut nd = 0;
-                for d in &p.dsts {
-                    let (ptr, valid) = at(*d, i)?;
-                    // A copy onto itself (in place): nothing to do, and nothing may be
-                    // written where peers read.
-                    if ops.len() == 1 && ops[0].ptr == ptr {
-                        continue;
+                // A copy onto itself (in place): nothing to do, and nothing may be
+                // written where peers read.
+                if let [only] = ops {
+                    let mut kept = 0;
+                    for k in 0..nd {
+                        if dsts[k].0 != only.ptr {
+                            dsts[kept] = dsts[k];
+                            kept += 1;
+                        }
                     }
-                    *dsts.get_mut(nd)? = (ptr, valid);
-                    nd += 1;
+                    nd = kept;
                 }
                 // One task per run of destinations with the same valid length (the
                 // task's), in order.
@@ -300,10 +413,8 @@ pub fn resolve_program(
     if checked && !hazards.none() {
         return None;
     }
-    let chunk_bytes = g.chunk_elems * g.elem;
-    let want = chunk_bytes.div_ceil(PART_BYTES).max(1);
-    let room = (max_grid as usize / nseq).max(1);
-    l.parts = want.min(room) as u32;
+    let chunk_bytes = (g.chunk_elems * g.elem) as u64;
+    l.parts = braid_plan::flat::parts(chunk_bytes, nseq as u64, u64::from(max_grid)) as u32;
     Some(l)
 }
 

@@ -108,12 +108,22 @@ fn run_flat(
         })
         .collect();
     let prog = if merge {
-        flat::launch_program(&calls)?
+        flat::launch_program(plan, &calls, braid_plan::flat::MAX_DSTS)?
     } else {
         let p: Vec<(u32, &FlatProgram)> = calls.iter().map(|c| (c.rank, c.program)).collect();
-        braid_plan::flat::launch(&p, 1)?
+        flat::Program::new(plan, braid_plan::flat::launch(&p, 1)?)
     };
-    let l = flat::resolve_program(&calls, &prog, max_grid)?;
+    // The plan's verdict on running in place is what the addresses say.
+    let checked = flat::resolve_program(&calls, &prog.clone().checked_on_addresses(), max_grid);
+    let l = flat::resolve_program(&calls, &prog, max_grid);
+    assert_eq!(
+        checked.is_some(),
+        l.is_some(),
+        "{} {mode:?}: the plan's verdict (in place {}) against the addresses'",
+        plan.name,
+        prog.runs_in_place()
+    );
+    let l = l?;
     flat::emulate(&l, &mut mem, 4, |a: f32, b: f32| a + b);
     let outs = bufs
         .iter()
@@ -189,14 +199,6 @@ fn every_qualifying_shipped_plan_gives_nccls_result() {
                         }
                         let what = format!("{name}, count {count}, {mode:?}, merged {merge}");
                         let ran = run_flat(plan, &progs, count, grid, mode, merge);
-                        if mode == Mode::InPlace && merge {
-                            // The cost model's verdict, from the plan, is the addresses'.
-                            let pairs: Vec<(u32, &FlatProgram)> =
-                                (0..n).zip(progs.iter()).collect();
-                            let model = braid_plan::flat::launch(&pairs, flat::MAX_PASS_OPS)
-                                .is_some_and(|l| braid_plan::flat::runs_in_place(plan, &l));
-                            assert_eq!(model, ran.is_some(), "{what}: the plan's verdict");
-                        }
                         let Some((got, l)) = ran else {
                             // Out of place every qualifying plan runs flat (where a pass
                             // may write several destinations, if it forwards); in place
@@ -376,15 +378,21 @@ fn a_launch_that_writes_what_a_peer_reads_is_not_flat_in_place() {
     };
     let unmerged = |c: &[RankCall<'_>]| {
         let p: Vec<(u32, &FlatProgram)> = c.iter().map(|c| (c.rank, c.program)).collect();
-        braid_plan::flat::launch(&p, 1).unwrap()
+        flat::Program::new(&plan, braid_plan::flat::launch(&p, 1).unwrap())
     };
     let oop = calls(false);
     assert!(flat::resolve_program(&oop, &unmerged(&oop), 132).is_some());
     let ip = calls(true);
     assert!(flat::resolve_program(&ip, &unmerged(&ip), 132).is_none());
     // Merged, each element of both buffers is read and written by one thread.
-    let l = flat::resolve(&ip, 132).unwrap();
+    let l = flat::resolve(&plan, &ip, 132).unwrap();
     assert_eq!(tasks(&l), vec![(vec![4096, 8192], vec![4096, 8192])]);
+    // Buffers that do not lie as the plan's verdict assumes (rank 1's overlaps rank 0's)
+    // are checked on their addresses: rank 1's pass writes what rank 0's reads.
+    let mut overlap = calls(true);
+    overlap[1].input = 4096 + 64;
+    overlap[1].output = 4096 + 64;
+    assert!(flat::resolve(&plan, &overlap, 132).is_none());
 }
 
 fn one_shot(n: u32) -> Plan {
@@ -417,16 +425,16 @@ fn a_launch_without_every_peer_is_not_flat() {
             })
             .collect()
     };
-    assert!(flat::resolve(&ranks(2), 132).is_none());
+    assert!(flat::resolve(&plan, &ranks(2), 132).is_none());
     // Every rank, but one runs another plan (digest), or avg: no.
     let all = ranks(4);
-    assert!(flat::resolve(&all, 132).is_some());
+    assert!(flat::resolve(&plan, &all, 132).is_some());
     let mut other = all.clone();
     other[3].plan = 2;
-    assert!(flat::resolve(&other, 132).is_none());
+    assert!(flat::resolve(&plan, &other, 132).is_none());
     let mut avg = all.clone();
     avg[0].avg = true;
-    assert!(flat::resolve(&avg, 132).is_none());
+    assert!(flat::resolve(&plan, &avg, 132).is_none());
 }
 
 #[test]
@@ -482,7 +490,7 @@ fn an_in_place_broadcast_root_is_read_and_never_written() {
             avg: false,
         })
         .collect();
-    let l = flat::resolve(&calls, 132).unwrap();
+    let l = flat::resolve(&v, &calls, 132).unwrap();
     // One copy of the root's buffer, written to each receiving rank, none to the root.
     assert_eq!(tasks(&l), vec![(vec![65536, 131072, 196608], vec![4096])]);
 }

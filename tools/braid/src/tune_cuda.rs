@@ -154,8 +154,17 @@ fn measure_plan(
             "error: braid tune: a calibration call gave a wrong result".into(),
         ));
     }
+    let flat_before = comms[0].stats().flat_launches;
     let runs = p.time_runs(3, iters, 5, false).map_err(rt)?;
     let us = braid_runtime::bench::median(&runs).as_secs_f64() * 1e6;
+    // A flat launch's time must be one: a call that fell back to the interpreter would
+    // price flat launches at the interpreter's cost.
+    if direct && comms[0].stats().flat_launches == flat_before {
+        return Err(CliError::Runtime(format!(
+            "error: braid tune: `{}` on {n} ranks did not run as a flat launch",
+            plan.name
+        )));
+    }
     let (ran, _) = braid_cuda::check::selection(&comms[0], &case)
         .map_err(rt)?
         .expect("a positive count has a plan");
