@@ -1,21 +1,12 @@
 //! Which steps of the shipped plans go without the FIFO between ranks of one launch
 //! (`braid_plan::direct`).
 
+mod common;
+use common::shipped;
+
 use braid_ir::{Buf, Collective};
 use braid_plan::direct::direct;
 use braid_plan::{Plan, StepKind};
-
-fn shipped(name: &str, collective: Collective, n: u32) -> Plan {
-    let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).unwrap();
-    let library = braid_library::Library::new(topo);
-    library
-        .plans(collective, collective.is_rooted().then_some(0))
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("{name} applies to {n} ranks"))
-        .plan()
-        .clone()
-}
 
 /// The out-of-place one-shot all-reduce: every send is of `in` and every receive an
 /// `rrc`, so every rank reads its peers' inputs and sends nothing.

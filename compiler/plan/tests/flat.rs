@@ -2,21 +2,13 @@
 //! receive, passes several ranks share merged, and the rule that says whether a launch
 //! may run in place.
 
+mod common;
+use common::shipped;
+
 use braid_ir::Collective;
 use braid_plan::direct::{chains, direct, flat_chains};
 use braid_plan::flat::{launch, program, reads_before_writes, runs_in_place, Access, Loc};
 use braid_plan::Plan;
-
-fn shipped(name: &str, collective: Collective, n: u32) -> Plan {
-    let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).unwrap();
-    braid_library::Library::new(topo)
-        .plans(collective, collective.is_rooted().then_some(0))
-        .into_iter()
-        .find(|p| p.name == name)
-        .unwrap_or_else(|| panic!("{name} applies to {n} ranks"))
-        .plan()
-        .clone()
-}
 
 fn launch_of(plan: &Plan, max_dsts: usize) -> Option<braid_plan::flat::LaunchProgram> {
     let d = direct(plan);

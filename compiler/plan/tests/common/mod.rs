@@ -374,3 +374,16 @@ pub fn allpairs_allreduce(n: u32) -> Plan {
     }
     p
 }
+
+/// The shipped plan `name` for `collective` on `n` ranks of `nvswitch:n` (root 0 where
+/// rooted).
+pub fn shipped(name: &str, collective: braid_ir::Collective, n: u32) -> Plan {
+    let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).unwrap();
+    braid_library::Library::new(topo)
+        .plans(collective, collective.is_rooted().then_some(0))
+        .into_iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("{name} applies to {n} ranks"))
+        .plan()
+        .clone()
+}
