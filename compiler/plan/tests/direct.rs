@@ -6,7 +6,7 @@ use common::shipped;
 
 use braid_ir::{Buf, Collective};
 use braid_plan::direct::direct;
-use braid_plan::{Plan, StepKind};
+use braid_plan::StepKind;
 
 /// The out-of-place one-shot all-reduce: every send is of `in` and every receive an
 /// `rrc`, so every rank reads its peers' inputs and sends nothing.
