@@ -464,6 +464,20 @@ __device__ bool chain_ready(const Ctx& c, u32 word) {
 // through shared memory.
 __shared__ const T* fp[FUSE_MAX];
 __shared__ u64 fv[FUSE_MAX];
+
+// Element `e` of `fp[0] (+) ... (+) fp[n - 1]` (an operand's padding reads as zero), every
+// operand's element loaded before the first is combined: one load latency.
+__device__ __forceinline__ T combined(u64 e, u32 n) {
+  T x[FUSE_MAX];
+#pragma unroll
+  for (u32 k = 0; k < FUSE_MAX; k++)
+    x[k] = k < n && e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero();
+  T acc = x[0];
+#pragma unroll
+  for (u32 k = 1; k < FUSE_MAX; k++)
+    if (k < n) acc = apply<T, OP>(acc, x[k]);
+  return acc;
+}
 __device__ __forceinline__ void fused_pass(T* d, u64 dv, u32 n) {
   u64 full = dv;
   bool vec = aligned16(d);
@@ -489,18 +503,7 @@ __device__ __forceinline__ void fused_pass(T* d, u64 dv, u32 n) {
       reinterpret_cast<uint4*>(d)[v] = acc;
     }
   }
-  for (u64 e = done + threadIdx.x; e < dv; e += blockDim.x) {
-    // Every operand's element loaded before the first is combined: one load latency.
-    T x[FUSE_MAX];
-#pragma unroll
-    for (u32 k = 0; k < FUSE_MAX; k++)
-      x[k] = k < n && e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero();
-    T acc = x[0];
-#pragma unroll
-    for (u32 k = 1; k < FUSE_MAX; k++)
-      if (k < n) acc = apply<T, OP>(acc, x[k]);
-    d[e] = acc;
-  }
+  for (u64 e = done + threadIdx.x; e < dv; e += blockDim.x) d[e] = combined(e, n);
 }
 
 // Bytes each block of a chain's one pass takes at least before the pass is shared among
@@ -986,16 +989,7 @@ __device__ __forceinline__ void flat_pass(u64 dv, u32 n, u32 nd) {
     }
   }
   for (u64 e = done + threadIdx.x; e < dv; e += blockDim.x) {
-    // Every operand's element loaded before the first is combined: one load latency
-    // (a small call is all tail).
-    T x[FUSE_MAX];
-#pragma unroll
-    for (u32 k = 0; k < FUSE_MAX; k++)
-      x[k] = k < n && e < fv[k] ? ldcg(fp[k] + e) : Num<T>::zero();
-    T acc = x[0];
-#pragma unroll
-    for (u32 k = 1; k < FUSE_MAX; k++)
-      if (k < n) acc = apply<T, OP>(acc, x[k]);
+    const T acc = combined(e, n);
     for (u32 j = 0; j < nd; j++) fd[j][e] = acc;
   }
 }

@@ -421,7 +421,8 @@ pub fn launch(programs: &[(u32, &FlatProgram)], max_dsts: usize) -> Option<Launc
             }
         }
     }
-    let only = |writes: &HashMap<(u32, u8, u32), u32>, l: Loc, count: u32| {
+    // Chunks written by one pass and read by none (but forwards).
+    let only = |l: Loc, count: u32| {
         (0..count)
             .all(|i| writes.get(&chunk_of(l, i)) == Some(&1) && !reads.contains(&chunk_of(l, i)))
     };
@@ -446,7 +447,7 @@ pub fn launch(programs: &[(u32, &FlatProgram)], max_dsts: usize) -> Option<Launc
             });
             let sole = (0..count).all(|i| writes.get(&chunk_of(src, i)) == Some(&1));
             let dsts = passes[k].1.dsts.clone();
-            let own = dsts.iter().all(|d| d.buf == 1 && only(&writes, *d, count));
+            let own = dsts.iter().all(|d| d.buf == 1 && only(*d, count));
             match writer {
                 Some(w) if sole && own && passes[w].1.dsts.len() + dsts.len() <= max_dsts => {
                     passes[w].1.dsts.extend(dsts);
@@ -476,11 +477,8 @@ pub fn launch(programs: &[(u32, &FlatProgram)], max_dsts: usize) -> Option<Launc
         if removed[k] {
             continue;
         }
-        let alone = inputs_only(&pass)
-            && pass
-                .dsts
-                .iter()
-                .all(|d| d.buf == 1 && only(&writes, *d, pass.count));
+        let alone =
+            inputs_only(&pass) && pass.dsts.iter().all(|d| d.buf == 1 && only(*d, pass.count));
         let key = {
             let mut ops = pass.ops.clone();
             if ops.len() >= 2 && ops[1] < ops[0] {
