@@ -44,8 +44,8 @@ struct BlockDesc {    // one grid block: 160 bytes
   u32 replica;
   u32 first_step;     // into the step array
   u32 nsteps;
-  End send[2];        // [lane]: 0 Simple, 1 LL
-  End recv[2];
+  End send[BRAID_LANES];  // [lane]: 0 Simple, 1 LL, 2 LL128
+  End recv[BRAID_LANES];
   u32 first_dep;      // the block's dependencies: [first_dep, first_dep + ndeps)
   u32 ndeps;
   u32 send_rank;      // the rank the block sends to (NO_RANK: none)
@@ -338,6 +338,66 @@ __device__ bool ll_move(Ctx& c, T* d, u64 dv, const T* s, u64 sv, u64 n, const c
   return __syncthreads_and(ok) != 0;
 }
 
+// One slice of `n` elements over LL128, as `ll_move`: each warp takes four lines at a
+// time, eight threads a line, 16 bytes a thread (the eighth's second half the flag).
+// Block-wide; false on failure.
+template <int KIND>
+__device__ bool ll128_move(Ctx& c, T* d, u64 dv, const T* s, u64 sv, u64 n, const char* in,
+                           u64 in_flag, char* out, u64 out_flag) {
+  const u64 lines = (n * sizeof(T) + LL128_DATA - 1) / LL128_DATA;
+  const bool recv = KIND == R || KIND == RCS || KIND == RRS || KIND == RRC || KIND == RRCS;
+  const bool send = KIND == S || KIND == RCS || KIND == RRS || KIND == RRCS;
+  const bool local = KIND == S || KIND == RRS || KIND == RRC || KIND == RRCS;
+  const bool store = KIND == R || KIND == RCS || KIND == RRC || KIND == RRCS;
+  const u32 lane = threadIdx.x % 32, sub = lane % 8;
+  const u64 warps = blockDim.x / 32;
+  bool ok = true;
+  for (u64 base = (threadIdx.x / 32) * 4; base < lines; base += warps * 4) {
+    const u64 l = base + lane / 8;
+    const bool active = l < lines;
+    // This thread's elements: one word (8 bytes) at `first`, a second after it (the
+    // eighth thread's second word is the flag).
+    const u64 first = (l * LL128_DATA + 16 * sub) / sizeof(T);
+    const bool two = sub < 7;
+    Word ya, yb, xa, xb;
+    ya.u = 0;
+    yb.u = 0;
+    if (recv && !ll128_load(c.w, in + 128 * l, sub, active, in_flag, ya.u, yb.u)) {
+      ok = false;
+      break;
+    }
+    if (active) {
+      if (local) {
+        xa = load_word(s + first, (u32)valid_in(sv, first, LINE));
+        xb.u = 0;
+        if (two) xb = load_word(s + first + LINE, (u32)valid_in(sv, first + LINE, LINE));
+        if (recv) {
+#pragma unroll
+          for (u32 k = 0; k < LINE; k++) {
+            xa.t[k] = apply<T, OP>(xa.t[k], ya.t[k]);
+            xb.t[k] = apply<T, OP>(xb.t[k], yb.t[k]);
+          }
+        }
+      } else {
+        xa = ya;
+        xb = yb;
+      }
+    }
+    // The line's eight stores leave as one instruction of the warp.
+    __syncwarp();
+    if (send && active) ll128_store(out + 128 * l, sub, xa.u, two ? xb.u : out_flag);
+    if (store && active) {
+      const u32 ma = (u32)valid_in(dv, first, LINE);
+      if (ma > 0) store_word(d + first, xa, ma);
+      if (two) {
+        const u32 mb = (u32)valid_in(dv, first + LINE, LINE);
+        if (mb > 0) store_word(d + first + LINE, xb, mb);
+      }
+    }
+  }
+  return __syncthreads_and(ok) != 0;
+}
+
 // One plan step: `count` chunks from `sb`/`so` and/or to `db`/`doff`, each chunk's
 // [lo, hi) cut into pieces of one FIFO slot, exactly as the host executor slices
 // messages. Returns false when the rank failed (the caller stops the block).
@@ -377,22 +437,30 @@ __device__ bool step(Ctx& c, int sb, u32 so, int db, u32 doff, u32 count, bool d
       char* in = nullptr;
       char* out = nullptr;
       if (recv) {
-        if (!BRAID_LL && !wait_recv(c)) return false;
+        if (!BRAID_LL && !BRAID_LL128 && !wait_recv(c)) return false;
         in = c.rcv.slots + (c.received % c.rcv.nslots) * BRAID_SLOT_BYTES;
       }
       if (send) {
         if (!wait_send(c)) return false;
         out = c.snd.slots + (c.sent % c.snd.nslots) * BRAID_SLOT_BYTES;
       }
-      if (BRAID_LL && (recv || send)) {
-        if (!ll_move<KIND>(c, dp, dv, sp, sv, n, in, (u32)(c.received + 1), out,
-                           (u32)(c.sent + 1)))
+      if ((BRAID_LL || BRAID_LL128) && (recv || send)) {
+        if (BRAID_LL128) {
+          if (!ll128_move<KIND>(c, dp, dv, sp, sv, n, in, c.received + 1, out, c.sent + 1))
+            return false;
+        } else if (!ll_move<KIND>(c, dp, dv, sp, sv, n, in, (u32)(c.received + 1), out,
+                                  (u32)(c.sent + 1))) {
           return false;
+        }
         if (recv) {
           c.received++;
           if (threadIdx.x == 0) *c.rcv.tail = c.received;
         }
-        if (send) ll_sent(c, (n + LINE - 1) / LINE);
+        // (The byte count a proxy would forward, in 16-byte lines; LL128 never runs on
+        // proxied ends.)
+        if (send)
+          ll_sent(c, BRAID_LL128 ? 8 * ((n * sizeof(T) + LL128_DATA - 1) / LL128_DATA)
+                                 : (n + LINE - 1) / LINE);
         continue;
       }
       T* tin = reinterpret_cast<T*>(in);
@@ -692,8 +760,8 @@ __device__ void run(const Table* tp, const Launch& L, u32 s, u32 g) {
   c.peer_in = peer_in;
   c.skip_send = skip_send;
   u64* counters = reinterpret_cast<u64*>(t.counters);
-  const End& se = bd.send[BRAID_LL];
-  const End& re = bd.recv[BRAID_LL];
+  const End& se = bd.send[BRAID_LANE];
+  const End& re = bd.recv[BRAID_LANE];
   set_port(c.snd, se);
   set_port(c.rcv, re);
   // An end whose every step reads (or is read) directly is not touched by this call
@@ -735,7 +803,7 @@ __device__ void run(const Table* tp, const Launch& L, u32 s, u32 g) {
   } else if (threadIdx.x == 32) {
     seen0[0] = use_snd ? load_acquire(c.snd.tail, c.snd.sys) : 0;
   } else if (threadIdx.x == 64) {
-    seen0[1] = use_rcv && !BRAID_LL ? load_acquire(c.rcv.head, c.rcv.sys) : 0;
+    seen0[1] = use_rcv && !BRAID_LL && !BRAID_LL128 ? load_acquire(c.rcv.head, c.rcv.sys) : 0;
   }
   __syncthreads();
   if (failed) return;

@@ -21,6 +21,12 @@
 // still tells S which slots are free. A connection has one lane per protocol, each with
 // its own FIFO and counters, so calls with different protocols never see each other's
 // flags. Counters only grow, across calls and across plans.
+//
+// LL128 (BRAID_LL128 = 1): each 128-byte line carries 120 data bytes and, in its last 8,
+// the slice's sequence number. Eight threads of a warp own a line, 16 bytes each, and a
+// warp stores (and loads) its four lines with one vector instruction: the protocol relies
+// on such a line arriving whole, which holds only on links where a stress test showed it
+// (runtime/cuda/src/ll128.rs); the runtime uses LL128 nowhere else.
 
 #ifndef BRAID_UNROLL
 #define BRAID_UNROLL 8
@@ -411,6 +417,40 @@ __device__ __forceinline__ void store_word(T* p, Word x, u32 m) {
     *reinterpret_cast<u64*>(p) = x.u;
   } else {
     for (u32 k = 0; k < m; k++) p[k] = x.t[k];
+  }
+}
+
+// ---- LL128: 120 data bytes and the slice's flag per 128-byte line ----
+
+constexpr u32 LL128_DATA = 120;
+
+__device__ __forceinline__ void ll128_store(char* line, u32 sub, u64 a, u64 b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(line + 16 * sub), "l"(a), "l"(b)
+               : "memory");
+}
+
+__device__ __forceinline__ void ll128_try(const char* line, u32 sub, u64& a, u64& b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
+               : "=l"(a), "=l"(b)
+               : "l"(line + 16 * sub)
+               : "memory");
+}
+
+// The warp's threads load their 16 bytes of their lines until every line of the warp
+// that `active` threads own carries `flag` (thread 7 of each eight holds it); all 32
+// threads call it. Failure, abort and the deadline are checked now and then.
+__device__ bool ll128_load(const Watch& w, const char* line, u32 sub, bool active, u64 flag,
+                           u64& a, u64& b) {
+  u32 spins = 0;
+  u64 deadline = 0;
+  while (true) {
+    if (active) ll128_try(line, sub, a, b);
+    const bool waiting = active && sub == 7 && b != flag;
+    if (!__any_sync(0xffffffffu, waiting)) return true;
+    if ((++spins & 1023) == 0) {
+      if (*w.fail != 0) return false;
+      if (!slow_checks(w, deadline, WAIT_RECV)) return false;
+    }
   }
 }
 

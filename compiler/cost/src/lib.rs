@@ -15,7 +15,7 @@ pub mod trace;
 use braid_ir::{Collective, Mode, Protocol};
 use braid_plan::Plan;
 use braid_topo::Topology;
-pub use profile::Profile;
+pub use profile::{ll128_allowed, LinkKind, Ll128Verdict, Profile};
 pub use sim::{predict, Call, Prediction};
 
 /// The connection channels a plan may use in all (the plan verifier's bound).
@@ -32,6 +32,9 @@ pub struct Request {
     /// The ranks run in one launch (several ranks of one process on one GPU): out of
     /// place, receivers read their senders' `in` where a plan allows ([`Call::direct`]).
     pub direct: bool,
+    /// The backend may run LL128 on every link of the call (its stress test passed on
+    /// each): LL128 is then a candidate protocol too.
+    pub ll128: bool,
 }
 
 impl Request {
@@ -164,7 +167,11 @@ pub fn rank_with(
         }
         let protocols: Vec<Protocol> = match (protocol, p.protocol) {
             (Some(fixed), _) => vec![fixed],
+            (None, Protocol::Auto) if req.ll128 => {
+                vec![Protocol::Simple, Protocol::Ll, Protocol::Ll128]
+            }
             (None, Protocol::Auto) => vec![Protocol::Simple, Protocol::Ll],
+            (None, Protocol::Ll128) if req.ll128 => vec![Protocol::Ll128],
             (None, Protocol::Ll128) => vec![Protocol::Simple],
             (None, other) => vec![other],
         };

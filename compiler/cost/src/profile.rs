@@ -13,20 +13,89 @@ use serde::{Deserialize, Serialize};
 /// version 1 counted the bytes; a version-1 profile would be read as half as fast.
 pub const PROFILE_VERSION: u32 = 2;
 
-/// Costs that depend on the protocol, Simple and LL.
+/// Costs that depend on the protocol: Simple, LL and LL128 (measured by `braid tune` only
+/// where LL128 may run; without a value it costs what Simple costs).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PerProtocol {
     pub simple: f64,
     pub ll: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ll128: Option<f64>,
 }
 
 impl PerProtocol {
     pub fn get(&self, p: Protocol) -> f64 {
         match p {
             Protocol::Ll => self.ll,
+            Protocol::Ll128 => self.ll128.unwrap_or(self.simple),
             _ => self.simple,
         }
     }
+
+    /// Sets the value of `p` (`auto`: Simple's).
+    pub fn set(&mut self, p: Protocol, x: f64) {
+        match p {
+            Protocol::Ll => self.ll = x,
+            Protocol::Ll128 => self.ll128 = Some(x),
+            _ => self.simple = x,
+        }
+    }
+}
+
+/// The kinds of link LL128's stress test is run on: the ranks' FIFOs in the memory of
+/// the GPU that both run on (ranks sharing a GPU, in one process or several), or in a
+/// peer GPU's memory written over NVLink or PCIe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    SameGpu,
+    Peer,
+}
+
+impl LinkKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::SameGpu => "same_gpu",
+            LinkKind::Peer => "peer",
+        }
+    }
+}
+
+/// What LL128's stress test saw on one kind of link: how many 128-byte lines readers
+/// observed with a new flag, and how many of those were torn (flag and data from
+/// different stores). LL128 runs on a link kind only with a passed verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ll128Verdict {
+    pub link: LinkKind,
+    /// GPUs written from and read on (the same for `same_gpu`).
+    pub gpus: (usize, usize),
+    /// Lines in the test, and rounds written into each.
+    pub lines: u64,
+    pub rounds: u64,
+    /// Line observations with a new flag.
+    pub reads: u64,
+    pub torn: u64,
+    /// Lines that never showed the last round within the readers' budget.
+    pub stalled: u64,
+}
+
+impl Ll128Verdict {
+    /// Observations the test needs at least, per line, to say anything.
+    pub const MIN_READS_PER_LINE: u64 = 16;
+
+    /// No torn line, every line seen to its end, and enough observations to mean it.
+    pub fn passed(&self) -> bool {
+        self.torn == 0 && self.stalled == 0 && self.reads >= self.lines * Self::MIN_READS_PER_LINE
+    }
+}
+
+/// Whether LL128 may run on every kind of link in `uses` by `verdicts`: each kind needs
+/// a verdict and every verdict of that kind passed.
+pub fn ll128_allowed(verdicts: &[Ll128Verdict], uses: &[LinkKind]) -> bool {
+    uses.iter().all(|&k| {
+        let of: Vec<_> = verdicts.iter().filter(|v| v.link == k).collect();
+        !of.is_empty() && of.iter().all(|v| v.passed())
+    })
 }
 
 /// Per-message latency added to a path's own, by the kind of path.
@@ -111,6 +180,10 @@ pub struct Profile {
     /// and `flat_call_us` are a launch of 2 ranks, this included once. 0: nothing.
     #[serde(default)]
     pub rank_us: f64,
+    /// LL128's stress test on this machine's links (`braid tune`): the runtime runs LL128
+    /// only over link kinds with a passed verdict here. None: LL128 nowhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ll128: Vec<Ll128Verdict>,
 }
 
 impl Default for PerProtocol {
@@ -118,6 +191,7 @@ impl Default for PerProtocol {
         PerProtocol {
             simple: 0.0,
             ll: 0.0,
+            ll128: None,
         }
     }
 }
@@ -135,40 +209,49 @@ impl Default for Profile {
             call_us: PerProtocol {
                 simple: 8.4,
                 ll: 6.6,
+                ll128: None,
             },
             hop_us: HopLatency {
                 nvlink: PerProtocol {
                     simple: 3.4,
                     ll: 0.6,
+                    ll128: None,
                 },
                 pci: PerProtocol {
                     simple: 5.7,
                     ll: 1.0,
+                    ll128: None,
                 },
                 net: PerProtocol {
                     simple: 14.0,
                     ll: 2.7,
+                    ll128: None,
                 },
             },
             block_gbps: PerProtocol {
                 simple: 40.0,
                 ll: 20.0,
+                ll128: None,
             },
             efficiency: PerProtocol {
                 simple: 1.0,
                 ll: 0.5,
+                ll128: None,
             },
             slice_bytes: PerProtocol {
                 simple: 262144.0,
                 ll: 32768.0,
+                ll128: None,
             },
             slice_us: PerProtocol {
                 simple: 0.3,
                 ll: 0.1,
+                ll128: None,
             },
             net_post_us: PerProtocol {
                 simple: 3.0,
                 ll: 1.0,
+                ll128: None,
             },
             block_us: PerProtocol::default(),
             cores: 0,
@@ -177,6 +260,7 @@ impl Default for Profile {
             launch_block_us: PerProtocol::default(),
             flat_call_us: 0.0,
             rank_us: 0.0,
+            ll128: Vec::new(),
         }
     }
 }
@@ -222,29 +306,35 @@ impl Profile {
             call_us: PerProtocol {
                 simple: 6.9,
                 ll: 9.0,
+                ll128: None,
             },
             hop_us: HopLatency {
                 nvlink: PerProtocol {
                     simple: 1.5,
                     ll: 0.32,
+                    ll128: None,
                 },
                 ..d.hop_us
             },
             block_gbps: PerProtocol {
                 simple: 57.0,
                 ll: 70.0,
+                ll128: None,
             },
             slice_us: PerProtocol {
                 simple: 1.18,
                 ll: 0.83,
+                ll128: None,
             },
             shared_gbps: PerProtocol {
                 simple: 3630.0,
                 ll: 860.0,
+                ll128: None,
             },
             launch_block_us: PerProtocol {
                 simple: 0.019,
                 ll: 0.012,
+                ll128: None,
             },
             flat_call_us: SHARED_FLAT_CALL_US,
             rank_us: SHARED_RANK_US,
@@ -377,5 +467,46 @@ mod tests {
         assert!(Profile::from_json(&bad)
             .unwrap_err()
             .contains("slice_bytes"));
+    }
+
+    #[test]
+    fn ll128_costs_what_simple_costs_until_measured_and_its_verdicts_round_trip() {
+        let mut p = Profile::default();
+        assert!(
+            !p.to_json().contains("ll128"),
+            "nothing written when unmeasured"
+        );
+        assert_eq!(
+            p.call_us.get(Protocol::Ll128),
+            p.call_us.get(Protocol::Simple)
+        );
+        p.call_us.set(Protocol::Ll128, 3.25);
+        p.ll128.push(Ll128Verdict {
+            link: LinkKind::SameGpu,
+            gpus: (0, 0),
+            lines: 4096,
+            rounds: 2000,
+            reads: 900_000,
+            torn: 0,
+            stalled: 0,
+        });
+        let back = Profile::from_json(&p.to_json()).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(back.call_us.get(Protocol::Ll128), 3.25);
+        assert_eq!(back.call_us.get(Protocol::Simple), 8.4);
+        assert!(back.to_json().contains("\"same_gpu\""));
+        assert!(ll128_allowed(&back.ll128, &[LinkKind::SameGpu]));
+        assert!(!ll128_allowed(
+            &back.ll128,
+            &[LinkKind::SameGpu, LinkKind::Peer]
+        ));
+        let torn = Ll128Verdict {
+            torn: 1,
+            ..back.ll128[0].clone()
+        };
+        assert!(!ll128_allowed(
+            &[back.ll128[0].clone(), torn],
+            &[LinkKind::SameGpu]
+        ));
     }
 }

@@ -62,6 +62,7 @@ fn winner(topo: &str, c: Collective, bytes: u64) -> String {
         bytes,
         elem: 4,
         direct: false,
+        ll128: false,
     };
     let r = rank(&cands, &t, &Profile::default(), &req);
     assert!(r[0].result.is_ok(), "{r:?}");
@@ -234,6 +235,7 @@ fn excluded_candidates_say_why() {
         bytes: 4096,
         elem: 4,
         direct: false,
+        ll128: false,
     };
     let r = rank(&cands, &t, &Profile::default(), &req);
     let last = r.last().unwrap();
@@ -415,6 +417,7 @@ fn direct_reads_skip_the_sends_and_their_memory_traffic() {
             bytes,
             elem: 4,
             direct,
+            ll128: false,
         };
         braid_cost::rank_with(&cand, &t, &profile, &req, Some(1), Some(Protocol::Simple))[0]
             .result
@@ -549,6 +552,7 @@ fn rooted_collectives_are_priced_alike_in_both_modes() {
                 bytes: 64 << 20,
                 elem: 4,
                 direct: true,
+                ll128: false,
             };
             rank(&cands, &t, &profile, &req)
                 .into_iter()
@@ -630,6 +634,7 @@ fn flat_launches_cost_their_launch_and_traffic() {
         bytes: big,
         elem: 4,
         direct: true,
+        ll128: false,
     };
     let ranked = braid_cost::rank(&cands, &t, &profile, &req);
     assert_eq!(ranked[0].name, "direct_broadcast", "{ranked:?}");
@@ -668,4 +673,55 @@ fn each_rank_of_a_shared_launch_adds_its_cost() {
             "{name}"
         );
     }
+}
+
+/// LL128 is a candidate only where the request allows it, and with its own measured
+/// constants (here: LL's latency at Simple's bandwidth, as on NVLink) it wins the middle
+/// sizes, between LL's small messages and Simple's large ones.
+#[test]
+fn ll128_is_priced_only_where_allowed_and_wins_in_the_middle_when_cheaper() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let cands = shipped(&ps);
+    let req = |bytes: u64, ll128: bool| Request {
+        collective: Collective::Allreduce,
+        root: None,
+        mode: Mode::OutOfPlace,
+        bytes,
+        elem: 4,
+        direct: false,
+        ll128,
+    };
+    let mut p = Profile::default();
+    for v in [
+        &mut p.call_us,
+        &mut p.slice_us,
+        &mut p.hop_us.nvlink,
+        &mut p.net_post_us,
+    ] {
+        let ll = v.ll;
+        v.set(Protocol::Ll128, ll);
+    }
+    p.block_gbps.set(Protocol::Ll128, p.block_gbps.simple);
+    p.efficiency.set(Protocol::Ll128, 120.0 / 128.0);
+    p.slice_bytes.set(Protocol::Ll128, 61440.0);
+    let protos = |bytes: u64, ll128: bool| -> Vec<Protocol> {
+        rank(&cands, &t, &p, &req(bytes, ll128))
+            .into_iter()
+            .filter(|r| r.result.is_ok())
+            .map(|r| r.protocol)
+            .collect()
+    };
+    for bytes in [8u64, 1 << 20, 1 << 28] {
+        assert!(
+            !protos(bytes, false).contains(&Protocol::Ll128),
+            "{bytes} B: LL128 priced though not allowed"
+        );
+    }
+    let mid = rank(&cands, &t, &p, &req(1 << 20, true));
+    assert_eq!(mid[0].protocol, Protocol::Ll128, "{mid:?}");
+    let without = rank(&cands, &t, &p, &req(1 << 20, false));
+    assert!(
+        mid[0].result.as_ref().unwrap() < without[0].result.as_ref().unwrap(),
+        "allowing a cheaper protocol must not make the best choice dearer"
+    );
 }

@@ -83,6 +83,9 @@ pub struct Target {
     pub size_replicas: bool,
     /// Whether the backend has the LL protocol.
     pub ll: bool,
+    /// Whether it may run LL128 on every link of the communicator (its stress test
+    /// passed on each: `braid_cuda::ll128`).
+    pub ll128: bool,
     /// Whether the communicator's ranks run in one launch (several ranks of one process
     /// on one GPU), so that out-of-place calls read peers' `in` directly where a plan
     /// allows ([`braid_plan::direct`]): what the cost model prices.
@@ -99,6 +102,7 @@ impl Target {
         block_budget: u32::MAX,
         size_replicas: false,
         ll: false,
+        ll128: false,
         direct: false,
         flat: false,
     };
@@ -341,8 +345,12 @@ impl Policy {
         let ll = match asked {
             Protocol::Ll => true,
             Protocol::Simple => false,
+            Protocol::Ll128 if target.ll128 => return Protocol::Ll128,
             Protocol::Ll128 => {
-                tracing::debug!(plan = %plan.name, "ll128 is not implemented; using simple");
+                tracing::debug!(
+                    plan = %plan.name,
+                    "ll128 has not passed its stress test on this communicator's links; using simple"
+                );
                 false
             }
             Protocol::Auto => {
@@ -465,6 +473,7 @@ mod tests {
         block_budget: 99,
         size_replicas: true,
         ll: true,
+        ll128: false,
         direct: false,
         flat: false,
     };
@@ -530,8 +539,9 @@ mod tests {
             force_ll.protocol_for(&simple, &req(1 << 30), 1, &GPU),
             Protocol::Ll
         );
-        // auto from the environment defers to the plan; ll128 falls back to simple; a
-        // backend without LL never gets it.
+        // auto from the environment defers to the plan; ll128 runs only where the
+        // backend's links passed its stress test, else Simple; a backend without LL never
+        // gets it.
         let auto = Policy {
             protocol: Some(Protocol::Auto),
             ..d.clone()
@@ -542,6 +552,23 @@ mod tests {
         );
         let ll128 = plan(1, Protocol::Ll128);
         assert_eq!(d.protocol_for(&ll128, &req(8), 1, &GPU), Protocol::Simple);
+        let verified = Target { ll128: true, ..GPU };
+        assert_eq!(
+            d.protocol_for(&ll128, &req(8), 1, &verified),
+            Protocol::Ll128
+        );
+        let force_ll128 = Policy {
+            protocol: Some(Protocol::Ll128),
+            ..d.clone()
+        };
+        assert_eq!(
+            force_ll128.protocol_for(&simple, &req(1 << 20), 1, &verified),
+            Protocol::Ll128
+        );
+        assert_eq!(
+            force_ll128.protocol_for(&simple, &req(1 << 20), 1, &GPU),
+            Protocol::Simple
+        );
         assert_eq!(
             force_ll.protocol_for(&simple, &req(8), 1, &Target::HOST),
             Protocol::Simple

@@ -202,6 +202,7 @@ pub fn choose(
         bytes: req.bytes as u64,
         elem: req.elem as u64,
         direct: target.direct,
+        ll128: target.ll128,
     };
     let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
     let options = price(

@@ -31,6 +31,7 @@ const GPU: Target = Target {
     block_budget: 66,
     size_replicas: true,
     ll: true,
+    ll128: false,
     direct: false,
     flat: false,
 };
@@ -58,6 +59,7 @@ fn predict(t: &Topology, plan: &Verified, r: &Request, replicas: u32, p: Protoco
         bytes: r.bytes as u64,
         elem: r.elem as u64,
         direct: false,
+        ll128: false,
     };
     braid_cost::rank_with(
         &cand,
@@ -298,6 +300,7 @@ fn ranks_that_run_flat_launches_are_priced_as_such() {
         bytes: bc.bytes as u64,
         elem: 4,
         direct: true,
+        ll128: false,
     };
     let at = |target: &Target| {
         let profile = Profile::default();

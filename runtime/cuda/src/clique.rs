@@ -12,7 +12,7 @@
 
 use crate::device::{enable_peer, DeviceAlloc, HostAlloc};
 use crate::error::{CudaError, Result};
-use crate::kernel::{LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
+use crate::kernel::{Lane, LANES};
 use crate::net::{self, fifo::Fifo, proxy::Proxy, NetMap};
 use crate::program::{self, BlockEnds, Conn, EndDesc};
 use crate::transport::{self, Region};
@@ -82,7 +82,7 @@ impl Local {
 }
 
 /// Both lanes of one end of a connection, for the table.
-type Ends = [EndDesc; 2];
+pub(crate) type Ends = [EndDesc; LANES];
 
 #[derive(Default)]
 struct Conns {
@@ -111,6 +111,9 @@ pub struct Clique {
     pub oob: Option<Arc<dyn Oob>>,
     /// Whether connections go peer to peer (else through host memory).
     pub p2p: bool,
+    /// Whether calls may run LL128: every link of the communicator passed its stress
+    /// test, as every rank agreed ([`crate::ll128`]).
+    pub ll128: bool,
     /// Which connections go over the network.
     pub net: NetMap,
     /// The RDMA device network connections use (`None`: TCP streams).
@@ -180,7 +183,7 @@ impl Clique {
         n: u32,
         locals: Vec<(u32, Arc<CudaContext>)>,
         oob: Option<Arc<dyn Oob>>,
-        p2p: bool,
+        (p2p, ll128): (bool, bool),
         (net, rdma): (NetMap, Option<Arc<dyn braid_ib::rdma::Device>>),
         opts: &crate::comm::Options,
         stats: &Stats,
@@ -218,6 +221,7 @@ impl Clique {
             locals: out,
             oob,
             p2p,
+            ll128,
             net,
             rdma,
             timeout: opts.timeout,
@@ -400,7 +404,7 @@ impl Clique {
 
     /// Both lanes of local rank `rank`'s end of its point-to-point connection on channel
     /// `k` to (`send`) or from `peer`.
-    pub fn p2p_end(&self, rank: u32, peer: u32, send: bool, k: u32) -> Option<[EndDesc; 2]> {
+    pub fn p2p_end(&self, rank: u32, peer: u32, send: bool, k: u32) -> Option<Ends> {
         let (sender, receiver) = if send { (rank, peer) } else { (peer, rank) };
         let conn = Conn {
             sender,
@@ -437,7 +441,7 @@ impl Clique {
         if missing.is_empty() {
             return Ok(());
         }
-        let len = lane_len(false, slots) + lane_len(true, slots);
+        let len: usize = Lane::ALL.iter().map(|&l| lane_len(l, slots)).sum();
         let local = |r: u32| self.local_index(r);
         // Receivers here create their FIFOs.
         let mut offers: Vec<(usize, Vec<u8>)> = Vec::new();
@@ -549,8 +553,10 @@ impl Clique {
         Ok(())
     }
 
-    /// Both lanes of a connection end of local rank `rank` at FIFO base `base`, with a
-    /// fresh counter each.
+    /// The lanes of a connection end of local rank `rank` at FIFO base `base`, with a
+    /// fresh counter each. A network end has no LL128 lane (its FIFO holds Simple and LL;
+    /// LL128 never runs over a proxy): that end is left unconnected, which the program
+    /// check refuses to use.
     fn lanes(
         &self,
         c: &mut Conns,
@@ -561,16 +567,19 @@ impl Clique {
         net: bool,
     ) -> Result<Ends> {
         let next = c.next_counter.entry(rank).or_insert(0);
-        if *next as usize + 2 > MAX_COUNTERS {
+        if *next as usize + LANES > MAX_COUNTERS {
             return Err(CudaError::Invalid(format!(
                 "rank {rank} has more than {} connection ends",
-                MAX_COUNTERS / 2
+                MAX_COUNTERS / LANES
             )));
         }
-        let mut out = [EndDesc::default(); 2];
+        let mut out = [EndDesc::default(); LANES];
         let mut at = base;
-        for (lane, ll) in [false, true].into_iter().enumerate() {
-            out[lane] = EndDesc {
+        for lane in Lane::ALL {
+            if net && lane == Lane::Ll128 {
+                break;
+            }
+            out[lane as usize] = EndDesc {
                 slots: at + LANE_HEADER as u64,
                 head: at,
                 tail: at + TAIL_AT,
@@ -580,7 +589,7 @@ impl Clique {
                 net,
             };
             *next += 1;
-            at += lane_len(ll, slots) as u64;
+            at += lane_len(lane, slots) as u64;
         }
         Ok(out)
     }
@@ -713,7 +722,7 @@ impl Clique {
         let c = self.conns.lock().unwrap();
         let get = |conn: Option<Conn>, send: bool| -> Result<Ends> {
             match conn {
-                None => Ok([EndDesc::default(); 2]),
+                None => Ok([EndDesc::default(); LANES]),
                 Some(conn) => c.ends.get(&(conn, send)).copied().ok_or_else(|| {
                     CudaError::Invalid(format!(
                         "connection {}->{} channel {} is not open on rank {rank}",
@@ -735,9 +744,8 @@ impl Clique {
 }
 
 /// Bytes of one lane with `slots` slots.
-pub fn lane_len(ll: bool, slots: u32) -> usize {
-    let slot = if ll { LL_SLOT_BYTES } else { SIMPLE_SLOT_BYTES };
-    LANE_HEADER + slots as usize * slot
+pub fn lane_len(lane: Lane, slots: u32) -> usize {
+    LANE_HEADER + slots as usize * lane.slot_bytes()
 }
 
 impl Drop for Clique {
@@ -816,6 +824,7 @@ pub fn gpu_scope(p2p: bool, sender_gpu: Option<usize>, receiver_gpu: Option<usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::{LL128_SLOT_BYTES, LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
 
     #[test]
     fn offers_round_trip_and_garbage_is_refused() {
@@ -828,8 +837,9 @@ mod tests {
 
     #[test]
     fn lanes_hold_their_slots_after_a_header() {
-        assert_eq!(lane_len(false, 8), 256 + 8 * SIMPLE_SLOT_BYTES);
-        assert_eq!(lane_len(true, 2), 256 + 2 * LL_SLOT_BYTES);
+        assert_eq!(lane_len(Lane::Simple, 8), 256 + 8 * SIMPLE_SLOT_BYTES);
+        assert_eq!(lane_len(Lane::Ll, 2), 256 + 2 * LL_SLOT_BYTES);
+        assert_eq!(lane_len(Lane::Ll128, 2), 256 + 2 * LL128_SLOT_BYTES);
     }
 
     #[test]

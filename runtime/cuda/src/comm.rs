@@ -93,6 +93,10 @@ pub struct Options {
     /// Destinations one pass of a flat launch writes at most (`BRAID_FLAT_DSTS`, 1 to
     /// [`braid_plan::flat::MAX_DSTS`]: 1 merges no passes and does no forwards).
     pub flat_dsts: usize,
+    /// LL128's stress-test verdicts for this machine's links (the profile's, as `braid
+    /// tune` measured them): calls may run LL128 only where every link of the
+    /// communicator has a passed one ([`crate::ll128`]). Empty: no LL128.
+    pub ll128: Vec<braid_cost::Ll128Verdict>,
 }
 
 impl Default for Options {
@@ -111,6 +115,7 @@ impl Default for Options {
             direct: true,
             flat: true,
             flat_dsts: braid_plan::flat::MAX_DSTS,
+            ll128: Vec::new(),
         }
     }
 }
@@ -158,6 +163,7 @@ impl Options {
                 .map_or(braid_plan::flat::MAX_DSTS, |d| {
                     d.clamp(1, braid_plan::flat::MAX_DSTS)
                 }),
+            ll128: Vec::new(),
         })
     }
 }
@@ -384,7 +390,7 @@ fn open_ctx(device: usize) -> Result<Arc<CudaContext>> {
     Ok(CudaContext::new(device)?)
 }
 
-fn can_access_peer(a: &CudaContext, b: &CudaContext) -> Result<bool> {
+pub(crate) fn can_access_peer(a: &CudaContext, b: &CudaContext) -> Result<bool> {
     let mut can = 0;
     // SAFETY: out-parameter; both devices exist.
     unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()) }.result()?;
@@ -466,11 +472,15 @@ impl CudaComm {
         } else {
             None
         };
+        let ll128 = crate::ll128::allowed(
+            &opts.ll128,
+            crate::ll128::uses(ctxs.len() < devices.len(), ctxs.len() > 1, p2p, net.any()),
+        );
         let clique = Arc::new(Clique::new(
             n,
             locals,
             None,
-            p2p,
+            (p2p, ll128),
             (net, rdma),
             opts,
             &stats,
@@ -603,8 +613,19 @@ impl CudaComm {
                  correct, not fast (the processes take turns on the GPU)"
             );
         }
-        let votes = boot.allgather(&[u8::from(ok)])?;
+        // LL128 where every rank's links passed its stress test (every rank must run the
+        // protocol its peers run).
+        let other_gpu = all.iter().enumerate().any(|(r, info)| {
+            let info = String::from_utf8_lossy(info);
+            hosts[r] == me && info.split(' ').nth(1) != Some(bus.as_str())
+        });
+        let mine = crate::ll128::allowed(
+            &opts.ll128,
+            crate::ll128::uses(!sharing.is_empty(), other_gpu, ok, net.any()),
+        );
+        let votes = boot.allgather(&[u8::from(ok), u8::from(mine)])?;
         let p2p = votes.iter().all(|v| v.first() == Some(&1));
+        let ll128 = p2p && votes.iter().all(|v| v.get(1) == Some(&1));
         if !p2p {
             tracing::info!("rank {rank}: connections staged through shared host memory");
         }
@@ -615,7 +636,7 @@ impl CudaComm {
             n,
             vec![(rank, ctx)],
             Some(oob),
-            p2p,
+            (p2p, ll128),
             (net, rdma),
             opts,
             &stats,

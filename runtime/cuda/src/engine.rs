@@ -6,7 +6,7 @@
 use crate::clique::{Clique, Launches, MAX_GRID};
 use crate::device::DeviceAlloc;
 use crate::error::{CudaError, Result};
-use crate::kernel::{Variant, Wire, MAX_LOCAL, THREADS};
+use crate::kernel::{Lane, Variant, Wire, MAX_LOCAL, THREADS};
 use crate::modules::{self, Loaded};
 use crate::program::{self, RankRes};
 use crate::stream::Stream;
@@ -285,6 +285,7 @@ impl Engine for CudaEngine {
             block_budget: (self.multiprocessors() / 2 / share).max(1),
             size_replicas: true,
             ll: true,
+            ll128: self.clique.ll128,
             direct: self.clique.launches_together(),
             flat: self.clique.launches_together() && self.clique.flat,
         }
@@ -421,9 +422,17 @@ impl CudaEngine {
             )));
         }
         let wire = Wire {
-            ll: protocol == Protocol::Ll,
+            lane: Lane::of(protocol),
             host_fifo: self.clique.host_fifo(),
         };
+        if wire.lane == Lane::Ll128 && !self.clique.ll128 {
+            // The policy never asks for it here; a plan prepared by hand must not either.
+            return Err(CudaError::Invalid(format!(
+                "plan `{}`: LL128 runs only where every link of the communicator passed the \
+                 LL128 stress test (docs/cuda.md, Protocols)",
+                plan.name
+            )));
+        }
         let ctx = self.context().clone();
         let kernel = modules::get(&ctx, Variant { dtype, op, wire }, &self.stats)?;
         // Every block of every rank sharing this GPU in this process must be resident at

@@ -24,6 +24,7 @@ pub mod error;
 pub mod flat;
 pub mod graph;
 pub mod kernel;
+pub mod ll128;
 pub mod modules;
 pub mod nccl;
 pub mod net;

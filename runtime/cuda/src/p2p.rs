@@ -20,7 +20,6 @@ use crate::engine::{check_device, check_streams, launch_joined, Member};
 use crate::error::{CudaError, Result};
 use crate::kernel::{self, MAX_LOCAL, P2P_LANES, P2P_TASKS};
 use crate::modules;
-use crate::program::EndDesc;
 use crate::stream::Stream;
 use crate::CudaComm;
 use braid_runtime::device_comm::Engine;
@@ -340,13 +339,14 @@ fn build<'a>(g: &[&'a P2pOp<'a>]) -> Result<Built<'a>> {
     }
     for (i, &(slot, send, peer, k, ll)) in lanes.iter().enumerate() {
         let e = members[slot].engine;
-        let ends: [EndDesc; 2] = clique.p2p_end(e.rank(), peer, send, k).ok_or_else(|| {
-            CudaError::Invalid(format!(
-                "rank {}: no point-to-point connection {} rank {peer} on channel {k}",
-                e.rank(),
-                if send { "to" } else { "from" }
-            ))
-        })?;
+        let ends: crate::clique::Ends =
+            clique.p2p_end(e.rank(), peer, send, k).ok_or_else(|| {
+                CudaError::Invalid(format!(
+                    "rank {}: no point-to-point connection {} rank {peer} on channel {k}",
+                    e.rank(),
+                    if send { "to" } else { "from" }
+                ))
+            })?;
         let end = ends[usize::from(ll)];
         p.lane[i] = LaneArgs {
             slots: end.slots,

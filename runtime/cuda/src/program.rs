@@ -9,11 +9,12 @@
 //! call's buffers, its scratch and its FIFOs.
 //!
 //! Layout of one rank's table (one allocation, sections 16-byte aligned):
-//! `Table` (128 bytes) | `BlockDesc` x grid (160 bytes each, from [`BLOCKS_AT`]) |
+//! `Table` (128 bytes) | `BlockDesc` x grid (224 bytes each, from [`BLOCKS_AT`]) |
 //! `StepDesc` x steps (32) | `StepDeps` x steps (8) | `DepDesc` x deps (12) |
 //! `ChainOp` x chain operands (16) | step times. Grid block `g = replica * nblocks + block`.
 
 use crate::error::{CudaError, Result};
+use crate::kernel::LANES;
 use braid_ir::{Buf, Collective};
 use braid_plan::{Execution, Plan, StepKind};
 
@@ -51,11 +52,11 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
     ("BlockDesc", "first_step", 8),
     ("BlockDesc", "nsteps", 12),
     ("BlockDesc", "send", 16),
-    ("BlockDesc", "recv", 16 + 2 * END_BYTES),
-    ("BlockDesc", "first_dep", 16 + 4 * END_BYTES),
-    ("BlockDesc", "ndeps", 20 + 4 * END_BYTES),
-    ("BlockDesc", "send_rank", 24 + 4 * END_BYTES),
-    ("BlockDesc", "recv_rank", 28 + 4 * END_BYTES),
+    ("BlockDesc", "recv", 16 + LANES * END_BYTES),
+    ("BlockDesc", "first_dep", 16 + 2 * LANES * END_BYTES),
+    ("BlockDesc", "ndeps", 20 + 2 * LANES * END_BYTES),
+    ("BlockDesc", "send_rank", 24 + 2 * LANES * END_BYTES),
+    ("BlockDesc", "recv_rank", 28 + 2 * LANES * END_BYTES),
     ("BlockDesc", "sizeof", BLOCK_BYTES),
     ("End", "slots", 0),
     ("End", "head", 8),
@@ -84,7 +85,7 @@ pub const LAYOUT: &[(&str, &str, usize)] = &[
 /// Bytes of one lane of one connection end (`End`).
 pub const END_BYTES: usize = 32;
 pub const TABLE_BYTES: usize = 128;
-pub const BLOCK_BYTES: usize = 160;
+pub const BLOCK_BYTES: usize = 32 + 2 * LANES * END_BYTES;
 /// Where the block descriptors start in a table: the kernel finds its block's
 /// descriptor from the table's address alone (`BRAID_BLOCKS_AT`).
 pub const BLOCKS_AT: usize = TABLE_BYTES.div_ceil(16) * 16;
@@ -315,11 +316,11 @@ impl EndDesc {
     }
 }
 
-/// A grid block's connection ends, per lane (0 Simple, 1 LL).
+/// A grid block's connection ends, per lane ([`crate::kernel::Lane`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BlockEnds {
-    pub send: [EndDesc; 2],
-    pub recv: [EndDesc; 2],
+    pub send: [EndDesc; LANES],
+    pub recv: [EndDesc; LANES],
 }
 
 /// The rank's resources every table points at.
@@ -906,8 +907,8 @@ mod tests {
                 };
                 let mut ends = vec![
                     BlockEnds {
-                        send: [end; 2],
-                        recv: [end; 2],
+                        send: [end; LANES],
+                        recv: [end; LANES],
                     };
                     grid(&p, rank) as usize
                 ];
@@ -934,7 +935,7 @@ mod tests {
                             })
                             .collect();
                         let want = g + 1 < g_total && want_any && !uses.is_empty();
-                        for lane in 0..2 {
+                        for lane in 0..LANES {
                             let w = u32_at(&t, at + lane * END_BYTES);
                             assert_eq!(
                                 w & DIRECT_ONLY != 0,

@@ -18,6 +18,8 @@
 
 #[path = "gpu_comm/direct.rs"]
 mod direct;
+#[path = "gpu_comm/ll128.rs"]
+mod ll128;
 #[path = "gpu_comm/p2p.rs"]
 mod p2p;
 #[path = "gpu_comm/premul.rs"]
@@ -91,6 +93,9 @@ fn main() -> ExitCode {
     }
     if want("p2p") {
         section(&mut t, "point to point", || p2p::section(gpus, quick));
+    }
+    if want("ll128") {
+        section(&mut t, "LL128", || ll128::section(gpus, quick));
     }
     if want("premul") {
         section(&mut t, "PreMulSum", || premul::section(gpus, quick));

@@ -147,3 +147,23 @@ fn the_roofline_copy_kernel_compiles() {
     let c = compile(braid_cuda::roofline::COPY_SOURCE, &arch).expect("the copy kernel compiles");
     assert!(c.cubin.starts_with(b"\x7fELF"), "not an ELF image");
 }
+
+/// LL128's stress-test kernel (`braid tune`, `braid doctor`) compiles too.
+#[test]
+fn the_ll128_stress_kernel_compiles() {
+    if !nvrtc_present() {
+        assert!(
+            std::env::var("BRAID_REQUIRE_NVRTC").is_err(),
+            "BRAID_REQUIRE_NVRTC is set but the NVRTC library cannot be loaded"
+        );
+        eprintln!(
+            "skipping the_ll128_stress_kernel_compiles: the NVRTC library is not on this machine"
+        );
+        return;
+    }
+    let arch = std::env::var("BRAID_KERNELS_ARCH").unwrap_or_else(|_| "sm_90".into());
+    let c = compile(braid_cuda::ll128::STRESS_SOURCE, &arch).expect("the stress kernel compiles");
+    assert!(c.cubin.starts_with(b"\x7fELF"), "not an ELF image");
+    let entry = b"braid_ll128_stress";
+    assert!(c.cubin.windows(entry.len()).any(|w| w == entry));
+}

@@ -47,8 +47,9 @@ fn c_source(tamper: bool) -> String {
         "#include <stddef.h>\n#include <stdint.h>\ntypedef uint32_t u32;\ntypedef uint64_t u64;\n",
     );
     c += &format!(
-        "#define BRAID_MAX_LOCAL {}\n#define BRAID_P2P_LANES {}\n#define BRAID_P2P_TASKS {}\n",
+        "#define BRAID_MAX_LOCAL {}\n#define BRAID_LANES {}\n#define BRAID_P2P_LANES {}\n#define BRAID_P2P_TASKS {}\n",
         braid_cuda::kernel::MAX_LOCAL,
+        braid_cuda::kernel::LANES,
         braid_cuda::kernel::P2P_LANES,
         braid_cuda::kernel::P2P_TASKS
     );

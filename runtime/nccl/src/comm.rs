@@ -264,6 +264,8 @@ pub fn cuda_options(n: u32) -> Res<braid_cuda::Options> {
     let mut o = braid_cuda::Options::from_env()?;
     let (_, topo) = topology(n)?;
     let profile = braid_cost::Profile::from_env(&topo.fingerprint()).map_err(Failure::invalid)?;
+    // LL128 only over links the profile's stress tests passed on.
+    o.ll128 = profile.ll128.clone();
     o.policy = o.policy.with_model(topo, profile);
     o.p2p_disable = o.p2p_disable || crate::env::p2p_disabled();
     if let Some(b) = crate::env::buffsize().map_err(Failure::invalid)? {

@@ -29,6 +29,7 @@ struct Report<'a> {
 }
 
 pub fn run(args: &DoctorArgs) -> Result<String, CliError> {
+    let mut extra = Vec::new();
     let survey = match &args.machine {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| {
@@ -49,11 +50,13 @@ pub fn run(args: &DoctorArgs) -> Result<String, CliError> {
                     Ok(r) => s.rates = r,
                     Err(e) => eprintln!("note: the GPU bandwidth test did not run: {e}"),
                 }
+                extra.extend(ll128_notes());
             }
             s
         }
     };
-    let d = examine(&survey);
+    let mut d = examine(&survey);
+    d.notes.extend(extra);
     let out = if args.json {
         let r = Report {
             healthy: d.findings.is_empty(),
@@ -83,5 +86,33 @@ pub fn run(args: &DoctorArgs) -> Result<String, CliError> {
         Ok(out)
     } else {
         Err(CliError::Findings(out))
+    }
+}
+
+/// LL128's stress test on this machine's links, one note per link (LL128 runs where
+/// `braid tune` recorded a passed verdict in the profile).
+fn ll128_notes() -> Vec<String> {
+    match braid_cuda::ll128::stress_all(Default::default(), 2) {
+        Ok(vs) => vs
+            .iter()
+            .map(|v| {
+                format!(
+                    "LL128 stress test on {} (GPU {} -> {}): {} torn of {} line reads, {} \
+                     stalled: {}",
+                    v.link.name(),
+                    v.gpus.0,
+                    v.gpus.1,
+                    v.torn,
+                    v.reads,
+                    v.stalled,
+                    if v.passed() {
+                        "128-byte stores arrive whole; `braid tune` records it and LL128 may run there"
+                    } else {
+                        "LL128 stays off on this link"
+                    }
+                )
+            })
+            .collect(),
+        Err(e) => vec![format!("the LL128 stress test did not run: {e}")],
     }
 }

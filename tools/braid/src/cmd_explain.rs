@@ -135,6 +135,14 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             args.topo
         )));
     }
+    // LL128 where the profile's stress tests passed on the links the topology's ranks
+    // use (never across nodes).
+    let link = if profile.one_gpu() {
+        braid_cost::LinkKind::SameGpu
+    } else {
+        braid_cost::LinkKind::Peer
+    };
+    let ll128 = topo.n_nodes() <= 1 && braid_cost::ll128_allowed(&profile.ll128, &[link]);
     let req = Request {
         collective,
         root,
@@ -142,13 +150,14 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         bytes: args.size,
         elem: args.dtype.size() as u64,
         direct: profile.one_gpu(),
+        ll128,
     };
     let proto = match args.proto.as_deref() {
         None => None,
         Some(v) => match braid_runtime::policy::parse_protocol(v) {
             Ok(Protocol::Auto) | Err(_) => {
                 return Err(CliError::Usage(format!(
-                    "error: --proto {v}: expected simple or ll"
+                    "error: --proto {v}: expected simple, ll or ll128"
                 )))
             }
             Ok(p) => Some(p),
@@ -160,6 +169,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         block_budget: args.blocks,
         size_replicas: true,
         ll: true,
+        ll128,
         direct: profile.one_gpu(),
         // The CUDA backend runs flat launches where its ranks launch together.
         flat: profile.one_gpu(),

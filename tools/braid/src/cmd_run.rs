@@ -267,6 +267,8 @@ pub(crate) fn cuda_options(
     if let Some(topo) = model {
         let profile = braid_cost::Profile::from_env(&topo.fingerprint())
             .map_err(|e| CliError::Input(format!("error: {e}")))?;
+        // LL128 only over links the profile's stress tests passed on.
+        opts.ll128 = profile.ll128.clone();
         opts.policy = opts.policy.with_model(topo.clone(), profile);
     }
     Ok(opts)

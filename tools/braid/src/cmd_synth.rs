@@ -121,6 +121,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
         bytes: size,
         elem: 4,
         direct: false,
+        ll128: false,
     };
     let mut scored: Vec<Scored> = Vec::new();
     for obj in &objectives {

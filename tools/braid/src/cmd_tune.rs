@@ -297,55 +297,67 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         call_us: PerProtocol {
             simple: call,
             ll: call,
+            ll128: None,
         },
         hop_us: HopLatency {
             nvlink: PerProtocol {
                 simple: hop,
                 ll: hop,
+                ll128: None,
             },
             pci: PerProtocol {
                 simple: hop,
                 ll: hop,
+                ll128: None,
             },
             net: PerProtocol {
                 simple: hop,
                 ll: hop,
+                ll128: None,
             },
         },
         block_gbps: PerProtocol {
             simple: gbps,
             ll: gbps,
+            ll128: None,
         },
         efficiency: PerProtocol {
             simple: 1.0,
             ll: 1.0,
+            ll128: None,
         },
         slice_bytes: PerProtocol {
             simple: braid_runtime::exec::SLICE_BYTES as f64,
             ll: braid_runtime::exec::SLICE_BYTES as f64,
+            ll128: None,
         },
         slice_us: PerProtocol {
             simple: 0.0,
             ll: 0.0,
+            ll128: None,
         },
         net_post_us: PerProtocol {
             simple: 0.0,
             ll: 0.0,
+            ll128: None,
         },
         block_us: PerProtocol {
             simple: block,
             ll: block,
+            ll128: None,
         },
         cores,
         copy_gbps: PerProtocol {
             simple: copy,
             ll: copy,
+            ll128: None,
         },
         shared_gbps: PerProtocol::default(),
         launch_block_us: PerProtocol::default(),
         // The host backend has no flat launches, nor ranks sharing a launch.
         flat_call_us: 0.0,
         rank_us: 0.0,
+        ll128: Vec::new(),
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(

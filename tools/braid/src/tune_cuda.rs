@@ -107,18 +107,21 @@ fn broadcast(n: u32, name: &str) -> Result<Arc<Verified>, CliError> {
 
 /// Times one micro-benchmark on this machine's GPUs (rank `r` on GPU `r % GPUs`).
 fn measure(
+    ll128: &[braid_cost::Ll128Verdict],
     n: u32,
     count: usize,
     replicas: u32,
     protocol: Protocol,
     iters: u32,
 ) -> Result<Bench, CliError> {
-    measure_plan(chain(n)?, n, count, replicas, protocol, iters, false)
+    measure_plan(ll128, chain(n)?, n, count, replicas, protocol, iters, false)
 }
 
 /// [`measure`] with `plan`; `direct`: ranks of one launch read each other's inputs
 /// (then no step times are recorded: recording them takes the interpreter).
+#[allow(clippy::too_many_arguments)]
 fn measure_plan(
+    ll128: &[braid_cost::Ll128Verdict],
     plan: Arc<Verified>,
     n: u32,
     count: usize,
@@ -132,6 +135,7 @@ fn measure_plan(
     let mut opts = crate::cmd_run::cuda_options(None)?;
     opts.policy.replicas = Some(replicas);
     opts.policy.protocol = Some(protocol);
+    opts.ll128 = ll128.to_vec();
     opts.trace = !direct;
     // The constants describe the FIFO path; direct reads are priced from them (a local
     // copy or reduction), so the micro-benchmarks take that path only to time a flat
@@ -165,9 +169,15 @@ fn measure_plan(
             plan.name
         )));
     }
-    let (ran, _) = braid_cuda::check::selection(&comms[0], &case)
+    let (ran, proto_ran) = braid_cuda::check::selection(&comms[0], &case)
         .map_err(rt)?
         .expect("a positive count has a plan");
+    if proto_ran != protocol {
+        return Err(CliError::Runtime(format!(
+            "error: braid tune: `{}` ran {proto_ran:?} where {protocol:?} was to be timed",
+            plan.name
+        )));
+    }
     let mut steps = Vec::new();
     for comm in &comms {
         let times = comm
@@ -239,11 +249,43 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
     let mut notes = Vec::new();
     let shared = topo.n_ranks() as usize > gpus;
     let c2 = Topology::from_arg("nvswitch:2").expect("a preset");
-    for proto in [Protocol::Simple, Protocol::Ll] {
+    // LL128's stress test on each kind of link the micro-benchmarks' ranks use (rank r on
+    // GPU r % GPUs): the verdicts go into the profile, and LL128 is measured only where
+    // they let the runtime run it.
+    progress("LL128: stress test of 128-byte lines on each kind of link");
+    p.ll128 = braid_cuda::ll128::stress_all(Default::default(), 2).map_err(rt)?;
+    for v in &p.ll128 {
+        notes.push(format!(
+            "LL128 on {} (GPU {} -> {}): {} of {} line reads torn, {} stalled: {}",
+            v.link.name(),
+            v.gpus.0,
+            v.gpus.1,
+            v.torn,
+            v.reads,
+            v.stalled,
+            if v.passed() {
+                "passed"
+            } else {
+                "failed, LL128 stays off"
+            }
+        ));
+    }
+    // (The micro-benchmarks run up to 8 ranks: they share GPUs on fewer.)
+    let ll128 = braid_cuda::ll128::allowed(
+        &p.ll128,
+        braid_cuda::ll128::uses(gpus < 8, gpus > 1, true, false),
+    );
+    let verdicts = p.ll128.clone();
+    let protocols: &[Protocol] = if ll128 {
+        &[Protocol::Simple, Protocol::Ll, Protocol::Ll128]
+    } else {
+        &[Protocol::Simple, Protocol::Ll]
+    };
+    for &proto in protocols {
         let pname = crate::perf_report::protocol_name(proto);
         progress(&format!("{pname}: 1 element on 2 and 8 ranks"));
-        let t2 = measure(2, 1, 1, proto, iters)?;
-        let t8 = measure(8, 1, 1, proto, iters)?;
+        let t2 = measure(&verdicts, 2, 1, 1, proto, iters)?;
+        let t8 = measure(&verdicts, 8, 1, 1, proto, iters)?;
         // From the steps the GPU timed in the chain of 8 (calls of 8 ranks in one process
         // may be issued slower than the GPU runs them, so their back-to-back time says
         // more about the host): what a step costs, and a hop.
@@ -261,7 +303,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         progress(&format!(
             "{pname}: 1 element on 8 ranks, {LAUNCH_REPLICAS} replicas"
         ));
-        let tr = measure(8, 1, LAUNCH_REPLICAS, proto, iters)?;
+        let tr = measure(&verdicts, 8, 1, LAUNCH_REPLICAS, proto, iters)?;
         let c8 = Topology::from_arg("nvswitch:8").expect("a preset");
         let per_block = if tr.replicas > t8.replicas {
             let blocks =
@@ -304,7 +346,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             _ => 64 << 20,
         };
         progress(&format!("{pname}: {} MiB on 2 ranks", big >> 20));
-        let tb = measure(2, big / 4, 1, proto, iters.min(10))?;
+        let tb = measure(&verdicts, 2, big / 4, 1, proto, iters.min(10))?;
         let g = solve(0.1, 1e5, true, tb.us, |v| {
             let mut q = p.clone();
             set(&mut q.block_gbps, proto, v);
@@ -325,7 +367,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 "{pname}: {} MiB on 2 ranks, {r} replicas",
                 bytes >> 20
             ));
-            let b = measure(2, bytes / 4, r, proto, iters.min(5))?;
+            let b = measure(&verdicts, 2, bytes / 4, r, proto, iters.min(5))?;
             // A rate at which the model reproduces the time; where the blocks alone
             // explain it, the largest tried (1e6 GB/s: never binding, but the ranks are
             // still known to share one memory, not the topology's links).
@@ -365,6 +407,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         // measured on 2, and the selection on 8 ranks took slower plans: docs/costmodel.md).
         progress("a flat launch: 1 element on 2 ranks");
         let b = measure_plan(
+            &verdicts,
             broadcast(2, "direct_broadcast")?,
             2,
             1,
@@ -390,6 +433,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         if n > 2 {
             progress(&format!("a flat launch: 1 element on {n} ranks"));
             let bn = measure_plan(
+                &verdicts,
                 broadcast(n, "direct_broadcast")?,
                 n,
                 1,
@@ -427,19 +471,12 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
 const LAUNCH_REPLICAS: u32 = 12;
 
 fn set(v: &mut PerProtocol, p: Protocol, x: f64) {
-    match p {
-        Protocol::Ll => v.ll = x,
-        _ => v.simple = x,
-    }
+    v.set(p, x);
 }
 
 /// Data bytes of one FIFO slot of the kernels, per protocol: the model's slice.
 fn slice_bytes(p: Protocol) -> f64 {
-    let wire = braid_cuda::kernel::Wire {
-        ll: p == Protocol::Ll,
-        host_fifo: false,
-    };
-    wire.piece_bytes() as f64
+    braid_cuda::kernel::Lane::of(p).piece_bytes() as f64
 }
 
 #[cfg(test)]

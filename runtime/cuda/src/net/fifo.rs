@@ -5,6 +5,7 @@
 //! slots as raw addresses that only the byte-moving calls of `proxy.rs` touch.
 
 use crate::clique::{lane_len, LANE_HEADER, TAIL_AT};
+use crate::kernel::Lane;
 use crate::kernel::{LL_SLOT_BYTES, SIMPLE_SLOT_BYTES};
 use crate::program::NET_MAX_SLOTS;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +27,7 @@ pub unsafe trait FifoMemory: Send + Sync {
 
 /// Bytes of a connection's FIFO (both lanes) with `slots` slots per lane.
 pub fn fifo_len(slots: u32) -> usize {
-    lane_len(false, slots) + lane_len(true, slots)
+    lane_len(Lane::Simple, slots) + lane_len(Lane::Ll, slots)
 }
 
 /// Bytes of one slot of `lane` (0 Simple, 1 LL).
@@ -71,7 +72,7 @@ impl Fifo {
         if lane == 0 {
             0
         } else {
-            lane_len(false, self.slots)
+            lane_len(Lane::Simple, self.slots)
         }
     }
 

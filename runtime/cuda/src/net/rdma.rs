@@ -28,6 +28,7 @@ use super::fifo::{slot_bytes, Fifo};
 use super::health::{Health, OnFail};
 use super::proxy::{register, Pollable};
 use crate::clique::{lane_len, LANE_HEADER};
+use crate::kernel::Lane;
 use braid_ib::rdma::{Completion, Device, Endpoint, MrKeys, QueuePair};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -227,7 +228,7 @@ impl Setup {
         let whole = fifo.slot(0, 0).0 as usize - LANE_HEADER;
         debug_assert_eq!(
             fifo.slot(1, 0).0 as usize - whole,
-            lane_len(false, n) + LANE_HEADER
+            lane_len(Lane::Simple, n) + LANE_HEADER
         );
         // The sending side's credit target, shared by its queue pairs.
         let mut pad = send.then(|| Box::new([0u64; 2]));
