@@ -10,6 +10,7 @@ pub mod bound;
 pub mod flat;
 pub mod profile;
 pub mod sim;
+pub mod slices;
 pub mod trace;
 
 use braid_ir::{Collective, Mode, Protocol};
@@ -81,7 +82,7 @@ pub fn max_replicas(plan: &Plan) -> u32 {
 
 /// Replica counts worth trying for `plan`: powers of two while the replicated plan stays
 /// within the verifier's channel bound.
-fn replica_counts(plan: &Plan) -> Vec<u32> {
+pub fn replica_counts(plan: &Plan) -> Vec<u32> {
     if plan.channels != 1 {
         // The plan chose its replicas itself.
         return vec![plan.channels.max(1)];
@@ -127,6 +128,79 @@ fn excluded(plan: &Plan, req: &Request, n: u32) -> Option<String> {
         }
     }
     None
+}
+
+/// From this size on, [`cheapest`] bounds every option before it simulates any.
+const SORT_MIN_BYTES: u64 = 1 << 20;
+
+/// Of `configs` (replicas, protocol) of `plan`, the cheapest for `req` (the first of
+/// equals), or where none can be priced the first one's error. Each is bounded
+/// ([`sim::predict_below`]; large calls bound them all first and go cheapest bound
+/// first), and only those whose bound is below the best time found so far are
+/// simulated: the answer is the one that pricing them all gives.
+fn cheapest(
+    plan: &Plan,
+    topo: &Topology,
+    profile: &Profile,
+    req: &Request,
+    configs: &[(u32, Protocol)],
+) -> Option<(u32, Protocol, Result<f64, String>)> {
+    use sim::Priced;
+    let call = |&(replicas, protocol): &(u32, Protocol)| Call {
+        bytes: req.bytes,
+        elem: req.elem,
+        protocol,
+        replicas,
+        direct: req.direct_reads(),
+        together: req.direct,
+    };
+    // Each one's bound, or its price where the bound is the price (flat launches), or
+    // its error. Below `SORT_MIN_BYTES` a simulation costs little more than a bound:
+    // the options go in their order, each bounded on its way to being simulated.
+    let mut results: Vec<Option<Result<f64, String>>> = vec![None; configs.len()];
+    let mut bounds: Vec<(f64, usize)> = Vec::new();
+    if req.bytes < SORT_MIN_BYTES || configs.len() < 2 {
+        bounds.extend((0..configs.len()).map(|i| (f64::NEG_INFINITY, i)));
+    } else {
+        for (i, c) in configs.iter().enumerate() {
+            match sim::predict_below(plan, topo, profile, &call(c), f64::NEG_INFINITY) {
+                Ok(Priced::Above(b)) => bounds.push((b, i)),
+                Ok(Priced::Predicted(p)) => results[i] = Some(Ok(p.total_us)),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
+        bounds.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    }
+    let best = |results: &[Option<Result<f64, String>>]| {
+        results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(t)) => Some((*t, i)),
+                _ => None,
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+    };
+    for (bound, i) in bounds {
+        // A margin for the bound's rounding: it sums what the simulation adds in
+        // another order.
+        let limit = best(&results).map_or(f64::INFINITY, |(t, _)| t * (1.0 + 1e-9));
+        if bound > limit {
+            break;
+        }
+        results[i] = match sim::predict_below(plan, topo, profile, &call(&configs[i]), limit) {
+            Ok(Priced::Predicted(p)) => Some(Ok(p.total_us)),
+            Ok(Priced::Above(_)) => None,
+            Err(e) => Some(Err(e)),
+        };
+    }
+    match best(&results) {
+        Some((t, i)) => Some((configs[i].0, configs[i].1, Ok(t))),
+        None => results.iter().zip(configs).find_map(|(r, c)| match r {
+            Some(Err(e)) => Some((c.0, c.1, Err(e.clone()))),
+            _ => None,
+        }),
+    }
 }
 
 /// Prices every candidate for `req` on `topo`, in every replica count and protocol it
@@ -179,35 +253,19 @@ pub fn rank_with(
             Some(r) => vec![r],
             None => replica_counts(p),
         };
-        let mut best: Option<Ranked> = None;
-        for r in counts {
-            for &proto in &protocols {
-                let call = Call {
-                    bytes: req.bytes,
-                    elem: req.elem,
-                    protocol: proto,
-                    replicas: r,
-                    direct: req.direct_reads(),
-                    together: req.direct,
-                };
-                let result = predict(p, topo, profile, &call).map(|x| x.total_us);
-                let better = match (&best, &result) {
-                    (None, _) => true,
-                    (Some(b), Ok(t)) => b.result.as_ref().map_or(true, |bt| t < bt),
-                    _ => false,
-                };
-                if better {
-                    best = Some(Ranked {
-                        name: p.name.clone(),
-                        origin: c.origin.clone(),
-                        replicas: r,
-                        protocol: proto,
-                        result,
-                    });
-                }
-            }
-        }
-        out.extend(best);
+        let configs: Vec<(u32, Protocol)> = counts
+            .iter()
+            .flat_map(|&r| protocols.iter().map(move |&p| (r, p)))
+            .collect();
+        out.extend(
+            cheapest(p, topo, profile, req, &configs).map(|(r, proto, result)| Ranked {
+                name: p.name.clone(),
+                origin: c.origin.clone(),
+                replicas: r,
+                protocol: proto,
+                result,
+            }),
+        );
     }
     out.sort_by(|a, b| match (&a.result, &b.result) {
         (Ok(x), Ok(y)) => x.total_cmp(y),

@@ -44,8 +44,12 @@
 //!   dependencies' and its message's same tile, and each block's tiles in order.
 //!
 //! Slots (the FIFO depth) are taken as deep enough never to stall a sender.
+//!
+//! A step's slices are priced in closed form ([`crate::slices`]), and [`predict_below`]
+//! bounds a call before simulating it.
 
 use crate::profile::Profile;
+use crate::slices::{Arrivals, Slices};
 use braid_ir::{Collective, Protocol};
 use braid_plan::{Execution, Plan};
 use braid_topo::Topology;
@@ -171,6 +175,33 @@ pub fn predict(
     profile: &Profile,
     call: &Call,
 ) -> Result<Prediction, String> {
+    match predict_below(plan, topo, profile, call, f64::INFINITY)? {
+        Priced::Predicted(p) => Ok(p),
+        Priced::Above(_) => unreachable!("nothing is above an infinite limit"),
+    }
+}
+
+/// A prediction, or a bound that put the call above its limit.
+#[derive(Clone, Debug)]
+pub enum Priced {
+    Predicted(Prediction),
+    /// The call takes at least this long (µs), which is at or above the limit: it was
+    /// not simulated.
+    Above(f64),
+}
+
+/// [`predict`], unless a bound that costs a fraction of the simulation shows that the
+/// call takes `limit` µs or more: the blocks' slices one after another, the cores' and
+/// the shared memory's work. What `rank` uses to skip replica counts and protocols that
+/// cannot beat the best one found; `f64::NEG_INFINITY` gives the bound alone (no flat
+/// launch has one: it is priced outright).
+pub fn predict_below(
+    plan: &Plan,
+    topo: &Topology,
+    profile: &Profile,
+    call: &Call,
+    limit: f64,
+) -> Result<Priced, String> {
     let n = plan.n_ranks;
     if n > topo.n_ranks() {
         return Err(format!(
@@ -188,7 +219,7 @@ pub fn predict(
         braid_plan::direct::Direct::default()
     };
     if let Some(p) = crate::flat::predict(plan, profile, call, &direct) {
-        return Ok(p);
+        return Ok(Priced::Predicted(p));
     }
     let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
     // Chains run as one pass: each head with the operands it reads and the blocks that
@@ -323,38 +354,40 @@ pub fn predict(
             step_succs[j].push(i);
         }
     }
-    let unit = |i: usize, k: usize| i * tiles + k;
-    let n_units = ids.len() * tiles;
+    // Units tile by tile: the simulation goes through the tiles roughly in order, so
+    // what it touches next lies close by.
+    let steps = ids.len();
+    let unit = |i: usize, k: usize| k * steps + i;
+    let n_units = steps * tiles;
     // What unit `u` waits for (no allocation: the simulation visits every unit).
     let unit_preds = |u: usize| {
-        let (i, k) = (u / tiles, u % tiles);
+        let (i, k) = (u % steps, u / steps);
         let prev_tile = (ids[i].2 == 0 && k > 0).then(|| unit(block_last[i], k - 1));
         preds[i].iter().map(move |&j| unit(j, k)).chain(prev_tile)
     };
     let mut waiting: Vec<usize> = (0..n_units)
-        .map(|u| preds[u / tiles].len() + usize::from(ids[u / tiles].2 == 0 && u % tiles > 0))
+        .map(|u| preds[u % steps].len() + usize::from(ids[u % steps].2 == 0 && u >= steps))
         .collect();
     // Ready units, earliest start first, so that what a rank's proxy does is simulated
     // in time order. The key is the start time's bits (non-negative floats order as
     // their bits do).
+    // Of units ready at once, the earlier step (then tile) first: the heap holds that
+    // order's index (`tie`), which gives the unit back (`untie`).
+    let tie = |u: usize| (u % steps) * tiles + u / steps;
+    let untie = |t: usize| unit(t / tiles, t % tiles);
     let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> = (0..n_units)
         .filter(|&u| waiting[u] == 0)
-        .map(|u| std::cmp::Reverse((0, u)))
+        .map(|u| std::cmp::Reverse((0, tie(u))))
         .collect();
     let mut end = vec![0f64; n_units];
     // When each slice of a sending unit reaches its receiver.
-    let mut arrivals: Vec<Vec<f64>> = vec![Vec::new(); n_units];
+    let mut arrivals: Vec<Arrivals> = vec![Arrivals::default(); n_units];
     // Each step's start (its first tile's) and end (its last tile's).
     let mut span: Vec<(f64, f64)> = vec![(0.0, 0.0); ids.len()];
     let mut order = Vec::with_capacity(ids.len());
     let mut done = 0;
     let slice_us = profile.slice_us.get(proto);
     let block_us = profile.block_us.get(proto);
-    // The blocks' whole work (a lower bound on the time when cores are few).
-    let mut work = 0f64;
-    // The memory accesses of every step of one replica, in bytes (a lower bound on the
-    // time when the ranks share one memory).
-    let mut moved = 0f64;
     // Every replica posts its own copy of each network message through the same proxy.
     let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
     // When each rank's network proxy is next free.
@@ -416,22 +449,18 @@ pub fn predict(
             }
         })
         .collect();
-    while let Some(std::cmp::Reverse((_, u))) = ready.pop() {
-        done += 1;
-        let (i, k) = (u / tiles, u % tiles);
-        let si = ids[i].2;
-        let ri = ids[i].0;
+    // A unit's slices, and the bytes they move.
+    let slices_of = |i: usize, k: usize| -> (u64, Slices) {
         let st = &info[i];
         let bytes = if st.skipped {
             0
         } else {
             st.chunks * tile_bytes(k)
         };
-        let n_slices = (bytes as f64 / profile.slice_bytes.get(proto))
+        let n = (bytes as f64 / profile.slice_bytes.get(proto))
             .ceil()
             .max(1.0) as usize;
-        let slice = bytes as f64 / n_slices as f64;
-        moved += bytes as f64 * st.accesses;
+        let slice = bytes as f64 / n as f64;
         // A pass its chain's blocks share (each part at least SPLIT_MIN_BYTES, as the
         // kernel decides) takes a part's time.
         let parts = match st.fused {
@@ -439,6 +468,68 @@ pub fn predict(
             _ => 1.0,
         };
         let work_factor = st.accesses / 2.0 / parts;
+        let slices = Slices {
+            n,
+            cost: slice_us
+                + (slice * work_factor / (st.block_gbps * 1e3)).max(slice / (st.link_gbps * 1e3)),
+            net_in: st.net_in,
+            net: st.net,
+            net_post,
+            sends: st.sends,
+            latency: st.latency,
+        };
+        (bytes, slices)
+    };
+    // What the order of the simulation does not change: the blocks' whole work, the
+    // memory accesses, and each block's slices one after another (a block's units run
+    // in turn: the call takes at least as long as any block's). Every tile of a step
+    // but its last is alike.
+    let mut work = 0f64;
+    let mut moved = 0f64;
+    let mut in_turn = vec![0f64; steps];
+    for i in 0..steps {
+        if ids[i].2 == 0 {
+            // The block starts: on the host a thread wakes.
+            work += block_us;
+            in_turn[block_last[i]] += block_us;
+        }
+        if info[i].skipped {
+            continue;
+        }
+        let alike = [(0, tiles - 1), (tiles - 1, 1)];
+        for &(k, count) in alike.iter().filter(|&&(_, c)| c > 0) {
+            let (bytes, sl) = slices_of(i, k);
+            let count = count as f64;
+            moved += count * bytes as f64 * info[i].accesses;
+            // The cores' share: the bytes its slices copy, at the copy rate.
+            work += count * bytes as f64 / (copy_work_gbps * 1e3);
+            in_turn[block_last[i]] += count * sl.n as f64 * sl.cost;
+        }
+    }
+    // Replicas run alike: each block's work, times the replicas, shared by the cores.
+    let busy = if profile.cores > 0 {
+        work * f64::from(replicas) / f64::from(profile.cores)
+    } else {
+        0.0
+    };
+    let shared = match profile.shared_gbps.get(proto) {
+        r if r > 0.0 => moved * f64::from(replicas) / (r * 1e3),
+        _ => 0.0,
+    };
+    let launch = profile.launch_block_us.get(proto)
+        * launched_blocks(plan, replicas, profile.shared_gbps.get(proto) > 0.0) as f64;
+    let fixed = profile.call_us.get(proto) + profile.ranks_us(proto, n) + launch;
+    let bound = fixed + in_turn.iter().copied().fold(busy.max(shared), f64::max);
+    if bound >= limit {
+        return Ok(Priced::Above(bound));
+    }
+    while let Some(std::cmp::Reverse((_, t))) = ready.pop() {
+        let u = untie(t);
+        done += 1;
+        let (i, k) = (u % steps, u / steps);
+        let si = ids[i].2;
+        let ri = ids[i].0;
+        let st = &info[i];
         let matched_unit = matched[i].map(|j| unit(j, k));
         let mut t = unit_preds(u)
             .filter(|&j| Some(j) != matched_unit)
@@ -447,48 +538,21 @@ pub fn predict(
         if si == 0 && k == 0 {
             // The block starts: on the host a thread wakes.
             t += block_us;
-            work += block_us;
         }
         let start = t;
         // Only this receive reads its message's arrivals.
         let incoming = matched_unit.map(|j| std::mem::take(&mut arrivals[j]));
-        let mut out = Vec::with_capacity(if st.sends { n_slices } else { 0 });
-        for x in 0..if st.skipped { 0 } else { n_slices } {
-            if let Some(a) = &incoming {
-                // The sender's slicing may differ: take the arrival of the same share.
-                let idx = if a.is_empty() {
-                    0
-                } else {
-                    (x * a.len() / n_slices).min(a.len() - 1)
-                };
-                if let Some(&at) = a.get(idx) {
-                    t = t.max(at);
-                }
-                if st.net_in {
-                    // The receiving proxy takes each network message in turn.
-                    t = t.max(proxy[ri]) + net_post;
-                    proxy[ri] = t;
-                }
+        let out = if st.skipped {
+            if let Some(l) = incoming.as_ref().and_then(Arrivals::last) {
+                t = t.max(l);
             }
-            t += slice_us
-                + (slice * work_factor / (st.block_gbps * 1e3)).max(slice / (st.link_gbps * 1e3));
-            // The cores' share: the bytes this slice copies, at the copy rate.
-            work += slice / (copy_work_gbps * 1e3);
-            if st.net {
-                // Posted when the proxy is free; the proxy is busy while it posts.
-                t = t.max(proxy[ri]) + net_post;
-                proxy[ri] = t;
-            }
-            if st.sends {
-                out.push(t + st.latency);
-            }
-        }
-        if let Some(a) = &incoming {
-            // Everything received before the step ends.
-            if let Some(&last) = a.last() {
-                t = t.max(last);
-            }
-        }
+            Arrivals::default()
+        } else {
+            let (_, slices) = slices_of(i, k);
+            let (e, out) = crate::slices::run(&slices, t, incoming.as_ref(), &mut proxy[ri]);
+            t = e;
+            out
+        };
         end[u] = t;
         arrivals[u] = out;
         if k == 0 {
@@ -504,17 +568,17 @@ pub fn predict(
             if waiting[s] == 0 {
                 // Its start: the latest of its predecessors' ends, or of the first
                 // slice's arrival for the message it receives.
-                let ms = matched[s / tiles].map(|j| unit(j, s % tiles));
+                let ms = matched[s % steps].map(|j| unit(j, s / steps));
                 let at = unit_preds(s)
                     .map(|j| {
                         if Some(j) == ms {
-                            arrivals[j].first().copied().unwrap_or(end[j])
+                            arrivals[j].first().unwrap_or(end[j])
                         } else {
                             end[j]
                         }
                     })
                     .fold(0f64, f64::max);
-                ready.push(std::cmp::Reverse((at.max(0.0).to_bits(), s)));
+                ready.push(std::cmp::Reverse((at.max(0.0).to_bits(), tie(s))));
             }
         }
     }
@@ -537,26 +601,11 @@ pub fn predict(
         })
         .collect();
     let last = end.iter().copied().fold(0f64, f64::max);
-    // Replicas run alike: each block's work, times the replicas, shared by the cores.
-    let busy = if profile.cores > 0 {
-        work * f64::from(replicas) / f64::from(profile.cores)
-    } else {
-        0.0
-    };
-    let shared = match profile.shared_gbps.get(proto) {
-        r if r > 0.0 => moved * f64::from(replicas) / (r * 1e3),
-        _ => 0.0,
-    };
-    let launch = profile.launch_block_us.get(proto)
-        * launched_blocks(plan, replicas, profile.shared_gbps.get(proto) > 0.0) as f64;
-    Ok(Prediction {
-        total_us: profile.call_us.get(proto)
-            + profile.ranks_us(proto, n)
-            + launch
-            + last.max(busy).max(shared),
+    Ok(Priced::Predicted(Prediction {
+        total_us: fixed + last.max(busy).max(shared),
         timeline,
         chunk_bytes: chunk,
-    })
+    }))
 }
 
 /// The blocks one GPU runs for a call of `plan` with `replicas`: every rank's where the

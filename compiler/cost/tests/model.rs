@@ -725,3 +725,91 @@ fn ll128_is_priced_only_where_allowed_and_wins_in_the_middle_when_cheaper() {
         "allowing a cheaper protocol must not make the best choice dearer"
     );
 }
+
+/// `rank` bounds each replica count and protocol first and simulates only those whose
+/// bound is below the best time found: the bound never exceeds the price, and the
+/// choice is the one that pricing every option gives. On GPU constants and on a
+/// host-like profile (few cores, a copy rate, one shared memory), inside a node and
+/// across nodes (network proxies), small to large.
+#[test]
+fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
+    use braid_cost::sim::{predict_below, Priced};
+    let mut host = Profile {
+        cores: 2,
+        ..Profile::default()
+    };
+    host.copy_gbps.simple = 5.0;
+    host.copy_gbps.ll = 2.0;
+    host.block_us.simple = 3.0;
+    host.block_us.ll = 3.0;
+    host.shared_gbps.simple = 8.0;
+    host.shared_gbps.ll = 4.0;
+    let mut checked = 0;
+    for (topo, c) in [
+        ("nvswitch:8", Collective::Allreduce),
+        ("nvswitch:4", Collective::Broadcast),
+        ("cluster:2x4", Collective::Allreduce),
+        ("cluster:2x4", Collective::Allgather),
+    ] {
+        let (t, ps) = plans(topo, c);
+        for profile in [Profile::default(), host.clone()] {
+            for bytes in [8u64, 64 << 10, 4 << 20, 256 << 20] {
+                let req = Request {
+                    collective: c,
+                    root: c.is_rooted().then_some(0),
+                    mode: Mode::OutOfPlace,
+                    bytes,
+                    elem: 4,
+                    direct: false,
+                    ll128: false,
+                };
+                for p in &ps {
+                    let cand = [Candidate {
+                        plan: p,
+                        origin: "shipped".into(),
+                    }];
+                    let mut all: Vec<(f64, u32, Protocol)> = Vec::new();
+                    for r in braid_cost::replica_counts(p) {
+                        for proto in [Protocol::Simple, Protocol::Ll] {
+                            let call = Call {
+                                bytes,
+                                elem: 4,
+                                protocol: proto,
+                                replicas: r,
+                                direct: false,
+                                together: false,
+                            };
+                            let price = predict(p, &t, &profile, &call).unwrap().total_us;
+                            let Priced::Above(bound) =
+                                predict_below(p, &t, &profile, &call, f64::NEG_INFINITY).unwrap()
+                            else {
+                                panic!("{}: priced without a bound", p.name)
+                            };
+                            assert!(
+                                bound <= price * (1.0 + 1e-9),
+                                "{topo} {} x{r} {proto:?} {bytes} B: bound {bound} > price {price}",
+                                p.name
+                            );
+                            all.push((price, r, proto));
+                            checked += 1;
+                        }
+                    }
+                    let best = all
+                        .iter()
+                        .copied()
+                        .reduce(|a, b| if b.0 < a.0 { b } else { a })
+                        .unwrap();
+                    let ranked = braid_cost::rank(&cand, &t, &profile, &req);
+                    let got = &ranked[0];
+                    assert_eq!(
+                        (got.result.clone().unwrap(), got.replicas, got.protocol),
+                        best,
+                        "{topo} {} {bytes} B",
+                        p.name
+                    );
+                }
+            }
+        }
+    }
+    assert!(checked > 500, "{checked} options checked");
+}
