@@ -87,6 +87,20 @@ impl Ll128Verdict {
     pub fn passed(&self) -> bool {
         self.torn == 0 && self.stalled == 0 && self.reads >= self.lines * Self::MIN_READS_PER_LINE
     }
+
+    /// What the test saw, in a line: `same_gpu (GPU 0 -> 0): 0 of 8192000 line reads
+    /// torn, 0 stalled`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} (GPU {} -> {}): {} of {} line reads torn, {} stalled",
+            self.link.name(),
+            self.gpus.0,
+            self.gpus.1,
+            self.torn,
+            self.reads,
+            self.stalled
+        )
+    }
 }
 
 /// Whether LL128 may run on every kind of link in `uses` by `verdicts`: each kind needs

@@ -246,6 +246,19 @@ mod tests {
         a.len() == b.len() && (0..a.len()).all(|x| close(a.at(x), b.at(x)))
     }
 
+    /// `n` slices of `cost` each, no network.
+    fn plain(n: usize, cost: f64, sends: bool, latency: f64) -> Slices {
+        Slices {
+            n,
+            cost,
+            net_in: false,
+            net: false,
+            net_post: 0.0,
+            sends,
+            latency,
+        }
+    }
+
     fn slices() -> impl Strategy<Value = Slices> {
         (
             1usize..300,
@@ -299,15 +312,7 @@ mod tests {
 
     #[test]
     fn a_step_without_a_message_is_one_line() {
-        let s = Slices {
-            n: 1000,
-            cost: 2.0,
-            net_in: false,
-            net: false,
-            net_post: 0.0,
-            sends: true,
-            latency: 1.0,
-        };
+        let s = plain(1000, 2.0, true, 1.0);
         let (end, out) = run(&s, 10.0, None, &mut 0.0);
         assert_eq!(end, 2010.0);
         let Arrivals::Ramp { len, first, lines } = out else {
@@ -326,15 +331,7 @@ mod tests {
             first: 3.0,
             lines: vec![(3.0, 3.0)],
         };
-        let s = Slices {
-            n: 100,
-            cost: 1.0,
-            net_in: false,
-            net: false,
-            net_post: 0.0,
-            sends: false,
-            latency: 0.0,
-        };
+        let s = plain(100, 1.0, false, 0.0);
         let (end, _) = run(&s, 0.0, Some(&a), &mut 0.0);
         assert_eq!(end, 3.0 + 99.0 * 3.0 + 1.0);
     }
@@ -346,15 +343,7 @@ mod tests {
             first: 1.0,
             lines: vec![(1.0, 1.0)],
         };
-        let s = Slices {
-            n: 20,
-            cost: 0.1,
-            net_in: false,
-            net: false,
-            net_post: 0.0,
-            sends: true,
-            latency: 0.0,
-        };
+        let s = plain(20, 0.1, true, 0.0);
         let (_, out) = run(&s, 0.0, Some(&a), &mut 0.0);
         assert!(matches!(out, Arrivals::Listed(ref v) if v.len() == 20));
     }

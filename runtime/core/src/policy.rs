@@ -75,7 +75,7 @@ pub const MAX_REPLICAS: u32 = 32;
 pub const LL_MAX_BYTES: usize = 32 << 10;
 
 /// What the backend can offer a call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Target {
     /// Thread blocks one rank may keep busy at once (its share of its GPU).
     pub block_budget: u32,

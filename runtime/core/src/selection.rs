@@ -31,9 +31,10 @@ struct Bucket {
     elem: usize,
     /// log2 of the bytes, rounded up.
     log2: u32,
-    block_budget: u32,
-    ll: bool,
-    direct: bool,
+    /// What the backend offered (communicators sharing a model may differ: their block
+    /// budgets, whether LL128 passed on their links, whether their ranks launch
+    /// together).
+    target: Target,
 }
 
 impl Model {
@@ -177,9 +178,7 @@ pub fn choose(
         mode: req.mode,
         elem: req.elem,
         log2: req.bytes.max(1).next_power_of_two().trailing_zeros(),
-        block_budget: target.block_budget,
-        ll: target.ll,
-        direct: target.direct,
+        target: *target,
     };
     if let Some(&(digest, replicas, protocol)) = model.cache.lock().unwrap().get(&bucket) {
         if let Some((p, _)) = fitting.iter().find(|(p, _)| p.digest() == digest) {

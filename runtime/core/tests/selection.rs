@@ -359,3 +359,42 @@ fn every_choice_verifies_with_its_replicas() {
         }
     }
 }
+
+/// One model (one policy) serving communicators that the backend offers different
+/// things: a choice cached for one is never handed to the other. Here LL128 is cheaper
+/// than Simple and LL at 1 MiB, and allowed on the first communicator's links only.
+#[test]
+fn a_shared_model_keeps_the_choices_of_different_targets_apart() {
+    let (t, reg) = setup("nvswitch:8");
+    let mut p = Profile::default();
+    for v in [
+        &mut p.call_us,
+        &mut p.slice_us,
+        &mut p.hop_us.nvlink,
+        &mut p.net_post_us,
+    ] {
+        let ll = v.ll;
+        v.set(Protocol::Ll128, ll);
+    }
+    p.block_gbps.set(Protocol::Ll128, p.block_gbps.simple);
+    p.efficiency.set(Protocol::Ll128, 120.0 / 128.0);
+    p.slice_bytes.set(Protocol::Ll128, 61440.0);
+    let model = Policy::default().with_model(t, p);
+    let r = req(Collective::Allreduce, 8, 1 << 20);
+    let with = Target { ll128: true, ..GPU };
+    assert_eq!(
+        model.choose(&reg, &r, &with).unwrap().protocol,
+        Protocol::Ll128
+    );
+    let without = model.choose(&reg, &r, &GPU).unwrap();
+    assert_ne!(
+        without.protocol,
+        Protocol::Ll128,
+        "a communicator without LL128 got the choice cached for one with it"
+    );
+    // And the first one's cached choice is still its own.
+    assert_eq!(
+        model.choose(&reg, &r, &with).unwrap().protocol,
+        Protocol::Ll128
+    );
+}

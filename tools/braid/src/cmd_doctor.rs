@@ -97,14 +97,8 @@ fn ll128_notes() -> Vec<String> {
             .iter()
             .map(|v| {
                 format!(
-                    "LL128 stress test on {} (GPU {} -> {}): {} torn of {} line reads, {} \
-                     stalled: {}",
-                    v.link.name(),
-                    v.gpus.0,
-                    v.gpus.1,
-                    v.torn,
-                    v.reads,
-                    v.stalled,
+                    "LL128 stress test on {}: {}",
+                    v.describe(),
                     if v.passed() {
                         "128-byte stores arrive whole; `braid tune` records it and LL128 may run there"
                     } else {

@@ -256,13 +256,8 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
     p.ll128 = braid_cuda::ll128::stress_all(Default::default(), 2).map_err(rt)?;
     for v in &p.ll128 {
         notes.push(format!(
-            "LL128 on {} (GPU {} -> {}): {} of {} line reads torn, {} stalled: {}",
-            v.link.name(),
-            v.gpus.0,
-            v.gpus.1,
-            v.torn,
-            v.reads,
-            v.stalled,
+            "LL128 on {}: {}",
+            v.describe(),
             if v.passed() {
                 "passed"
             } else {
