@@ -8,6 +8,7 @@
 
 pub mod bound;
 pub mod flat;
+pub mod near;
 pub mod profile;
 pub mod sim;
 pub mod slices;
@@ -47,6 +48,18 @@ impl Request {
     /// read through its connections, the others' directly.
     pub fn direct_reads(&self) -> bool {
         self.direct && (self.mode == Mode::OutOfPlace || self.collective.is_rooted())
+    }
+
+    /// The call this request makes of a plan run with `replicas` and `protocol`.
+    pub fn call(&self, replicas: u32, protocol: Protocol) -> Call {
+        Call {
+            bytes: self.bytes,
+            elem: self.elem,
+            protocol,
+            replicas,
+            direct: self.direct_reads(),
+            together: self.direct,
+        }
     }
 }
 
@@ -91,8 +104,8 @@ pub fn replica_counts(plan: &Plan) -> Vec<u32> {
     (0..6).map(|k| 1u32 << k).filter(|&r| r <= max).collect()
 }
 
-/// Why `plan` cannot serve `req`, if it cannot.
-fn excluded(plan: &Plan, req: &Request, n: u32) -> Option<String> {
+/// Why `plan` cannot serve `req` on a topology of `n` ranks, if it cannot.
+pub fn excluded(plan: &Plan, req: &Request, n: u32) -> Option<String> {
     if plan.collective != req.collective {
         return Some(format!("it is a {} plan", plan.collective));
     }
@@ -130,14 +143,9 @@ fn excluded(plan: &Plan, req: &Request, n: u32) -> Option<String> {
     None
 }
 
-/// From this size on, [`cheapest`] bounds every option before it simulates any.
-const SORT_MIN_BYTES: u64 = 1 << 20;
-
 /// Of `configs` (replicas, protocol) of `plan`, the cheapest for `req` (the first of
-/// equals), or where none can be priced the first one's error. Each is bounded
-/// ([`sim::predict_below`]; large calls bound them all first and go cheapest bound
-/// first), and only those whose bound is below the best time found so far are
-/// simulated: the answer is the one that pricing them all gives.
+/// equals), or where none can be priced the first one's error; the options that cannot
+/// beat it are bounded, not simulated ([`near::price_near`]).
 fn cheapest(
     plan: &Plan,
     topo: &Topology,
@@ -145,61 +153,44 @@ fn cheapest(
     req: &Request,
     configs: &[(u32, Protocol)],
 ) -> Option<(u32, Protocol, Result<f64, String>)> {
-    use sim::Priced;
-    let call = |&(replicas, protocol): &(u32, Protocol)| Call {
-        bytes: req.bytes,
-        elem: req.elem,
-        protocol,
-        replicas,
-        direct: req.direct_reads(),
-        together: req.direct,
-    };
-    // Each one's bound, or its price where the bound is the price (flat launches), or
-    // its error. Below `SORT_MIN_BYTES` a simulation costs little more than a bound:
-    // the options go in their order, each bounded on its way to being simulated.
-    let mut results: Vec<Option<Result<f64, String>>> = vec![None; configs.len()];
-    let mut bounds: Vec<(f64, usize)> = Vec::new();
-    if req.bytes < SORT_MIN_BYTES || configs.len() < 2 {
-        bounds.extend((0..configs.len()).map(|i| (f64::NEG_INFINITY, i)));
-    } else {
-        for (i, c) in configs.iter().enumerate() {
-            match sim::predict_below(plan, topo, profile, &call(c), f64::NEG_INFINITY) {
-                Ok(Priced::Above(b)) => bounds.push((b, i)),
-                Ok(Priced::Predicted(p)) => results[i] = Some(Ok(p.total_us)),
-                Err(e) => results[i] = Some(Err(e)),
-            }
-        }
-        bounds.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    }
-    let best = |results: &[Option<Result<f64, String>>]| {
-        results
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| match r {
-                Some(Ok(t)) => Some((*t, i)),
-                _ => None,
-            })
-            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
-    };
-    for (bound, i) in bounds {
-        // A margin for the bound's rounding: it sums what the simulation adds in
-        // another order.
-        let limit = best(&results).map_or(f64::INFINITY, |(t, _)| t * (1.0 + 1e-9));
-        if bound > limit {
-            break;
-        }
-        results[i] = match sim::predict_below(plan, topo, profile, &call(&configs[i]), limit) {
-            Ok(Priced::Predicted(p)) => Some(Ok(p.total_us)),
-            Ok(Priced::Above(_)) => None,
-            Err(e) => Some(Err(e)),
-        };
-    }
-    match best(&results) {
+    let offers: Vec<near::Offer> = configs
+        .iter()
+        .map(|&(replicas, protocol)| near::Offer {
+            plan,
+            call: req.call(replicas, protocol),
+        })
+        .collect();
+    let results = near::price_near(&offers, topo, profile, 0.0);
+    let best = results
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r {
+            Some(Ok(t)) => Some((*t, i)),
+            _ => None,
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    match best {
         Some((t, i)) => Some((configs[i].0, configs[i].1, Ok(t))),
         None => results.iter().zip(configs).find_map(|(r, c)| match r {
             Some(Err(e)) => Some((c.0, c.1, Err(e.clone()))),
             _ => None,
         }),
+    }
+}
+
+/// The protocols `plan` may run with for `req`: `forced` where given, else the plan's own,
+/// `Auto` meaning every one the backend has (LL128 only where `req` allows it; a plan
+/// that asks for LL128 where it is not allowed runs Simple).
+pub fn protocols(plan: &Plan, req: &Request, forced: Option<Protocol>) -> Vec<Protocol> {
+    match (forced, plan.protocol) {
+        (Some(fixed), _) => vec![fixed],
+        (None, Protocol::Auto) if req.ll128 => {
+            vec![Protocol::Simple, Protocol::Ll, Protocol::Ll128]
+        }
+        (None, Protocol::Auto) => vec![Protocol::Simple, Protocol::Ll],
+        (None, Protocol::Ll128) if req.ll128 => vec![Protocol::Ll128],
+        (None, Protocol::Ll128) => vec![Protocol::Simple],
+        (None, other) => vec![other],
     }
 }
 
@@ -239,16 +230,7 @@ pub fn rank_with(
             });
             continue;
         }
-        let protocols: Vec<Protocol> = match (protocol, p.protocol) {
-            (Some(fixed), _) => vec![fixed],
-            (None, Protocol::Auto) if req.ll128 => {
-                vec![Protocol::Simple, Protocol::Ll, Protocol::Ll128]
-            }
-            (None, Protocol::Auto) => vec![Protocol::Simple, Protocol::Ll],
-            (None, Protocol::Ll128) if req.ll128 => vec![Protocol::Ll128],
-            (None, Protocol::Ll128) => vec![Protocol::Simple],
-            (None, other) => vec![other],
-        };
+        let protocols = protocols(p, req, protocol);
         let counts = match replicas {
             Some(r) => vec![r],
             None => replica_counts(p),

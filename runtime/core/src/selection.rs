@@ -104,8 +104,12 @@ pub type Priced = (f64, usize, u32, Protocol, u32);
 
 /// Every choice the backend `target` can run for `plans` (replica counts within its block
 /// budget, or `replicas`; its protocols, or `protocol`), priced by the model; plans the
-/// model cannot price (they do not apply, or it cannot simulate them) have none. What
-/// the runtime chooses from, and `braid explain` shows.
+/// model cannot price (they do not apply, or it cannot simulate them) have none. With
+/// `near`, only the choices within that fraction of the fastest are sure to be there
+/// (the others may be bounded and left out: [`braid_cost::near`]), which is all [`pick`]
+/// needs with [`TIE`]; without, every plan and replica count has its fastest protocol
+/// (what `braid explain` shows).
+#[allow(clippy::too_many_arguments)]
 pub fn price(
     topo: &Topology,
     profile: &Profile,
@@ -114,6 +118,7 @@ pub fn price(
     replicas: Option<u32>,
     protocol: Option<Protocol>,
     target: &Target,
+    near: Option<f64>,
 ) -> Vec<Priced> {
     let protocol = if target.ll {
         protocol
@@ -131,18 +136,51 @@ pub fn price(
     } else {
         profile
     };
+    let counts = |plan: &braid_plan::Plan| match replicas {
+        Some(r) => vec![r],
+        None => replica_counts(plan, target),
+    };
     let mut options = Vec::new();
+    if let Some(within) = near {
+        // Every plan, replica count and protocol as one offer, priced where it can win.
+        let mut offers = Vec::new();
+        let mut what = Vec::new();
+        for (i, plan) in plans.iter().enumerate() {
+            if let Some(why) = braid_cost::excluded(plan, req, topo.n_ranks()) {
+                tracing::debug!(plan = %plan.name, "the cost model cannot price it: {why}");
+                continue;
+            }
+            for r in counts(plan) {
+                for proto in braid_cost::protocols(plan, req, protocol) {
+                    offers.push(braid_cost::near::Offer {
+                        plan,
+                        call: req.call(r, proto),
+                    });
+                    what.push((i, r, proto));
+                }
+            }
+        }
+        let results = braid_cost::near::price_near(&offers, topo, profile, within);
+        for ((i, r, proto), result) in what.into_iter().zip(results) {
+            match result {
+                Some(Ok(t)) => {
+                    options.push((t, i, r, proto, blocks_per_replica(plans[i]) * r));
+                }
+                Some(Err(why)) => {
+                    tracing::debug!(plan = %plans[i].name, "the cost model cannot price it: {why}")
+                }
+                None => {}
+            }
+        }
+        return options;
+    }
     for (i, plan) in plans.iter().enumerate() {
-        let counts = match replicas {
-            Some(r) => vec![r],
-            None => replica_counts(plan, target),
-        };
         let cand = [Candidate {
             plan,
             origin: String::new(),
         }];
         let blocks = blocks_per_replica(plan);
-        for r in counts {
+        for r in counts(plan) {
             for ranked in braid_cost::rank_with(&cand, topo, profile, req, Some(r), protocol) {
                 match ranked.result {
                     Ok(t) => options.push((t, i, r, ranked.protocol, blocks * r)),
@@ -212,6 +250,7 @@ pub fn choose(
         policy.replicas,
         forced_protocol,
         target,
+        Some(TIE),
     );
     let priced: Vec<String> = options
         .iter()

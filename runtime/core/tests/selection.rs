@@ -312,6 +312,7 @@ fn ranks_that_run_flat_launches_are_priced_as_such() {
             Some(1),
             Some(Protocol::Simple),
             target,
+            None,
         )[0]
         .0
     };
@@ -397,4 +398,47 @@ fn a_shared_model_keeps_the_choices_of_different_targets_apart() {
         model.choose(&reg, &r, &with).unwrap().protocol,
         Protocol::Ll128
     );
+}
+
+/// The runtime prices only the choices that can come within [`TIE`] of the fastest (the
+/// others are bounded and left out); it picks what pricing them all picks, on GPU
+/// constants inside a node and across nodes, for every collective and size.
+#[test]
+fn pricing_only_the_near_choices_picks_what_pricing_all_picks() {
+    use braid_runtime::selection::{pick, price, TIE};
+    for topo in ["nvswitch:8", "cluster:2x4"] {
+        let (t, reg) = setup(topo);
+        let n = t.n_ranks();
+        let profile = Profile::default();
+        for c in Collective::ALL {
+            for bytes in SIZES {
+                let r = req(c, n, bytes * if c.has_k() { n as usize } else { 1 });
+                let fitting = reg
+                    .candidates(r.collective, n, r.root, r.mode, r.bytes, None)
+                    .unwrap();
+                let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
+                let creq = braid_cost::Request {
+                    collective: c,
+                    root: r.root,
+                    mode: r.mode,
+                    bytes: r.bytes as u64,
+                    elem: 4,
+                    direct: false,
+                    ll128: false,
+                };
+                let all = price(&t, &profile, &plans, &creq, None, None, &GPU, None);
+                let near = price(&t, &profile, &plans, &creq, None, None, &GPU, Some(TIE));
+                let key = |o: Option<(f64, usize, u32, Protocol, u32)>| {
+                    o.map(|(t, i, r, p, b)| (plans[i].name.clone(), r, p, b, t))
+                };
+                assert_eq!(
+                    key(pick(&near)),
+                    key(pick(&all)),
+                    "{topo} {c} {bytes} B ({} of {} choices priced)",
+                    near.len(),
+                    all.len()
+                );
+            }
+        }
+    }
 }

@@ -183,6 +183,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         args.replicas,
         proto,
         &target,
+        None,
     );
     let pick = braid_runtime::selection::pick;
     // Why candidate `i` has no priced choice: the model's reason, else the block budget.
