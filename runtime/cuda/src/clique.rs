@@ -441,7 +441,11 @@ impl Clique {
         if missing.is_empty() {
             return Ok(());
         }
-        let len: usize = Lane::ALL.iter().map(|&l| lane_len(l, slots)).sum();
+        let len: usize = Lane::ALL
+            .into_iter()
+            .filter(|&l| self.has_lane(l, false))
+            .map(|l| lane_len(l, slots))
+            .sum();
         let local = |r: u32| self.local_index(r);
         // Receivers here create their FIFOs.
         let mut offers: Vec<(usize, Vec<u8>)> = Vec::new();
@@ -553,10 +557,16 @@ impl Clique {
         Ok(())
     }
 
+    /// Whether connections (network ones: `net`) have `lane`. LL128's only where the
+    /// communicator may run it (its links passed the stress test, never over a proxy):
+    /// elsewhere its slots would be memory no call uses.
+    fn has_lane(&self, lane: Lane, net: bool) -> bool {
+        lane != Lane::Ll128 || (self.ll128 && !net)
+    }
+
     /// The lanes of a connection end of local rank `rank` at FIFO base `base`, with a
-    /// fresh counter each. A network end has no LL128 lane (its FIFO holds Simple and LL;
-    /// LL128 never runs over a proxy): that end is left unconnected, which the program
-    /// check refuses to use.
+    /// fresh counter each, in lane order. A lane the end does not have ([`Self::has_lane`]:
+    /// LL128, the last) is left unconnected, which the program check refuses to use.
     fn lanes(
         &self,
         c: &mut Conns,
@@ -575,10 +585,7 @@ impl Clique {
         }
         let mut out = [EndDesc::default(); LANES];
         let mut at = base;
-        for lane in Lane::ALL {
-            if net && lane == Lane::Ll128 {
-                break;
-            }
+        for lane in Lane::ALL.into_iter().filter(|&l| self.has_lane(l, net)) {
             out[lane as usize] = EndDesc {
                 slots: at + LANE_HEADER as u64,
                 head: at,
