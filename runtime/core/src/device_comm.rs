@@ -24,6 +24,7 @@ use crate::policy::{Policy, Request, Target};
 use crate::registry::Registry;
 use braid_ir::{Collective, Mode, Protocol};
 use braid_plan::Verified;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -253,7 +254,7 @@ pub struct DeviceComm<E: Engine> {
     engine: E,
     registry: Arc<Registry>,
     policy: Policy,
-    by_call: Mutex<HashMap<CallKey, Arc<Prepared<E::Prepared>>>>,
+    by_call: Mutex<FxHashMap<CallKey, Arc<Prepared<E::Prepared>>>>,
     by_choice: Mutex<HashMap<PrepKey, Arc<Prepared<E::Prepared>>>>,
     failed: Mutex<Option<String>>,
 }
@@ -264,7 +265,7 @@ impl<E: Engine> DeviceComm<E> {
             engine,
             registry,
             policy,
-            by_call: Mutex::new(HashMap::new()),
+            by_call: Mutex::new(FxHashMap::default()),
             by_choice: Mutex::new(HashMap::new()),
             failed: Mutex::new(None),
         }
