@@ -19,6 +19,7 @@ use crate::transport::{self, Region};
 use braid_plan::Plan;
 use braid_runtime::device_comm::Stats;
 use cudarc::driver::{result, sys, CudaContext};
+use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -139,10 +140,10 @@ pub struct Clique {
     /// behind it forever); per stream, how many launches it has seen.
     pub launches: Mutex<Launches>,
     /// Per GPU: an event joining several ranks' streams around one launch.
-    join: Mutex<HashMap<usize, Event>>,
+    join: Mutex<FxHashMap<usize, Event>>,
     /// Launch programs of flat launches made so far, per plan digest and ranks of the
     /// launch in order ([`Clique::flat_program`]).
-    flat_programs: Mutex<HashMap<FlatKey, Option<Arc<crate::flat::Program>>>>,
+    flat_programs: Mutex<FxHashMap<FlatKey, Option<Arc<crate::flat::Program>>>>,
     /// Why the clique was aborted, when the reason came from outside (a peer's failure
     /// the bootstrap noticed).
     abort_reason: Arc<Mutex<Option<String>>>,
@@ -154,11 +155,12 @@ type FlatKey = (u64, [u32; crate::kernel::MAX_LOCAL], usize);
 /// Flat launch programs a clique keeps at most (it starts over past them).
 const FLAT_PROGRAMS: usize = 256;
 
-/// What [`Clique::launches`] keeps.
+/// What [`Clique::launches`] keeps (looked up at every launch: a fast hash of small
+/// keys).
 #[derive(Default)]
 pub struct Launches {
-    pub last_solo: HashMap<usize, Option<(usize, u32)>>,
-    pub per_stream: HashMap<usize, u64>,
+    pub last_solo: FxHashMap<usize, Option<(usize, u32)>>,
+    pub per_stream: FxHashMap<usize, u64>,
 }
 
 /// A CUDA event handle owned by the clique.
@@ -234,8 +236,8 @@ impl Clique {
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),
             launches: Mutex::new(Launches::default()),
-            join: Mutex::new(HashMap::new()),
-            flat_programs: Mutex::new(HashMap::new()),
+            join: Mutex::new(FxHashMap::default()),
+            flat_programs: Mutex::new(FxHashMap::default()),
             abort_reason: Arc::new(Mutex::new(None)),
         })
     }

@@ -166,6 +166,11 @@ pub struct Program {
     /// The plan's verdict ([`braid_plan::flat::runs_in_place`]): the launch may run in
     /// place where the buffers are laid out as NCCL lays out calls in place.
     in_place: bool,
+    /// Of every rank's program, the ranks whose `in` it reads, whose `out` it reads, and
+    /// that read it: each must be in the launch (with that buffer), as once for all.
+    reads: Vec<u32>,
+    reads_out: Vec<u32>,
+    read_by: Vec<u32>,
 }
 
 /// The launch program of `calls` of `plan` (their programs, with receives done by the
@@ -178,25 +183,30 @@ pub fn launch_program(
     max_dsts: usize,
 ) -> Option<Program> {
     let programs: Vec<(u32, &FlatProgram)> = calls.iter().map(|c| (c.rank, c.program)).collect();
-    Some(Program::new(
-        plan,
-        braid_plan::flat::launch(&programs, max_dsts.min(MAX_PASS_OPS))?,
-    ))
+    let launch = braid_plan::flat::launch(&programs, max_dsts.min(MAX_PASS_OPS))?;
+    let union = |of: fn(&FlatProgram) -> &Vec<u32>| -> Vec<u32> {
+        let mut v: Vec<u32> = programs
+            .iter()
+            .flat_map(|(_, p)| of(p).iter().copied())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    Some(Program {
+        in_place: braid_plan::flat::runs_in_place(plan, &launch),
+        collective: plan.collective,
+        n: plan.n_ranks,
+        in_chunks: plan.in_chunks,
+        out_chunks: plan.out_chunks,
+        reads: union(|p| &p.reads),
+        reads_out: union(|p| &p.reads_out),
+        read_by: union(|p| &p.read_by),
+        launch,
+    })
 }
 
 impl Program {
-    /// `launch`, a launch program of `plan`, with the plan's verdict on running in place.
-    pub fn new(plan: &braid_plan::Plan, launch: LaunchProgram) -> Program {
-        Program {
-            in_place: braid_plan::flat::runs_in_place(plan, &launch),
-            collective: plan.collective,
-            n: plan.n_ranks,
-            in_chunks: plan.in_chunks,
-            out_chunks: plan.out_chunks,
-            launch,
-        }
-    }
-
     /// The plan's verdict on running in place ([`braid_plan::flat::runs_in_place`]).
     pub fn runs_in_place(&self) -> bool {
         self.in_place
@@ -284,21 +294,27 @@ pub fn resolve_program(
     {
         return None;
     }
-    let call_of = |r: u32| calls.iter().find(|c| c.rank == r);
-    for c in calls {
-        for &r in &c.program.reads {
-            if call_of(r).is_none_or(|p| p.input == 0) {
-                return None;
-            }
+    // Calls usually come in rank order, one per rank from the first: found by position,
+    // else by search.
+    let base = first.rank;
+    let call_of = |r: u32| match calls.get(r.wrapping_sub(base) as usize) {
+        Some(c) if c.rank == r => Some(c),
+        _ => calls.iter().find(|c| c.rank == r),
+    };
+    // `prog` is these calls' launch program: the ranks it reads and that read it are
+    // here, with the buffers read.
+    for &r in &prog.reads {
+        if call_of(r).is_none_or(|p| p.input == 0) {
+            return None;
         }
-        for &r in &c.program.reads_out {
-            if call_of(r).is_none_or(|p| p.output == 0) {
-                return None;
-            }
+    }
+    for &r in &prog.reads_out {
+        if call_of(r).is_none_or(|p| p.output == 0) {
+            return None;
         }
-        for &r in &c.program.read_by {
-            call_of(r)?;
-        }
+    }
+    for &r in &prog.read_by {
+        call_of(r)?;
     }
     let nseq = prog.launch.seqs.len();
     if nseq == 0 || nseq > MAX_SEQS {

@@ -107,12 +107,11 @@ fn run_flat(
             avg: false,
         })
         .collect();
-    let prog = if merge {
-        flat::launch_program(plan, &calls, braid_plan::flat::MAX_DSTS)?
-    } else {
-        let p: Vec<(u32, &FlatProgram)> = calls.iter().map(|c| (c.rank, c.program)).collect();
-        flat::Program::new(plan, braid_plan::flat::launch(&p, 1)?)
-    };
+    let prog = flat::launch_program(
+        plan,
+        &calls,
+        if merge { braid_plan::flat::MAX_DSTS } else { 1 },
+    )?;
     // The plan's verdict on running in place is what the addresses say.
     let checked = flat::resolve_program(&calls, &prog.clone().checked_on_addresses(), max_grid);
     let l = flat::resolve_program(&calls, &prog, max_grid);
@@ -376,10 +375,7 @@ fn a_launch_that_writes_what_a_peer_reads_is_not_flat_in_place() {
             })
             .collect()
     };
-    let unmerged = |c: &[RankCall<'_>]| {
-        let p: Vec<(u32, &FlatProgram)> = c.iter().map(|c| (c.rank, c.program)).collect();
-        flat::Program::new(&plan, braid_plan::flat::launch(&p, 1).unwrap())
-    };
+    let unmerged = |c: &[RankCall<'_>]| flat::launch_program(&plan, c, 1).unwrap();
     let oop = calls(false);
     assert!(flat::resolve_program(&oop, &unmerged(&oop), 132).is_some());
     let ip = calls(true);
