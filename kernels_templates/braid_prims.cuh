@@ -448,8 +448,9 @@ __device__ bool ll128_load(const Watch& w, const char* line, u32 sub, bool activ
     const bool waiting = active && sub == 7 && b != flag;
     if (!__any_sync(0xffffffffu, waiting)) return true;
     if ((++spins & 1023) == 0) {
-      if (*w.fail != 0) return false;
-      if (!slow_checks(w, deadline, WAIT_RECV)) return false;
+      // The whole warp gives up together (its lines' loads are warp-wide).
+      const bool stop = *w.fail != 0 || !slow_checks(w, deadline, WAIT_RECV);
+      if (__any_sync(0xffffffffu, stop)) return false;
     }
   }
 }
