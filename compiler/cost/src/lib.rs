@@ -179,10 +179,11 @@ fn cheapest(
 }
 
 /// The protocols `plan` may run with for `req`: `forced` where given, else the plan's own,
-/// `Auto` meaning every one the backend has (LL128 only where `req` allows it; a plan
-/// that asks for LL128 where it is not allowed runs Simple).
+/// `Auto` meaning every one the backend has. LL128 only where `req` allows it: a plan or
+/// a caller that asks for it elsewhere gets Simple, as the runtime runs it.
 pub fn protocols(plan: &Plan, req: &Request, forced: Option<Protocol>) -> Vec<Protocol> {
     match (forced, plan.protocol) {
+        (Some(Protocol::Ll128), _) if !req.ll128 => vec![Protocol::Simple],
         (Some(fixed), _) => vec![fixed],
         (None, Protocol::Auto) if req.ll128 => {
             vec![Protocol::Simple, Protocol::Ll, Protocol::Ll128]

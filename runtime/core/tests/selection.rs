@@ -442,3 +442,30 @@ fn pricing_only_the_near_choices_picks_what_pricing_all_picks() {
         }
     }
 }
+
+/// `BRAID_PROTO=ll128` on a communicator whose links have no passed LL128 stress test: the
+/// model's choice runs Simple (the backend refuses to prepare LL128 there); where they
+/// passed, LL128.
+#[test]
+fn a_forced_ll128_runs_simple_where_its_stress_test_did_not_pass() {
+    let (t, reg) = setup("nvswitch:8");
+    let forced = Policy {
+        protocol: Some(Protocol::Ll128),
+        ..Policy::default()
+    }
+    .with_model(t, Profile::default());
+    for bytes in [8usize, 1 << 20, 64 << 20] {
+        let r = req(Collective::Allreduce, 8, bytes);
+        assert_eq!(
+            forced.choose(&reg, &r, &GPU).unwrap().protocol,
+            Protocol::Simple,
+            "{bytes} B without a verdict"
+        );
+        let with = Target { ll128: true, ..GPU };
+        assert_eq!(
+            forced.choose(&reg, &r, &with).unwrap().protocol,
+            Protocol::Ll128,
+            "{bytes} B with one"
+        );
+    }
+}
