@@ -181,6 +181,9 @@ impl AlgoFilter {
 pub struct Policy {
     /// A protocol every call uses (`None` or `Auto`: the plan's, `auto` by size).
     pub protocol: Option<Protocol>,
+    /// The protocol list excludes LL128 (`NCCL_PROTO=^LL128`, or a list without it): no
+    /// call runs LL128, even where its stress test passed.
+    pub no_ll128: bool,
     /// A replica count every call uses.
     pub replicas: Option<u32>,
     /// The plans calls may use (`None`: all).
@@ -213,10 +216,18 @@ impl Policy {
     /// `BRAID_MAX_CTAS` / `NCCL_MAX_CTAS`.
     pub fn from_env() -> Result<Policy> {
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
-        let protocol = match (var("BRAID_PROTO"), var("NCCL_PROTO")) {
-            (Some(v), _) => parse_protocols("BRAID_PROTO", &v)?,
-            (None, Some(v)) => parse_protocols("NCCL_PROTO", &v)?,
+        let proto = match (var("BRAID_PROTO"), var("NCCL_PROTO")) {
+            (Some(v), _) => Some(("BRAID_PROTO", v)),
+            (None, Some(v)) => Some(("NCCL_PROTO", v)),
             (None, None) => None,
+        };
+        let protocol = match &proto {
+            Some((name, v)) => parse_protocols(name, v)?,
+            None => None,
+        };
+        let no_ll128 = match &proto {
+            Some((name, v)) => !protocol_set(name, v)?[2],
+            None => false,
         };
         let replicas = var("BRAID_CHANNELS")
             .map(|v| match v.trim().parse::<u32>() {
@@ -248,6 +259,7 @@ impl Policy {
         };
         Ok(Policy {
             protocol,
+            no_ll128,
             replicas,
             algo,
             model: None,
@@ -345,7 +357,7 @@ impl Policy {
         let ll = match asked {
             Protocol::Ll => true,
             Protocol::Simple => false,
-            Protocol::Ll128 if target.ll128 => return Protocol::Ll128,
+            Protocol::Ll128 if target.ll128 && !self.no_ll128 => return Protocol::Ll128,
             Protocol::Ll128 => {
                 tracing::debug!(
                     plan = %plan.name,
@@ -388,13 +400,33 @@ pub fn parse_protocol(v: &str) -> Result<Protocol> {
 
 /// `BRAID_PROTO` / `NCCL_PROTO` (read as variable `var`): `auto` (by size), or NCCL's
 /// list of the protocols calls may use (`LL,Simple`; `^LL128` all but these; any case),
-/// as the policy's forced protocol: both implemented ones allowed is `None` (the plan's
-/// own, `auto` by size), one of them forces it, `LL128` alone asks for LL128 (which runs
-/// Simple until it exists).
+/// as the policy's forced protocol: both of Simple and LL allowed is `None` (the plan's
+/// own, `auto` by size, LL128 among them where [`protocol_set`] allows it and its
+/// stress test passed), one of them forces it, `LL128` alone asks for LL128 (which runs
+/// Simple where the stress test did not pass).
 pub fn parse_protocols(var: &str, v: &str) -> Result<Option<Protocol>> {
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok(Some(Protocol::Auto));
+    }
+    Ok(match protocol_set(var, v)? {
+        [true, true, _] => None,
+        [true, false, _] => Some(Protocol::Simple),
+        [false, true, _] => Some(Protocol::Ll),
+        [false, false, true] => Some(Protocol::Ll128),
+        [false, false, false] => {
+            return Err(RuntimeError::Invalid(format!(
+                "{var}={v} allows no protocol"
+            )))
+        }
+    })
+}
+
+/// Which of Simple, LL and LL128 a value of `BRAID_PROTO` / `NCCL_PROTO` allows (`auto`:
+/// all).
+pub fn protocol_set(var: &str, v: &str) -> Result<[bool; 3]> {
     let text = v.trim();
     if text.eq_ignore_ascii_case("auto") {
-        return Ok(Some(Protocol::Auto));
+        return Ok([true; 3]);
     }
     let (exclude, list) = match text.strip_prefix('^') {
         Some(rest) => (true, rest),
@@ -415,18 +447,7 @@ pub fn parse_protocols(var: &str, v: &str) -> Result<Option<Protocol>> {
         };
         named[i] = true;
     }
-    let allowed = named.map(|n| n != exclude);
-    Ok(match allowed {
-        [true, true, _] => None,
-        [true, false, _] => Some(Protocol::Simple),
-        [false, true, _] => Some(Protocol::Ll),
-        [false, false, true] => Some(Protocol::Ll128),
-        [false, false, false] => {
-            return Err(RuntimeError::Invalid(format!(
-                "{var}={v} allows no protocol"
-            )))
-        }
-    })
+    Ok(named.map(|n| n != exclude))
 }
 
 /// Thread blocks one replica of `plan` takes on its busiest rank (at least 1).
@@ -567,6 +588,15 @@ mod tests {
         );
         assert_eq!(
             force_ll128.protocol_for(&simple, &req(1 << 20), 1, &GPU),
+            Protocol::Simple
+        );
+        // A protocol list without LL128 keeps a plan that asks for it on Simple.
+        let no_ll128 = Policy {
+            no_ll128: true,
+            ..d.clone()
+        };
+        assert_eq!(
+            no_ll128.protocol_for(&ll128, &req(8), 1, &verified),
             Protocol::Simple
         );
         assert_eq!(

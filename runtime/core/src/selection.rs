@@ -239,7 +239,8 @@ pub fn choose(
         bytes: req.bytes as u64,
         elem: req.elem as u64,
         direct: target.direct,
-        ll128: target.ll128,
+        // LL128 where the backend's stress test passed and the protocol list allows it.
+        ll128: target.ll128 && !policy.no_ll128,
     };
     let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
     let options = price(

@@ -367,20 +367,7 @@ fn every_choice_verifies_with_its_replicas() {
 #[test]
 fn a_shared_model_keeps_the_choices_of_different_targets_apart() {
     let (t, reg) = setup("nvswitch:8");
-    let mut p = Profile::default();
-    for v in [
-        &mut p.call_us,
-        &mut p.slice_us,
-        &mut p.hop_us.nvlink,
-        &mut p.net_post_us,
-    ] {
-        let ll = v.ll;
-        v.set(Protocol::Ll128, ll);
-    }
-    p.block_gbps.set(Protocol::Ll128, p.block_gbps.simple);
-    p.efficiency.set(Protocol::Ll128, 120.0 / 128.0);
-    p.slice_bytes.set(Protocol::Ll128, 61440.0);
-    let model = Policy::default().with_model(t, p);
+    let model = Policy::default().with_model(t, ll128_cheap());
     let r = req(Collective::Allreduce, 8, 1 << 20);
     let with = Target { ll128: true, ..GPU };
     assert_eq!(
@@ -468,4 +455,65 @@ fn a_forced_ll128_runs_simple_where_its_stress_test_did_not_pass() {
             "{bytes} B with one"
         );
     }
+}
+
+/// Constants under which LL128 beats Simple and LL at 1 MiB on nvswitch:8: LL's per-message
+/// costs, Simple's block rate, 120 of 128 bytes.
+fn ll128_cheap() -> Profile {
+    let mut p = Profile::default();
+    for v in [
+        &mut p.call_us,
+        &mut p.slice_us,
+        &mut p.hop_us.nvlink,
+        &mut p.net_post_us,
+    ] {
+        let ll = v.ll;
+        v.set(Protocol::Ll128, ll);
+    }
+    p.block_gbps.set(Protocol::Ll128, p.block_gbps.simple);
+    p.efficiency.set(Protocol::Ll128, 120.0 / 128.0);
+    p.slice_bytes.set(Protocol::Ll128, 61440.0);
+    p
+}
+
+/// `NCCL_PROTO=^LL128` (or a list without it) keeps LL128 off where the backend would
+/// run it and the model prefers it; the lists NCCL users write parse as NCCL reads them.
+#[test]
+fn a_protocol_list_without_ll128_keeps_it_off() {
+    use braid_runtime::policy::protocol_set;
+    assert_eq!(
+        protocol_set("NCCL_PROTO", "^LL128").unwrap(),
+        [true, true, false]
+    );
+    assert_eq!(
+        protocol_set("NCCL_PROTO", "Simple,LL").unwrap(),
+        [true, true, false]
+    );
+    assert_eq!(protocol_set("NCCL_PROTO", "auto").unwrap(), [true; 3]);
+    assert_eq!(
+        protocol_set("NCCL_PROTO", "^ll").unwrap(),
+        [true, false, true]
+    );
+    assert!(protocol_set("NCCL_PROTO", "LL256").is_err());
+    let (t, reg) = setup("nvswitch:8");
+    let r = req(Collective::Allreduce, 8, 1 << 20);
+    let with = Target { ll128: true, ..GPU };
+    let open = Policy::default().with_model(t.clone(), ll128_cheap());
+    assert_eq!(
+        open.choose(&reg, &r, &with).unwrap().protocol,
+        Protocol::Ll128
+    );
+    let closed = Policy {
+        no_ll128: true,
+        ..Policy::default()
+    }
+    .with_model(t, ll128_cheap());
+    let c = closed.choose(&reg, &r, &with).unwrap();
+    assert_ne!(
+        c.protocol,
+        Protocol::Ll128,
+        "{} x{}",
+        c.plan.name,
+        c.replicas
+    );
 }
