@@ -10,12 +10,25 @@
 // `role` 0: blocks [0, wblocks) write and the rest read (one launch, one GPU); 1: every
 // block writes (the writer's GPU); 2: every block reads (the reader's GPU, which holds
 // `lines`). Plus 4: the control, whose writers store each line's flag first and its data
-// with a second instruction, so that readers must see torn lines (the check works). `ctl` (in the reader's memory): [0] readers that started, [1] line
-// observations with a new flag, [2] torn observations, [3] lines that never showed the
-// last round within `spins` loads, [4] writers that gave up waiting for the readers.
+// with a second instruction, so that readers must see torn lines (the check works).
+// Each reader warp polls all its lines in turn, every line once per pass, so that every
+// line is watched while the writers write. `ctl` (in the reader's memory): [0] readers
+// that started, [1] line observations with a new flag, [2] torn observations, [3] lines
+// that never showed the last round within `timeout_ns`, [4] writers that gave up waiting
+// for the readers within it, [5] (role 1) the readers to wait for.
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
+
+// Line groups (4 lines each) one reader warp watches at most: the host keeps `nlines`
+// within reader warps x 4 x this.
+#define BRAID_LL128_MAX_GROUPS 64
+
+__device__ __forceinline__ u64 now_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
 
 __device__ __forceinline__ u64 word_of(u64 round, u64 line, u32 k) {
   u64 x = round * 0x9E3779B97F4A7C15ull ^ (line << 24) ^ (u64)k;
@@ -24,8 +37,9 @@ __device__ __forceinline__ u64 word_of(u64 round, u64 line, u32 k) {
 }
 
 extern "C" __global__ void braid_ll128_stress(char* lines, u64 nlines, u64 rounds,
-                                              u32 wblocks, u32 role, u64 spins,
+                                              u32 wblocks, u32 role, u64 timeout_ns,
                                               volatile u64* ctl) {
+  const u64 start = now_ns();
   const bool split = (role & 4) != 0;
   role &= 3;
   const u32 lane = threadIdx.x % 32, sub = lane % 8;
@@ -38,11 +52,10 @@ extern "C" __global__ void braid_ll128_stress(char* lines, u64 nlines, u64 round
     // Start with the readers, so that the two overlap (across GPUs the launches are
     // separate).
     const u32 readers = role == 0 ? gridDim.x - wblocks : 0;
-    u64 n = 0;
     if (role == 1 || readers > 0) {
       const u64 want = role == 1 ? ctl[5] : readers;
       while (ctl[0] < want) {
-        if (++n > spins) {
+        if (now_ns() - start > timeout_ns) {
           if (threadIdx.x == 0) atomicAdd((u64*)&ctl[4], 1ull);
           return;
         }
@@ -77,21 +90,30 @@ extern "C" __global__ void braid_ll128_stress(char* lines, u64 nlines, u64 round
     atomicAdd((u64*)&ctl[0], 1ull);
   }
   u64 reads = 0, torn = 0, stalled = 0;
-  for (u64 base = warp * 4; base < nlines; base += warps * 4) {
-    const u64 l = base + lane / 8;
-    const bool active = l < nlines;
-    u64 seen = 0, n = 0;
-    bool done = !active;
-    while (!__all_sync(0xffffffffu, done)) {
+  // This warp's groups: group g is lines [4 (warp + g warps), +4), this thread's line in
+  // it the (lane / 8)-th. Per group: the last flag seen, and whether the line is done.
+  const u64 groups = (nlines + warps * 4 - 1) / (warps * 4);
+  u64 seen[BRAID_LL128_MAX_GROUPS];
+  bool done[BRAID_LL128_MAX_GROUPS];
+  for (u64 g = 0; g < BRAID_LL128_MAX_GROUPS; g++) {
+    seen[g] = 0;
+    done[g] = g >= groups || (warp + g * warps) * 4 + lane / 8 >= nlines;
+  }
+  bool all = false;
+  while (!__all_sync(0xffffffffu, all)) {
+    const bool late = now_ns() - start > timeout_ns;
+    all = true;
+    for (u64 g = 0; g < groups && g < BRAID_LL128_MAX_GROUPS; g++) {
+      const u64 l = (warp + g * warps) * 4 + lane / 8;
       u64 a = 0, b = 0;
-      if (!done)
+      if (!done[g])
         asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"
                      : "=l"(a), "=l"(b)
                      : "l"(lines + 128 * l + 16 * sub)
                      : "memory");
       // The line's flag, from its eighth thread.
       const u64 flag = __shfl_sync(0xffffffffu, b, (lane & ~7u) + 7);
-      if (!done && flag != seen && flag != 0) {
+      if (!done[g] && flag != seen[g] && flag != 0) {
         const bool ok = a == word_of(flag, l, 2 * sub) &&
                         (sub == 7 || b == word_of(flag, l, 2 * sub + 1));
         const u32 bad = __ballot_sync(__activemask(), !ok);
@@ -99,13 +121,14 @@ extern "C" __global__ void braid_ll128_stress(char* lines, u64 nlines, u64 round
           reads++;
           if ((bad >> (lane & ~7u)) & 0xffu) torn++;
         }
-        seen = flag;
+        seen[g] = flag;
       }
-      if (!done && flag == rounds) done = true;
-      if (!done && ++n > spins) {
-        done = true;
+      if (!done[g] && flag == rounds) done[g] = true;
+      if (!done[g] && late) {
+        done[g] = true;
         if (sub == 0) stalled++;
       }
+      all = all && done[g];
     }
   }
   if (sub == 0) {

@@ -23,9 +23,13 @@ const THREADS: u32 = 256;
 /// Blocks writing and blocks reading.
 const WRITERS: u32 = 4;
 const READERS: u32 = 4;
-/// Loads a reader spends on one line before it calls it stalled; a writer waiting for
-/// the readers to start, likewise.
-const SPINS: u64 = 1 << 31;
+/// How long readers watch their lines before they call the ones that never showed the
+/// last round stalled, and writers wait for the readers to start.
+const TIMEOUT_NS: u64 = 10_000_000_000;
+/// Line groups one reader warp watches at most (`BRAID_LL128_MAX_GROUPS`).
+const MAX_GROUPS: u64 = 64;
+/// Lines the test takes at most: every reader warp's groups, four lines each.
+pub const MAX_LINES: u64 = READERS as u64 * (THREADS as u64 / 32) * 4 * MAX_GROUPS;
 
 /// How hard the test pushes.
 #[derive(Clone, Copy, Debug)]
@@ -40,11 +44,13 @@ pub struct Stress {
 }
 
 impl Default for Stress {
-    /// 4096 lines (512 KiB) x 2000 rounds: a few milliseconds on an H200.
+    /// 4096 lines (512 KiB) x 16,000 rounds: some tens of milliseconds on an H200, long
+    /// enough for each reader warp, polling its 32 groups of lines in turn, to see every
+    /// line change well over the 16 times a verdict needs.
     fn default() -> Self {
         Stress {
             lines: 4096,
-            rounds: 2000,
+            rounds: 16_000,
             split: false,
         }
     }
@@ -53,9 +59,10 @@ impl Default for Stress {
 /// Runs the test with writers on GPU `writer` storing into GPU `reader`'s memory and
 /// readers on `reader` (the same GPU: one launch, writers and readers on different SMs).
 pub fn stress(writer: usize, reader: usize, how: Stress) -> Result<Ll128Verdict> {
-    if how.lines == 0 || how.lines % 4 != 0 || how.rounds == 0 {
+    if how.lines == 0 || how.lines % 4 != 0 || how.lines > MAX_LINES || how.rounds == 0 {
         return Err(CudaError::Invalid(format!(
-            "LL128 stress test: {} lines (a positive multiple of 4) and {} rounds (positive)",
+            "LL128 stress test: {} lines (a positive multiple of 4, at most {MAX_LINES}) and \
+             {} rounds (positive)",
             how.lines, how.rounds
         )));
     }
@@ -94,7 +101,7 @@ pub fn stress(writer: usize, reader: usize, how: Stress) -> Result<Ll128Verdict>
         shared_mem_bytes: 0,
     };
     let (lp, cp) = (lines.ptr(), ctl.ptr());
-    let (n, rounds, spins) = (how.lines, how.rounds, SPINS);
+    let (n, rounds, timeout) = (how.lines, how.rounds, TIMEOUT_NS);
     let split = if how.split { 4u32 } else { 0 };
     if writer == reader {
         let (f, _m) = load(&rc)?;
@@ -106,7 +113,7 @@ pub fn stress(writer: usize, reader: usize, how: Stress) -> Result<Ll128Verdict>
             .arg(&rounds)
             .arg(&w)
             .arg(&role)
-            .arg(&spins)
+            .arg(&timeout)
             .arg(&cp);
         // SAFETY: the kernel touches `lines` (n x 128 bytes) and 8 words of `ctl`, both
         // live until the synchronisation below; its blocks (8 of 256 threads) are
@@ -125,7 +132,7 @@ pub fn stress(writer: usize, reader: usize, how: Stress) -> Result<Ll128Verdict>
             .arg(&rounds)
             .arg(&zero)
             .arg(&read_role)
-            .arg(&spins)
+            .arg(&timeout)
             .arg(&cp);
         // SAFETY: as above; the readers run on the GPU that holds both allocations.
         unsafe { l.launch(cfg(READERS)) }?;
@@ -135,7 +142,7 @@ pub fn stress(writer: usize, reader: usize, how: Stress) -> Result<Ll128Verdict>
             .arg(&rounds)
             .arg(&zero)
             .arg(&write_role)
-            .arg(&spins)
+            .arg(&timeout)
             .arg(&cp);
         // SAFETY: the writers store into the reader GPU's allocations through peer
         // access (enabled above); both stay live until both streams are done.
@@ -265,8 +272,14 @@ mod tests {
     }
 
     #[test]
+    fn the_default_test_fits_the_readers() {
+        let d = Stress::default();
+        assert!(d.lines <= MAX_LINES && d.lines % 4 == 0 && d.rounds > 0);
+    }
+
+    #[test]
     fn the_test_refuses_shapes_it_cannot_run() {
-        for (lines, rounds) in [(0, 10), (6, 10), (8, 0)] {
+        for (lines, rounds) in [(0, 10), (6, 10), (8, 0), (MAX_LINES + 4, 10)] {
             let e = stress(
                 0,
                 0,
