@@ -53,7 +53,7 @@ use crate::slices::{Arrivals, Slices};
 use braid_ir::{Collective, Protocol};
 use braid_plan::{Execution, Plan};
 use braid_topo::Topology;
-use std::collections::HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 
 /// The most operands a chain run as one pass has (the CUDA kernel's limit: every peer of
 /// it in one launch).
@@ -224,8 +224,8 @@ pub fn predict_below(
     let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
     // Chains run as one pass: each head with the operands it reads and the blocks that
     // may share its pass (1: the head alone), and the links.
-    let mut heads: HashMap<(u32, u32, u32), (usize, usize)> = HashMap::new();
-    let mut links: std::collections::HashSet<(u32, u32, u32)> = Default::default();
+    let mut heads: HashMap<(u32, u32, u32), (usize, usize)> = HashMap::default();
+    let mut links: FxHashSet<(u32, u32, u32)> = Default::default();
     for c in braid_plan::direct::chains(plan, &direct) {
         let (hb, hs) = c.steps[0];
         let ops = c.operands(plan);
@@ -239,7 +239,7 @@ pub fn predict_below(
     // Directed links and how many connections of the call cross each.
     let link_gbps = topo.directed_bandwidths();
     let hops = |s: u32, r: u32| -> Vec<(u32, u32)> { topo.path(s, r).hops_directed().collect() };
-    let mut crossing: HashMap<(u32, u32), u32> = HashMap::new();
+    let mut crossing: HashMap<(u32, u32), u32> = HashMap::default();
     for l in &wiring {
         for h in hops(l.sender_rank, l.receiver_rank) {
             *crossing.entry(h).or_insert(0) += replicas;
@@ -247,10 +247,9 @@ pub fn predict_below(
     }
     let eff = profile.efficiency.get(proto);
     let block = profile.block_gbps.get(proto);
-    let mut conns: HashMap<(usize, usize), Conn> = HashMap::new(); // keyed by sender end
-    let mut recv_of: HashMap<(usize, usize), (usize, usize)> = HashMap::new(); // receiver end -> sender end
+    let mut conns: HashMap<(usize, usize), Conn> = HashMap::default(); // keyed by sender end
     for l in &wiring {
-        let (Some(s), Some(r)) = (l.sender, l.receiver) else {
+        let (Some(s), Some(_)) = (l.sender, l.receiver) else {
             continue;
         };
         let path = topo.path(l.sender_rank, l.receiver_rank);
@@ -278,7 +277,6 @@ pub fn predict_below(
                 net: topo.node_of(l.sender_rank) != topo.node_of(l.receiver_rank),
             },
         );
-        recv_of.insert(r, s);
     }
 
     // Steps in an order every input is ready by: Kahn's algorithm over block order,
@@ -294,8 +292,26 @@ pub fn predict_below(
                 .flat_map(move |(bi, b)| (0..b.steps.len()).map(move |si| (ri, bi, si)))
         })
         .collect();
-    let index: HashMap<(usize, usize, usize), usize> =
-        ids.iter().enumerate().map(|(i, &k)| (k, i)).collect();
+    // Each block's first step's place in `ids` (steps are listed rank by rank, block by
+    // block): a step's place is its block's plus its index.
+    let mut first_of: Vec<Vec<usize>> = Vec::with_capacity(plan.ranks.len());
+    let mut next = 0;
+    for r in &plan.ranks {
+        first_of.push(
+            r.blocks
+                .iter()
+                .map(|b| {
+                    let at = next;
+                    next += b.steps.len();
+                    at
+                })
+                .collect(),
+        );
+    }
+    let index = |ri: usize, bi: usize, si: usize| -> Option<usize> {
+        let steps = plan.ranks.get(ri)?.blocks.get(bi)?.steps.len();
+        (si < steps).then(|| first_of[ri][bi] + si)
+    };
     let mut preds: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
     // The send step each receiving step takes its message from.
     let mut matched: Vec<Option<usize>> = vec![None; ids.len()];
@@ -308,17 +324,19 @@ pub fn predict_below(
                 // The receiver reads the sender's `in`: it waits for nothing of the send.
                 continue;
             }
-            let (si, ri) = (index[&(sr, sb, s)], index[&(rr, rb, r)]);
+            let (Some(si), Some(ri)) = (index(sr, sb, s), index(rr, rb, r)) else {
+                return Err("a connection's send or receive is not a step of the plan".into());
+            };
             preds[ri].push(si);
             matched[ri] = Some(si);
         }
     }
     for (i, &(ri, bi, si)) in ids.iter().enumerate() {
         if si > 0 {
-            preds[i].push(index[&(ri, bi, si - 1)]);
+            preds[i].push(i - 1);
         }
         for d in &plan.ranks[ri].blocks[bi].steps[si].deps {
-            if let Some(&j) = index.get(&(ri, d.block as usize, d.step as usize)) {
+            if let Some(j) = index(ri, d.block as usize, d.step as usize) {
                 preds[i].push(j);
             }
         }
@@ -342,7 +360,7 @@ pub fn predict_below(
     let mut block_last = vec![0usize; ids.len()];
     let mut block_first = vec![usize::MAX; ids.len()];
     for (i, &(ri, bi, si)) in ids.iter().enumerate() {
-        let last = index[&(ri, bi, plan.ranks[ri].blocks[bi].steps.len() - 1)];
+        let last = first_of[ri][bi] + plan.ranks[ri].blocks[bi].steps.len() - 1;
         block_last[i] = last;
         if si == 0 {
             block_first[last] = i;
