@@ -632,13 +632,16 @@ pub fn encode(
         w.u32(k);
         w.u32(first[b as usize]);
         w.u32(rp.blocks[b as usize].steps.len() as u32);
-        for (i, end) in e.send.iter().chain(e.recv.iter()).enumerate() {
-            let only = end.slots != 0 && only[b as usize][usize::from(i >= 2)];
-            w.u64(end.slots);
-            w.u64(end.head);
-            w.u64(end.tail);
-            w.u32(end.counter);
-            w.u32(end.nslots_word() | if only { DIRECT_ONLY } else { 0 });
+        // Every lane of the send side, then of the receive side, each flagged by its side.
+        for (side, lanes) in [&e.send, &e.recv].into_iter().enumerate() {
+            for end in lanes {
+                let only = end.slots != 0 && only[b as usize][side];
+                w.u64(end.slots);
+                w.u64(end.head);
+                w.u64(end.tail);
+                w.u32(end.counter);
+                w.u32(end.nslots_word() | if only { DIRECT_ONLY } else { 0 });
+            }
         }
         w.u32(deps_of[b as usize].0);
         w.u32(deps_of[b as usize].1);
@@ -950,6 +953,61 @@ mod tests {
             }
             assert_eq!(flagged > 0, want_any);
         }
+    }
+
+    /// Each side's lanes carry that side's flag: in a chain broadcast a middle rank reads
+    /// the root's input directly but sends from its own output through a FIFO, so its
+    /// receive lanes (all of them, LL128's too) are DIRECT_ONLY and its send lanes not.
+    #[test]
+    fn every_lane_of_a_side_carries_that_sides_flag() {
+        let field = |s: &str, f: &str| LAYOUT.iter().find(|x| x.0 == s && x.1 == f).unwrap().2;
+        let topo = braid_topo::Topology::from_arg("nvswitch:4").unwrap();
+        let mut mixed = 0;
+        for v in braid_library::Library::new(topo).plans(Collective::Broadcast, Some(0)) {
+            let p = v.plan();
+            for rank in 0..p.ranks.len() as u32 {
+                let layout = Layout::new(p, rank);
+                let nb = p.ranks[rank as usize].blocks.len() as u32;
+                let end = EndDesc {
+                    slots: 64,
+                    nslots: 4,
+                    ..EndDesc::default()
+                };
+                let ends = vec![
+                    BlockEnds {
+                        send: [end; LANES],
+                        recv: [end; LANES],
+                    };
+                    grid(p, rank) as usize
+                ];
+                let t = table(p, rank, &ends);
+                for g in 0..ends.len() {
+                    let b = g as u32 % nb;
+                    let want =
+                        [true, false].map(|send| direct_only(p, rank, b, &layout.direct, send));
+                    mixed += usize::from(want[0] != want[1]);
+                    for (side, name) in ["send", "recv"].into_iter().enumerate() {
+                        for lane in 0..LANES {
+                            let at = BLOCKS_AT
+                                + g * BLOCK_BYTES
+                                + field("BlockDesc", name)
+                                + lane * END_BYTES
+                                + field("End", "nslots");
+                            assert_eq!(
+                                u32_at(&t, at) & DIRECT_ONLY != 0,
+                                want[side],
+                                "{} rank {rank} grid block {g} {name} lane {lane}",
+                                p.name
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            mixed > 0,
+            "no block whose sides differ: the test shows nothing"
+        );
     }
 
     /// The one-shot all-reduce on 4 ranks: each rank's reductions into `out` form one
