@@ -568,7 +568,9 @@ impl Clique {
 
     /// The lanes of a connection end of local rank `rank` at FIFO base `base`, with a
     /// fresh counter each, in lane order. A lane the end does not have ([`Self::has_lane`]:
-    /// LL128, the last) is left unconnected, which the program check refuses to use.
+    /// LL128, the last) is left unconnected (no slots): no kernel uses it, since the
+    /// engine prepares LL128 only where the clique has the lane (`Clique::ll128`, never
+    /// with a network connection).
     fn lanes(
         &self,
         c: &mut Conns,
