@@ -129,6 +129,9 @@ pub struct Clique {
     pub flat: bool,
     /// Destinations a pass of a flat launch writes at most (`Options::flat_dsts`).
     pub flat_dsts: usize,
+    /// Blocks a flat launch takes at most (`Options::flat_blocks`; `None`: one per
+    /// multiprocessor).
+    pub flat_blocks: Option<u32>,
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: Arc<HostAlloc>,
     conns: Mutex<Conns>,
@@ -232,6 +235,7 @@ impl Clique {
             direct,
             flat: direct && opts.flat,
             flat_dsts: opts.flat_dsts,
+            flat_blocks: opts.flat_blocks,
             words,
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),

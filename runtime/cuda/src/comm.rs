@@ -93,11 +93,18 @@ pub struct Options {
     /// Destinations one pass of a flat launch writes at most (`BRAID_FLAT_DSTS`, 1 to
     /// [`braid_plan::flat::MAX_DSTS`]: 1 merges no passes and does no forwards).
     pub flat_dsts: usize,
+    /// Thread blocks a flat launch takes at most (`BRAID_FLAT_BLOCKS`; `None`: one per
+    /// multiprocessor, what the cost model prices). Its blocks never wait for each
+    /// other, so more than the GPU holds at once is allowed; for comparisons.
+    pub flat_blocks: Option<u32>,
     /// LL128's stress-test verdicts for this machine's links (the profile's, as `braid
     /// tune` measured them): calls may run LL128 only where every link of the
     /// communicator has a passed one ([`crate::ll128`]). Empty: no LL128.
     pub ll128: Vec<braid_cost::Ll128Verdict>,
 }
+
+/// The most blocks `BRAID_FLAT_BLOCKS` may give a flat launch.
+pub const MAX_FLAT_BLOCKS: u32 = 4096;
 
 impl Default for Options {
     fn default() -> Options {
@@ -115,6 +122,7 @@ impl Default for Options {
             direct: true,
             flat: true,
             flat_dsts: braid_plan::flat::MAX_DSTS,
+            flat_blocks: None,
             ll128: Vec::new(),
         }
     }
@@ -123,7 +131,7 @@ impl Default for Options {
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
     /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`, `BRAID_NET_FORCE`,
-    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`, `BRAID_FLAT`, `BRAID_FLAT_DSTS`.
+    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`, `BRAID_FLAT`, `BRAID_FLAT_DSTS`, `BRAID_FLAT_BLOCKS`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -163,6 +171,18 @@ impl Options {
                 .map_or(braid_plan::flat::MAX_DSTS, |d| {
                     d.clamp(1, braid_plan::flat::MAX_DSTS)
                 }),
+            flat_blocks: match std::env::var("BRAID_FLAT_BLOCKS") {
+                Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u32>() {
+                    Ok(b) if (1..=MAX_FLAT_BLOCKS).contains(&b) => Some(b),
+                    _ => {
+                        return Err(CudaError::Invalid(format!(
+                            "BRAID_FLAT_BLOCKS={v}: expected a block count from 1 to \
+                             {MAX_FLAT_BLOCKS}"
+                        )))
+                    }
+                },
+                _ => None,
+            },
             ll128: Vec::new(),
         })
     }

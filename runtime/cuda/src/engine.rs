@@ -741,7 +741,11 @@ fn flat_launch(g: &[&Launch<'_, CudaEngine>]) -> Option<crate::flat::FlatLaunch>
         .flat_program(&g[0].prepared.plan, calls[0].plan, &calls)?;
     // Blocks of a flat launch never wait for one another: they need not be resident at
     // once, and a large call may take a block per multiprocessor.
-    let max_grid = g[0].prepared.inner.kernel.multiprocessors;
+    let max_grid = g[0]
+        .engine
+        .clique()
+        .flat_blocks
+        .unwrap_or(g[0].prepared.inner.kernel.multiprocessors);
     crate::flat::resolve_program(&calls, &prog, max_grid)
 }
 

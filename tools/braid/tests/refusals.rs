@@ -633,3 +633,23 @@ fn sizes_too_large_are_refused_before_allocating() {
         refused(&out, 3, &["--size 1T", "MemAvailable"]);
     }
 }
+
+/// A knob of the CUDA backend with a value it cannot take is refused with a usage error
+/// (exit 2) naming it, before any GPU is looked for.
+#[test]
+fn a_bad_flat_block_count_is_refused_before_anything_runs() {
+    for v in ["0", "lots", "99999"] {
+        let out = braid(
+            &[
+                "run",
+                "algorithms/ring_allreduce.braid",
+                "--topo",
+                "nvswitch:2",
+                "--backend",
+                "cuda",
+            ],
+            &[("BRAID_FLAT_BLOCKS", v)],
+        );
+        refused(&out, 2, &["BRAID_FLAT_BLOCKS", "expected a block count"]);
+    }
+}
