@@ -2,7 +2,7 @@
 //! takes to copy a number of bytes from one GPU to another (or within one GPU), the
 //! faster of a copy-engine copy and an SM copy kernel, timed as the calls are (back to
 //! back on a stream between two CUDA events, the median of several runs). Measured in
-//! the same run as the calls it is compared with, so it holds on whatever machine is lent.
+//! the same run as the calls it is compared with, so it holds on whatever machine it runs on.
 
 use crate::compile;
 use crate::device::{enable_peer, DeviceAlloc};
