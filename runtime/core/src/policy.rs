@@ -268,9 +268,14 @@ impl Policy {
         })
     }
 
-    /// What the backend offers (`target`) with this policy's block limit applied: a call
-    /// still gets one replica of its plan however many blocks that takes.
+    /// What the backend offers (`target`) as this policy allows it: its block limit
+    /// applied (a call still gets one replica of its plan however many blocks that
+    /// takes), and no LL128 where the protocol list excludes it.
     pub fn target(&self, target: Target) -> Target {
+        let target = Target {
+            ll128: target.ll128 && !self.no_ll128,
+            ..target
+        };
         match self.max_blocks {
             Some(m) if target.size_replicas => Target {
                 block_budget: m,
@@ -297,6 +302,7 @@ impl Policy {
 
     /// The plan, replicas and protocol for `req` on `target`.
     pub fn choose(&self, registry: &Registry, req: &Request, target: &Target) -> Result<Choice> {
+        let target = &self.target(*target);
         match &self.model {
             Some(m) => crate::selection::choose(self, &m.0, registry, req, target),
             None => self.choose_by_rules(registry, req, target),
@@ -357,7 +363,7 @@ impl Policy {
         let ll = match asked {
             Protocol::Ll => true,
             Protocol::Simple => false,
-            Protocol::Ll128 if target.ll128 && !self.no_ll128 => return Protocol::Ll128,
+            Protocol::Ll128 if target.ll128 => return Protocol::Ll128,
             Protocol::Ll128 => {
                 tracing::debug!(
                     plan = %plan.name,
@@ -596,7 +602,7 @@ mod tests {
             ..d.clone()
         };
         assert_eq!(
-            no_ll128.protocol_for(&ll128, &req(8), 1, &verified),
+            no_ll128.protocol_for(&ll128, &req(8), 1, &no_ll128.target(verified)),
             Protocol::Simple
         );
         assert_eq!(

@@ -239,8 +239,7 @@ pub fn choose(
         bytes: req.bytes as u64,
         elem: req.elem as u64,
         direct: target.direct,
-        // LL128 where the backend's stress test passed and the protocol list allows it.
-        ll128: target.ll128 && !policy.no_ll128,
+        ll128: target.ll128,
     };
     let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
     let options = price(
