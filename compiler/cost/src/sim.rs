@@ -467,8 +467,8 @@ pub fn predict_below(
             }
         })
         .collect();
-    // A unit's slices, and the bytes they move.
-    let slices_of = |i: usize, k: usize| -> (u64, Slices) {
+    // A unit's slices.
+    let slices_of = |i: usize, k: usize| -> Slices {
         let st = &info[i];
         let bytes = if st.skipped {
             0
@@ -486,7 +486,7 @@ pub fn predict_below(
             _ => 1.0,
         };
         let work_factor = st.accesses / 2.0 / parts;
-        let slices = Slices {
+        Slices {
             n,
             cost: slice_us
                 + (slice * work_factor / (st.block_gbps * 1e3)).max(slice / (st.link_gbps * 1e3)),
@@ -495,8 +495,7 @@ pub fn predict_below(
             net_post,
             sends: st.sends,
             latency: st.latency,
-        };
-        (bytes, slices)
+        }
     };
     // What the order of the simulation does not change: the blocks' whole work, the
     // memory accesses, and each block's slices one after another (a block's units run
@@ -505,6 +504,11 @@ pub fn predict_below(
     let mut work = 0f64;
     let mut moved = 0f64;
     let mut in_turn = vec![0f64; steps];
+    // Each step's slices in a tile but its last, and in its last (the same where the call
+    // is one tile), for the simulation below.
+    let per_step: Vec<(Slices, Slices)> = (0..steps)
+        .map(|i| (slices_of(i, 0), slices_of(i, tiles - 1)))
+        .collect();
     for i in 0..steps {
         if ids[i].2 == 0 {
             // The block starts: on the host a thread wakes.
@@ -516,7 +520,12 @@ pub fn predict_below(
         }
         let alike = [(0, tiles - 1), (tiles - 1, 1)];
         for &(k, count) in alike.iter().filter(|&&(_, c)| c > 0) {
-            let (bytes, sl) = slices_of(i, k);
+            let bytes = tile_bytes(k) * info[i].chunks;
+            let sl = if k + 1 == tiles {
+                per_step[i].1
+            } else {
+                per_step[i].0
+            };
             let count = count as f64;
             moved += count * bytes as f64 * info[i].accesses;
             // The cores' share: the bytes its slices copy, at the copy rate.
@@ -566,7 +575,11 @@ pub fn predict_below(
             }
             Arrivals::default()
         } else {
-            let (_, slices) = slices_of(i, k);
+            let slices = if k + 1 == tiles {
+                per_step[i].1
+            } else {
+                per_step[i].0
+            };
             let (e, out) = crate::slices::run(&slices, t, incoming.as_ref(), &mut proxy[ri]);
             t = e;
             out
