@@ -1,0 +1,165 @@
+//! Where a small call's time goes when calls are issued back to back on one GPU: the
+//! host's time to issue each call against the GPU's time per call.
+//!
+//! 1. An empty kernel whose one parameter is `bytes` long (8 B, 1 KiB, and the flat
+//!    kernel's argument), launched back to back: what a launch of that size costs the
+//!    host and the GPU.
+//! 2. An 8-byte all-reduce out of place by 2, 4 and 8 ranks sharing GPU 0 (one stream,
+//!    as `braid perf --streams gpu`), the plan the cost model selects: the host's time
+//!    per group call (issue only), the GPU's time per call back to back, and from a CUDA
+//!    graph.
+//!
+//! Without a driver it says so and does nothing. `cargo run --release -p braid-cuda
+//! --example launch_cost`.
+
+use braid_cuda::check::{Case, Prepared};
+use braid_cuda::timing::{time_calls, Timing};
+use braid_cuda::{CudaComm, Options, Stream};
+use braid_ir::{Collective, Mode};
+use braid_runtime::dtype::{DType, RedOp};
+use braid_runtime::registry::{PlanProvider, Registry};
+use braid_topo::Topology;
+use cudarc::driver::{result, sys, CudaContext};
+use cudarc::nvrtc::Ptx;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Lib(braid_library::Library);
+
+impl PlanProvider for Lib {
+    fn plans(&self, c: Collective, root: Option<u32>) -> Vec<Arc<braid_plan::Verified>> {
+        self.0.plans(c, root)
+    }
+}
+
+const CALLS: u32 = 400;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if !braid_cuda::driver_present() || braid_cuda::device_count() == 0 {
+        println!("no CUDA driver or no GPU here: nothing to measure");
+        return Ok(());
+    }
+    let ctx = CudaContext::new(0)?;
+    empty_kernels(&ctx)?;
+    for n in [2u32, 4, 8] {
+        small_calls(n)?;
+    }
+    Ok(())
+}
+
+/// Median of `runs` timings.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn empty_kernels(ctx: &Arc<CudaContext>) -> Result<(), Box<dyn std::error::Error>> {
+    let flat = std::mem::size_of::<braid_cuda::flat::FlatLaunch>();
+    println!("empty kernel, one parameter, {CALLS} launches back to back, median of 5:");
+    println!("{:>8} {:>14} {:>14}", "bytes", "host us/launch", "gpu us/launch");
+    for bytes in [8usize, 1024, flat] {
+        let src = format!(
+            "struct P {{ unsigned long long w[{}]; }};\n\
+             extern \"C\" __global__ void braid_empty(P p) {{ if (p.w[0] == 1) asm volatile(\"trap;\"); }}\n",
+            bytes / 8
+        );
+        let arch = braid_cuda::modules::arch(ctx)?;
+        let cubin = braid_cuda::compile::compile(&src, &arch)?.cubin;
+        let module = ctx.load_module(Ptx::from_binary(cubin))?;
+        let f = module.load_function("braid_empty")?;
+        let stream = Stream::new(ctx)?;
+        let mut param = vec![0u64; bytes / 8];
+        let mut host = Vec::new();
+        let mut gpu = Vec::new();
+        for _ in 0..5 {
+            ctx.bind_to_thread()?;
+            let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?;
+            let end = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?;
+            // SAFETY: live events and stream; the kernel takes `bytes` bytes by value,
+            // which `param` holds and which outlives the launch (synchronised below).
+            unsafe {
+                result::event::record(start, stream.raw())?;
+                let t = Instant::now();
+                for _ in 0..CALLS {
+                    let mut arg = param.as_mut_ptr() as *mut std::ffi::c_void;
+                    result::launch_kernel(
+                        f.cu_function(),
+                        (1, 1, 1),
+                        (32, 1, 1),
+                        0,
+                        stream.raw(),
+                        std::slice::from_mut(&mut arg),
+                    )?;
+                }
+                host.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS));
+                result::event::record(end, stream.raw())?;
+                stream.synchronize()?;
+                let ms = result::event::elapsed(start, end)?;
+                gpu.push(f64::from(ms) * 1e3 / f64::from(CALLS));
+                result::event::destroy(start)?;
+                result::event::destroy(end)?;
+            }
+        }
+        param[0] = 0;
+        println!("{bytes:>8} {:>14.2} {:>14.2}", median(host), median(gpu));
+    }
+    Ok(())
+}
+
+fn small_calls(n: u32) -> Result<(), Box<dyn std::error::Error>> {
+    let topo = Topology::from_arg(&format!("nvswitch:{n}"))?;
+    let registry = Arc::new(
+        Registry::new().with_provider(Box::new(Lib(braid_library::Library::new(topo.clone())))),
+    );
+    let mut opts = Options::from_env()?;
+    let profile = braid_cost::Profile::from_env(&topo.fingerprint())?;
+    opts.policy = opts.policy.with_model(topo, profile);
+    let comms = CudaComm::init_all(&vec![0; n as usize], registry, &opts)?;
+    let one = Stream::new(comms[0].context())?;
+    let streams = vec![one; n as usize];
+    let case = Case {
+        collective: Collective::Allreduce,
+        dtype: DType::F32,
+        op: RedOp::Sum,
+        count: 2,
+        mode: Mode::OutOfPlace,
+        root: None,
+        seed: 1,
+    };
+    let p = Prepared::new(&comms, &streams, &case)?;
+    p.run()?;
+    let wrong = p.wrong()?.len();
+    let plan = braid_cuda::check::selection(&comms[0], &case)?
+        .map(|(v, proto)| format!("{} {proto:?}", v.name))
+        .unwrap_or_default();
+    let flat_before = comms[0].stats().flat_launches;
+    let mut host = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..CALLS {
+            p.enqueue()?;
+        }
+        host.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS));
+        p.synchronize()?;
+    }
+    let flat = comms[0].stats().flat_launches - flat_before;
+    let time = |how| -> Result<f64, braid_cuda::CudaError> {
+        let runs = (0..5)
+            .map(|_| {
+                time_calls(&streams, &|| p.enqueue(), CALLS, how)
+                    .map(|d: Duration| d.as_secs_f64() * 1e6)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(median(runs))
+    };
+    let b2b = time(Timing::BackToBack)?;
+    let graph = time(Timing::Graph)?;
+    println!(
+        "all-reduce 8 B, {n} ranks on GPU 0, one stream, {plan}: host {:.2} us/call to issue \
+         ({flat} of {} launches flat), GPU {b2b:.2} us/call back to back, {graph:.2} from a graph; \
+         {wrong} ranks wrong",
+        median(host),
+        5 * CALLS
+    );
+    Ok(())
+}
