@@ -987,10 +987,12 @@ __device__ void p2p_run(const P2pLaunch& L, u32 b) {
 // grouped into sequences that run in order. It comes in the launch's arguments, so a
 // block's first load is data: no table, descriptor, counter or wait. Grid block `b` runs
 // part `b % parts` (whole vectors) of every chunk of sequence `b / parts`.
-constexpr u32 FLAT_SEQS = 64;
-constexpr u32 FLAT_TASKS = 96;
-constexpr u32 FLAT_OPS = 128;
-
+//
+// The argument is packed: after its head, `w` holds the sequences' first tasks (16-bit),
+// then at byte `task_at` the tasks, then at byte `op_at` the operands, as many of each as
+// the launch has. The host launches the entry whose `w` is the smallest that holds them
+// (`braid_flat_s`, `braid_flat_m`, `braid_flat`): a launch's parameters are copied to
+// the GPU with every launch, so a small call does not pay for room it does not use.
 struct FlatTask {     // 16 bytes: one pass over one chunk
   u64 dst;
   u32 valid;          // elements of the chunk that exist at dst (the rest is not written)
@@ -1004,14 +1006,23 @@ struct FlatOp {       // 16 bytes
   u64 valid;          // elements of the chunk that exist there (the rest reads as zero)
 };
 
-struct FlatLaunch {
+struct FlatHead {
   u32 nseq;
   u32 parts;
   u64 chunk_elems;
-  unsigned short first[FLAT_SEQS + 1];  // sequence s: tasks [first[s], first[s + 1])
-  FlatTask task[FLAT_TASKS];
-  FlatOp op[FLAT_OPS];
+  u32 task_at;        // byte offsets in `w`
+  u32 op_at;
 };
+
+template <u32 W>
+struct FlatArgs {
+  FlatHead h;
+  u64 w[W];
+};
+
+constexpr u32 FLAT_WORDS_S = 64;
+constexpr u32 FLAT_WORDS_M = 272;
+constexpr u32 FLAT_WORDS_L = 465;
 
 // A pass with several destinations (ranks of the launch that compute the same chunk, the
 // result written to each): `fd[0 .. nd)` get `fp[0] (+) ... (+) fp[n - 1]`, element by
@@ -1062,20 +1073,26 @@ __device__ __forceinline__ void flat_pass(u64 dv, u32 n, u32 nd) {
   }
 }
 
-__device__ void flat_run(const FlatLaunch& L) {
+template <u32 W>
+__device__ void flat_run(const FlatArgs<W>& A) {
+  const FlatHead& L = A.h;
+  const char* base = reinterpret_cast<const char*>(A.w);
+  const unsigned short* first = reinterpret_cast<const unsigned short*>(base);
+  const FlatTask* task = reinterpret_cast<const FlatTask*>(base + L.task_at);
+  const FlatOp* op = reinterpret_cast<const FlatOp*>(base + L.op_at);
   const u32 s = blockIdx.x / L.parts, p = blockIdx.x % L.parts;
   const u64 per = ((L.chunk_elems + L.parts - 1) / L.parts + UNIT - 1) / UNIT * UNIT;
   const u64 from = min64(L.chunk_elems, per * p);
   const u64 to = min64(L.chunk_elems, from + per);
-  for (u32 i = L.first[s]; i < L.first[s + 1]; i++) {
-    const FlatTask tk = L.task[i];
+  for (u32 i = first[s]; i < first[s + 1]; i++) {
+    const FlatTask tk = task[i];
     const u32 n = tk.nops, nd = tk.ndst;
     if (threadIdx.x < n) {
-      const FlatOp o = L.op[tk.op0 + threadIdx.x];
+      const FlatOp o = op[tk.op0 + threadIdx.x];
       fp[threadIdx.x] = reinterpret_cast<const T*>(o.ptr) + from;
       fv[threadIdx.x] = o.valid > from ? min64(o.valid, to) - from : 0;
     } else if (threadIdx.x < n + nd - 1) {
-      fd[threadIdx.x - n + 1] = reinterpret_cast<T*>(L.op[tk.op0 + threadIdx.x].ptr) + from;
+      fd[threadIdx.x - n + 1] = reinterpret_cast<T*>(op[tk.op0 + threadIdx.x].ptr) + from;
     }
     if (threadIdx.x == 0) fd[0] = reinterpret_cast<T*>(tk.dst) + from;
     __syncthreads();
@@ -1118,8 +1135,16 @@ extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_p2p(const brai
 // (`__grid_constant__`: the argument is read where it lies, indexed at run time, never
 // copied per thread.)
 extern "C" __global__ void __launch_bounds__(BRAID_THREADS)
-    braid_flat(const __grid_constant__ braid::FlatLaunch L) {
-  braid::flat_run(L);
+    braid_flat_s(const __grid_constant__ braid::FlatArgs<braid::FLAT_WORDS_S> A) {
+  braid::flat_run(A);
+}
+extern "C" __global__ void __launch_bounds__(BRAID_THREADS)
+    braid_flat_m(const __grid_constant__ braid::FlatArgs<braid::FLAT_WORDS_M> A) {
+  braid::flat_run(A);
+}
+extern "C" __global__ void __launch_bounds__(BRAID_THREADS)
+    braid_flat(const __grid_constant__ braid::FlatArgs<braid::FLAT_WORDS_L> A) {
+  braid::flat_run(A);
 }
 
 extern "C" __global__ void __launch_bounds__(BRAID_THREADS) braid_kernel(const braid::Launch L) {

@@ -1,10 +1,10 @@
 //! Where a small call's time goes when calls are issued back to back on one GPU: the
 //! host's time to issue each call against the GPU's time per call.
 //!
-//! 1. An empty kernel whose one parameter is `bytes` long (8 B, 1 KiB, and the flat
-//!    kernel's argument), launched back to back: what a launch of that size costs the
+//! 1. An empty kernel whose one parameter is `bytes` long (8 B, and the flat kernel's
+//!    three argument sizes), launched back to back: what a launch of that size costs the
 //!    host and the GPU.
-//! 2. An 8-byte all-reduce out of place by 2, 4 and 8 ranks sharing GPU 0 (one stream,
+//! 2. An all-reduce of 8 B and of 4 KiB out of place by 2, 4 and 8 ranks sharing GPU 0 (one stream,
 //!    as `braid perf --streams gpu`), the plan the cost model selects: the host's time
 //!    per group call (issue only), the GPU's time per call back to back, and from a CUDA
 //!    graph.
@@ -42,7 +42,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ctx = CudaContext::new(0)?;
     empty_kernels(&ctx)?;
     for n in [2u32, 4, 8] {
-        small_calls(n)?;
+        for count in [2, 1024] {
+            small_calls(n, count)?;
+        }
     }
     Ok(())
 }
@@ -54,10 +56,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn empty_kernels(ctx: &Arc<CudaContext>) -> Result<(), Box<dyn std::error::Error>> {
-    let flat = std::mem::size_of::<braid_cuda::flat::FlatLaunch>();
+    use braid_cuda::flat::{WORDS_L, WORDS_M, WORDS_S};
     println!("empty kernel, one parameter, {CALLS} launches back to back, median of 5:");
-    println!("{:>8} {:>14} {:>14}", "bytes", "host us/launch", "gpu us/launch");
-    for bytes in [8usize, 1024, flat] {
+    println!(
+        "{:>8} {:>14} {:>14}",
+        "bytes", "host us/launch", "gpu us/launch"
+    );
+    for bytes in [8usize, 24 + 8 * WORDS_S, 24 + 8 * WORDS_M, 24 + 8 * WORDS_L] {
         let src = format!(
             "struct P {{ unsigned long long w[{}]; }};\n\
              extern \"C\" __global__ void braid_empty(P p) {{ if (p.w[0] == 1) asm volatile(\"trap;\"); }}\n",
@@ -106,7 +111,7 @@ fn empty_kernels(ctx: &Arc<CudaContext>) -> Result<(), Box<dyn std::error::Error
     Ok(())
 }
 
-fn small_calls(n: u32) -> Result<(), Box<dyn std::error::Error>> {
+fn small_calls(n: u32, count: usize) -> Result<(), Box<dyn std::error::Error>> {
     let topo = Topology::from_arg(&format!("nvswitch:{n}"))?;
     let registry = Arc::new(
         Registry::new().with_provider(Box::new(Lib(braid_library::Library::new(topo.clone())))),
@@ -121,7 +126,7 @@ fn small_calls(n: u32) -> Result<(), Box<dyn std::error::Error>> {
         collective: Collective::Allreduce,
         dtype: DType::F32,
         op: RedOp::Sum,
-        count: 2,
+        count,
         mode: Mode::OutOfPlace,
         root: None,
         seed: 1,
@@ -155,9 +160,10 @@ fn small_calls(n: u32) -> Result<(), Box<dyn std::error::Error>> {
     let b2b = time(Timing::BackToBack)?;
     let graph = time(Timing::Graph)?;
     println!(
-        "all-reduce 8 B, {n} ranks on GPU 0, one stream, {plan}: host {:.2} us/call to issue \
+        "all-reduce {} B, {n} ranks on GPU 0, one stream, {plan}: host {:.2} us/call to issue \
          ({flat} of {} launches flat), GPU {b2b:.2} us/call back to back, {graph:.2} from a graph; \
          {wrong} ranks wrong",
+        4 * count,
         median(host),
         5 * CALLS
     );

@@ -132,6 +132,8 @@ pub struct Clique {
     /// Blocks a flat launch takes at most (`Options::flat_blocks`; `None`: one per
     /// multiprocessor).
     pub flat_blocks: Option<u32>,
+    /// Flat launches take the full kernel argument (`Options::flat_full_args`).
+    pub flat_full_args: bool,
     /// Word 0: abort; word 1 + i: local rank i's failure report. Host-mapped.
     words: Arc<HostAlloc>,
     conns: Mutex<Conns>,
@@ -236,6 +238,7 @@ impl Clique {
             flat: direct && opts.flat,
             flat_dsts: opts.flat_dsts,
             flat_blocks: opts.flat_blocks,
+            flat_full_args: opts.flat_full_args,
             words,
             conns: Mutex::new(Conns::default()),
             p2p_channels: OnceLock::new(),

@@ -97,6 +97,10 @@ pub struct Options {
     /// multiprocessor, what the cost model prices). Its blocks never wait for each
     /// other, so more than the GPU holds at once is allowed; for comparisons.
     pub flat_blocks: Option<u32>,
+    /// Flat launches take the largest kernel argument whatever they hold
+    /// (`BRAID_FLAT_ARGS=full`; default `packed`: the smallest that holds the launch,
+    /// [`crate::flat::Packed`]); for comparisons.
+    pub flat_full_args: bool,
     /// LL128's stress-test verdicts for this machine's links (the profile's, as `braid
     /// tune` measured them): calls may run LL128 only where every link of the
     /// communicator has a passed one ([`crate::ll128`]). Empty: no LL128.
@@ -123,6 +127,7 @@ impl Default for Options {
             flat: true,
             flat_dsts: braid_plan::flat::MAX_DSTS,
             flat_blocks: None,
+            flat_full_args: false,
             ll128: Vec::new(),
         }
     }
@@ -131,7 +136,8 @@ impl Default for Options {
 impl Options {
     /// `BRAID_TIMEOUT`, `BRAID_P2P_DISABLE`, `BRAID_SCRATCH_BYTES`, `BRAID_PROTO`,
     /// `BRAID_CHANNELS`, `BRAID_P2P_CHANNELS`, `BRAID_TRACE`, `BRAID_NET_FORCE`,
-    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`, `BRAID_FLAT`, `BRAID_FLAT_DSTS`, `BRAID_FLAT_BLOCKS`.
+    /// `BRAID_NET_STREAMS`, `BRAID_DIRECT`, `BRAID_FLAT`, `BRAID_FLAT_DSTS`, `BRAID_FLAT_BLOCKS`,
+    /// `BRAID_FLAT_ARGS`.
     pub fn from_env() -> Result<Options> {
         let scratch_bytes = match std::env::var("BRAID_SCRATCH_BYTES") {
             Err(_) => DEFAULT_SCRATCH_BYTES,
@@ -182,6 +188,16 @@ impl Options {
                     }
                 },
                 _ => None,
+            },
+            flat_full_args: match std::env::var("BRAID_FLAT_ARGS") {
+                Ok(v) if v.trim() == "full" => true,
+                Ok(v) if v.trim().is_empty() || v.trim() == "packed" => false,
+                Ok(v) => {
+                    return Err(CudaError::Invalid(format!(
+                        "BRAID_FLAT_ARGS={v}: expected packed or full"
+                    )))
+                }
+                Err(_) => false,
             },
             ll128: Vec::new(),
         })

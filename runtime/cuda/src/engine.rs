@@ -679,14 +679,28 @@ pub(crate) fn check_streams(g: &[Member<'_>]) -> Result<()> {
 /// # Safety
 /// As [`Engine::launch`].
 unsafe fn launch_group(g: &[&Launch<'_, CudaEngine>], members: &[Member<'_>]) -> Result<()> {
-    if let Some(mut f) = flat_launch(g) {
-        let func = g[0].prepared.inner.kernel.flat.cu_function();
+    if let Some(f) = flat_launch(g) {
+        let flat = &g[0].prepared.inner.kernel.flat;
         let grid = f.grid();
-        // SAFETY: `braid_flat` takes a `FlatLaunch` by value, which `flat::FlatLaunch`
-        // lays out; every address in it is inside a buffer of a call of this launch (the
-        // plan's steps, proved inside those buffers by `program::check` when prepared,
-        // resolved with the calls' geometry), and the caller guarantees the buffers.
-        unsafe { launch_joined(members, func, grid, &mut f)? };
+        // SAFETY: each of `braid_flat_s`, `braid_flat_m` and `braid_flat` takes a
+        // `FlatArgs` of its size by value, which `flat::FlatArgs` lays out, packed by
+        // `FlatLaunch::pack` as the kernel reads it; every address in it is inside a
+        // buffer of a call of this launch (the plan's steps, proved inside those buffers
+        // by `program::check` when prepared, resolved with the calls' geometry), and the
+        // caller guarantees the buffers.
+        unsafe {
+            match f.pack(g[0].engine.clique().flat_full_args) {
+                crate::flat::Packed::S(mut a) => {
+                    launch_joined(members, flat[0].cu_function(), grid, &mut a)?
+                }
+                crate::flat::Packed::M(mut a) => {
+                    launch_joined(members, flat[1].cu_function(), grid, &mut a)?
+                }
+                crate::flat::Packed::L(mut a) => {
+                    launch_joined(members, flat[2].cu_function(), grid, &mut a)?
+                }
+            }
+        };
         for c in g {
             c.engine.stats.launched_flat(1);
         }

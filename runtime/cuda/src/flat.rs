@@ -27,11 +27,11 @@ use braid_plan::flat::Access;
 pub use braid_plan::flat::{FlatProgram, LaunchProgram, Loc, Operand};
 use braid_runtime::geometry::Geometry;
 
-/// Sequences (grid blocks before parts) one flat launch holds: `FLAT_SEQS` in the kernel.
+/// Sequences (grid blocks before parts) one flat launch holds.
 pub const MAX_SEQS: usize = 64;
-/// Passes over one chunk one flat launch holds: `FLAT_TASKS`.
+/// Passes over one chunk one flat launch holds.
 pub const MAX_TASKS: usize = 96;
-/// Operands of all those passes: `FLAT_OPS`.
+/// Operands of all those passes.
 pub const MAX_OPS: usize = 128;
 /// Operands of one pass (the kernel's `FUSE_MAX`).
 pub const MAX_PASS_OPS: usize = crate::kernel::MAX_LOCAL;
@@ -89,10 +89,9 @@ pub struct FlatOp {
     pub valid: u64,
 }
 
-/// The kernel's argument (`FlatLaunch` in `braid_kernel.cuh`): grid block `b` runs
-/// part `b % parts` of every chunk of sequence `b / parts`'s passes, in order.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
+/// A resolved flat launch: grid block `b` runs part `b % parts` of every chunk of
+/// sequence `b / parts`'s passes, in order. The kernel takes it packed ([`FlatLaunch::pack`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlatLaunch {
     pub nseq: u32,
     pub parts: u32,
@@ -120,6 +119,179 @@ impl FlatLaunch {
     pub fn grid(&self) -> u32 {
         self.nseq * self.parts
     }
+
+    /// Tasks of the launch.
+    pub fn tasks(&self) -> usize {
+        self.first[self.nseq as usize] as usize
+    }
+
+    /// Operands the launch's tasks use (they use `op[..ops()]`).
+    pub fn ops(&self) -> usize {
+        self.task[..self.tasks()]
+            .iter()
+            .map(|t| t.op0 as usize + t.nops as usize + t.ndst as usize - 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The launch as the kernel takes it: its sequences, tasks and operands packed after
+    /// the head, in the smallest of the kernel's arguments that holds them (`full`: the
+    /// largest whatever the launch, for comparisons).
+    pub fn pack(&self, full: bool) -> Packed {
+        let (nseq, nt, no) = (self.nseq as usize, self.tasks(), self.ops());
+        let task_at = (2 * (nseq + 1)).div_ceil(8) * 8;
+        let op_at = task_at + 16 * nt;
+        let words = (op_at + 16 * no) / 8;
+        let head = FlatHead {
+            nseq: self.nseq,
+            parts: self.parts,
+            chunk_elems: self.chunk_elems,
+            task_at: task_at as u32,
+            op_at: op_at as u32,
+        };
+        let fill = |w: &mut [u64]| {
+            for (i, f) in self.first[..=nseq].iter().enumerate() {
+                w[i / 4] |= u64::from(*f) << (16 * (i % 4));
+            }
+            for (i, t) in self.task[..nt].iter().enumerate() {
+                let at = task_at / 8 + 2 * i;
+                w[at] = t.dst;
+                w[at + 1] = u64::from(t.valid)
+                    | u64::from(t.op0) << 32
+                    | u64::from(t.nops) << 48
+                    | u64::from(t.ndst) << 56;
+            }
+            for (i, o) in self.op[..no].iter().enumerate() {
+                let at = op_at / 8 + 2 * i;
+                w[at] = o.ptr;
+                w[at + 1] = o.valid;
+            }
+        };
+        if !full && words <= WORDS_S {
+            let mut a = FlatArgs {
+                head,
+                w: [0; WORDS_S],
+            };
+            fill(&mut a.w);
+            Packed::S(a)
+        } else if !full && words <= WORDS_M {
+            let mut a = FlatArgs {
+                head,
+                w: [0; WORDS_M],
+            };
+            fill(&mut a.w);
+            Packed::M(a)
+        } else {
+            let mut a = FlatArgs {
+                head,
+                w: [0; WORDS_L],
+            };
+            fill(&mut a.w);
+            Packed::L(a)
+        }
+    }
+}
+
+/// The head of the kernel's argument (`FlatHead`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlatHead {
+    pub nseq: u32,
+    pub parts: u32,
+    pub chunk_elems: u64,
+    /// Byte offsets in `w` of the tasks and of the operands.
+    pub task_at: u32,
+    pub op_at: u32,
+}
+
+/// The kernel's argument (`FlatArgs<W>`): the head, then `W` words holding the
+/// sequences' first tasks (16 bits each), the tasks and the operands.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlatArgs<const W: usize> {
+    pub head: FlatHead,
+    pub w: [u64; W],
+}
+
+/// Words of the kernel's three arguments (`FLAT_WORDS_S`, `_M`, `_L`): the middle one
+/// holds an 8-rank two-shot all-reduce (8 sequences, 8 tasks, 120 operands).
+pub const WORDS_S: usize = 64;
+pub const WORDS_M: usize = 272;
+pub const WORDS_L: usize = 465;
+
+// `w` follows the head, as in the kernel's `FlatArgs`.
+const _: () =
+    assert!(std::mem::offset_of!(FlatArgs<WORDS_S>, w) == std::mem::size_of::<FlatHead>());
+// The largest argument holds the largest launch, and stays within the 4 KiB a kernel's
+// parameters may take on every GPU.
+const _: () = assert!(
+    (2 * (MAX_SEQS + 1)).div_ceil(8) * 8 + 16 * (MAX_TASKS + MAX_OPS) <= 8 * WORDS_L
+        && std::mem::size_of::<FlatArgs<WORDS_L>>() <= 4096
+);
+
+/// A flat launch packed for one of the kernel's entry points.
+#[derive(Clone, Copy, Debug)]
+pub enum Packed {
+    /// `braid_flat_s`.
+    S(FlatArgs<WORDS_S>),
+    /// `braid_flat_m`.
+    M(FlatArgs<WORDS_M>),
+    /// `braid_flat`.
+    L(FlatArgs<WORDS_L>),
+}
+
+impl Packed {
+    /// Bytes of the kernel's parameter.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Packed::S(a) => std::mem::size_of_val(a),
+            Packed::M(a) => std::mem::size_of_val(a),
+            Packed::L(a) => std::mem::size_of_val(a),
+        }
+    }
+
+    fn parts(&self) -> (&FlatHead, &[u64]) {
+        match self {
+            Packed::S(a) => (&a.head, &a.w),
+            Packed::M(a) => (&a.head, &a.w),
+            Packed::L(a) => (&a.head, &a.w),
+        }
+    }
+
+    /// The launch read back as the kernel reads it (for tests).
+    pub fn unpack(&self) -> FlatLaunch {
+        let (h, w) = self.parts();
+        let mut l = FlatLaunch {
+            nseq: h.nseq,
+            parts: h.parts,
+            chunk_elems: h.chunk_elems,
+            ..FlatLaunch::default()
+        };
+        let nseq = h.nseq as usize;
+        for i in 0..=nseq {
+            l.first[i] = (w[i / 4] >> (16 * (i % 4))) as u16;
+        }
+        let nt = l.first[nseq] as usize;
+        for i in 0..nt {
+            let at = h.task_at as usize / 8 + 2 * i;
+            l.task[i] = FlatTask {
+                dst: w[at],
+                valid: w[at + 1] as u32,
+                op0: (w[at + 1] >> 32) as u16,
+                nops: (w[at + 1] >> 48) as u8,
+                ndst: (w[at + 1] >> 56) as u8,
+            };
+        }
+        let no = l.ops();
+        for i in 0..no {
+            let at = h.op_at as usize / 8 + 2 * i;
+            l.op[i] = FlatOp {
+                ptr: w[at],
+                valid: w[at + 1],
+            };
+        }
+        l
+    }
 }
 
 /// The layout checked against the kernel's structures (as [`crate::program::LAYOUT`]).
@@ -133,25 +305,20 @@ pub const FLAT_LAYOUT: &[(&str, &str, usize)] = &[
     ("FlatOp", "ptr", std::mem::offset_of!(FlatOp, ptr)),
     ("FlatOp", "valid", std::mem::offset_of!(FlatOp, valid)),
     ("FlatOp", "sizeof", std::mem::size_of::<FlatOp>()),
-    ("FlatLaunch", "nseq", std::mem::offset_of!(FlatLaunch, nseq)),
+    ("FlatHead", "nseq", std::mem::offset_of!(FlatHead, nseq)),
+    ("FlatHead", "parts", std::mem::offset_of!(FlatHead, parts)),
     (
-        "FlatLaunch",
-        "parts",
-        std::mem::offset_of!(FlatLaunch, parts),
-    ),
-    (
-        "FlatLaunch",
+        "FlatHead",
         "chunk_elems",
-        std::mem::offset_of!(FlatLaunch, chunk_elems),
+        std::mem::offset_of!(FlatHead, chunk_elems),
     ),
     (
-        "FlatLaunch",
-        "first",
-        std::mem::offset_of!(FlatLaunch, first),
+        "FlatHead",
+        "task_at",
+        std::mem::offset_of!(FlatHead, task_at),
     ),
-    ("FlatLaunch", "task", std::mem::offset_of!(FlatLaunch, task)),
-    ("FlatLaunch", "op", std::mem::offset_of!(FlatLaunch, op)),
-    ("FlatLaunch", "sizeof", std::mem::size_of::<FlatLaunch>()),
+    ("FlatHead", "op_at", std::mem::offset_of!(FlatHead, op_at)),
+    ("FlatHead", "sizeof", std::mem::size_of::<FlatHead>()),
 ];
 
 /// A launch program ([`braid_plan::flat::launch`]) with what resolving it needs of its
@@ -489,5 +656,84 @@ pub fn emulate<T: Copy + Default>(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A launch of `nseq` sequences, `nt` tasks and `no` operands, every field distinct.
+    fn launch(nseq: usize, nt: usize, no: usize) -> FlatLaunch {
+        let mut l = FlatLaunch {
+            nseq: nseq as u32,
+            parts: 3,
+            chunk_elems: 1 << 40,
+            ..FlatLaunch::default()
+        };
+        for s in 0..=nseq {
+            l.first[s] = (s * nt / nseq) as u16;
+        }
+        // Operands shared out in order; the last task takes what is left.
+        let per = no / nt;
+        for t in 0..nt {
+            let take = if t + 1 == nt { no - per * t } else { per };
+            l.task[t] = FlatTask {
+                dst: 0xdead_0000_0000 + t as u64,
+                valid: 0x8000_0000 | t as u32,
+                op0: (per * t) as u16,
+                nops: 1,
+                ndst: take as u8,
+            };
+        }
+        for o in 0..no {
+            l.op[o] = FlatOp {
+                ptr: 0xbeef_0000_0000_0000 | o as u64,
+                valid: u64::MAX - o as u64,
+            };
+        }
+        l
+    }
+
+    fn variant(p: &Packed) -> char {
+        match p {
+            Packed::S(_) => 's',
+            Packed::M(_) => 'm',
+            Packed::L(_) => 'l',
+        }
+    }
+
+    /// Every launch round-trips through the argument it is launched with, and takes the
+    /// smallest that holds it: 8 bytes of sequence starts, then 16 per task and operand.
+    #[test]
+    fn a_launch_packs_into_the_smallest_argument_that_holds_it() {
+        // 5 sequence starts take 2 words; with 1 task and 30 operands that is 64 words,
+        // what the small argument holds, and one operand more is 66.
+        for (nseq, nt, no, want) in [
+            (1, 1, 1, 's'),
+            (4, 1, 30, 's'),
+            (4, 1, 31, 'm'),
+            (4, 2, 30, 'm'),
+            (3, 1, 30, 's'),
+            (MAX_SEQS, MAX_TASKS, MAX_OPS, 'l'),
+            (8, 8, 120, 'm'),
+            (8, 16, 120, 'l'),
+        ] {
+            let l = launch(nseq, nt, no);
+            assert_eq!((l.tasks(), l.ops()), (nt, no));
+            let p = l.pack(false);
+            assert_eq!(
+                variant(&p),
+                want,
+                "{nseq} sequences, {nt} tasks, {no} operands"
+            );
+            assert_eq!(p.unpack(), l);
+            let full = l.pack(true);
+            assert_eq!(variant(&full), 'l');
+            assert_eq!(full.unpack(), l);
+            assert!(p.bytes() <= full.bytes());
+        }
+        assert_eq!(launch(1, 1, 1).pack(false).bytes(), 24 + 8 * WORDS_S);
+        assert_eq!(launch(1, 1, 1).pack(true).bytes(), 24 + 8 * WORDS_L);
     }
 }

@@ -12,8 +12,9 @@ pub const INTERPRETER: &str = include_str!("../../../kernels_templates/braid_ker
 
 /// The kernel's entry point.
 pub const ENTRY: &str = "braid_kernel";
-/// The flat launch's entry point ([`crate::flat`]), in every module.
-pub const FLAT_ENTRY: &str = "braid_flat";
+/// The flat launch's entry points ([`crate::flat`]), in every module: for the small,
+/// middle and full argument ([`crate::flat::Packed`]).
+pub const FLAT_ENTRIES: [&str; 3] = ["braid_flat_s", "braid_flat_m", "braid_flat"];
 /// The point-to-point entry point, in the [`p2p_variant`]'s module only.
 pub const P2P_ENTRY: &str = "braid_p2p";
 /// PreMulSum's scaling entry point, in each [`scale_variant`]'s module only.

@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone)]
 pub struct Loaded {
     pub func: CudaFunction,
-    /// The flat launch's kernel ([`crate::flat`]), from the same module.
-    pub flat: CudaFunction,
+    /// The flat launch's kernels ([`crate::flat`]), from the same module: for the small,
+    /// middle and full argument ([`kernel::FLAT_ENTRIES`]).
+    pub flat: [CudaFunction; 3],
     /// Thread blocks of it one multiprocessor holds at once.
     pub blocks_per_sm: u32,
     /// Multiprocessors of the GPU.
@@ -58,7 +59,11 @@ pub fn get(ctx: &Arc<CudaContext>, variant: Variant, stats: &Stats) -> Result<Lo
     let module = ctx.load_module(Ptx::from_binary(compiled.cubin))?;
     stats.loaded();
     let func = module.load_function(kernel::ENTRY)?;
-    let flat = module.load_function(kernel::FLAT_ENTRY)?;
+    let flat = [
+        module.load_function(kernel::FLAT_ENTRIES[0])?,
+        module.load_function(kernel::FLAT_ENTRIES[1])?,
+        module.load_function(kernel::FLAT_ENTRIES[2])?,
+    ];
     let blocks = occupancy(&func, variant, ctx)?;
     let p2p = if variant == kernel::p2p_variant(variant.wire.host_fifo) {
         let f = module.load_function(kernel::P2P_ENTRY)?;

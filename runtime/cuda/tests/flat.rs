@@ -123,7 +123,12 @@ fn run_flat(
         prog.runs_in_place()
     );
     let l = l?;
-    flat::emulate(&l, &mut mem, 4, |a: f32, b: f32| a + b);
+    // The launch as the kernel reads it, from the argument it is launched with (packed
+    // in the smallest that holds it, and in the full one).
+    let packed = l.pack(false);
+    assert_eq!(packed.unpack(), l, "{}: packing lost something", plan.name);
+    assert_eq!(l.pack(true).unpack(), l, "{}: full argument", plan.name);
+    flat::emulate(&packed.unpack(), &mut mem, 4, |a: f32, b: f32| a + b);
     let outs = bufs
         .iter()
         .map(|&(_, o)| (o != 0).then(|| mem[o as usize / 4..o as usize / 4 + out_e].to_vec()))

@@ -24,7 +24,7 @@ const STRUCTS: [&str; 16] = [
     "P2pLaunch",
     "FlatTask",
     "FlatOp",
-    "FlatLaunch",
+    "FlatHead",
 ];
 
 /// The text of `struct NAME { ... };` in the template.
@@ -53,12 +53,6 @@ fn c_source(tamper: bool) -> String {
         braid_cuda::kernel::P2P_LANES,
         braid_cuda::kernel::P2P_TASKS
     );
-    c += &format!(
-        "#define FLAT_SEQS {}\n#define FLAT_TASKS {}\n#define FLAT_OPS {}\n",
-        braid_cuda::flat::MAX_SEQS,
-        braid_cuda::flat::MAX_TASKS,
-        braid_cuda::flat::MAX_OPS
-    );
     for s in STRUCTS {
         c += &format!("typedef struct {s} {s};\n");
     }
@@ -84,15 +78,15 @@ fn c_source(tamper: bool) -> String {
         };
         c += &format!("_Static_assert({what} == {offset}, \"{strukt}.{field} is not at byte {offset} as the host writes it\");\n");
     }
-    // The flags the host sets in these structures, and the flat launch's capacities,
+    // The flags the host sets in these structures, and the flat launch's argument sizes,
     // have the kernel's values.
     for (name, value) in [
         ("GPU_SCOPE", braid_cuda::program::GPU_SCOPE),
         ("NET", braid_cuda::program::NET),
         ("PUBLISH", braid_cuda::program::PUBLISH),
-        ("FLAT_SEQS", braid_cuda::flat::MAX_SEQS as u32),
-        ("FLAT_TASKS", braid_cuda::flat::MAX_TASKS as u32),
-        ("FLAT_OPS", braid_cuda::flat::MAX_OPS as u32),
+        ("FLAT_WORDS_S", braid_cuda::flat::WORDS_S as u32),
+        ("FLAT_WORDS_M", braid_cuda::flat::WORDS_M as u32),
+        ("FLAT_WORDS_L", braid_cuda::flat::WORDS_L as u32),
     ] {
         let head = format!("constexpr u32 {name} = ");
         let at = src

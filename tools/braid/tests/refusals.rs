@@ -653,3 +653,19 @@ fn a_bad_flat_block_count_is_refused_before_anything_runs() {
         refused(&out, 2, &["BRAID_FLAT_BLOCKS", "expected a block count"]);
     }
 }
+
+#[test]
+fn a_bad_flat_argument_choice_is_refused_before_anything_runs() {
+    let out = braid(
+        &[
+            "run",
+            "algorithms/ring_allreduce.braid",
+            "--topo",
+            "nvswitch:2",
+            "--backend",
+            "cuda",
+        ],
+        &[("BRAID_FLAT_ARGS", "small")],
+    );
+    refused(&out, 2, &["BRAID_FLAT_ARGS", "expected packed or full"]);
+}
