@@ -229,7 +229,9 @@ const _: () = assert!(
         && std::mem::size_of::<FlatArgs<WORDS_L>>() <= 4096
 );
 
-/// A flat launch packed for one of the kernel's entry points.
+/// A flat launch packed for one of the kernel's entry points. Made on the stack for one
+/// launch (boxing the larger ones would allocate on every call).
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug)]
 pub enum Packed {
     /// `braid_flat_s`.
