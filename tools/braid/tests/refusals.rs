@@ -637,8 +637,13 @@ fn sizes_too_large_are_refused_before_allocating() {
 /// A knob of the CUDA backend with a value it cannot take is refused with a usage error
 /// (exit 2) naming it, before any GPU is looked for.
 #[test]
-fn a_bad_flat_block_count_is_refused_before_anything_runs() {
-    for v in ["0", "lots", "99999"] {
+fn a_bad_flat_launch_knob_is_refused_before_anything_runs() {
+    for (var, v, why) in [
+        ("BRAID_FLAT_BLOCKS", "0", "expected a block count"),
+        ("BRAID_FLAT_BLOCKS", "lots", "expected a block count"),
+        ("BRAID_FLAT_BLOCKS", "99999", "expected a block count"),
+        ("BRAID_FLAT_ARGS", "small", "expected packed or full"),
+    ] {
         let out = braid(
             &[
                 "run",
@@ -648,24 +653,8 @@ fn a_bad_flat_block_count_is_refused_before_anything_runs() {
                 "--backend",
                 "cuda",
             ],
-            &[("BRAID_FLAT_BLOCKS", v)],
+            &[(var, v)],
         );
-        refused(&out, 2, &["BRAID_FLAT_BLOCKS", "expected a block count"]);
+        refused(&out, 2, &[var, why]);
     }
-}
-
-#[test]
-fn a_bad_flat_argument_choice_is_refused_before_anything_runs() {
-    let out = braid(
-        &[
-            "run",
-            "algorithms/ring_allreduce.braid",
-            "--topo",
-            "nvswitch:2",
-            "--backend",
-            "cuda",
-        ],
-        &[("BRAID_FLAT_ARGS", "small")],
-    );
-    refused(&out, 2, &["BRAID_FLAT_ARGS", "expected packed or full"]);
 }
