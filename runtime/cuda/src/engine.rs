@@ -760,7 +760,7 @@ fn flat_launch(g: &[&Launch<'_, CudaEngine>]) -> Option<crate::flat::FlatLaunch>
         .clique()
         .flat_blocks
         .unwrap_or(g[0].prepared.inner.kernel.multiprocessors);
-    crate::flat::resolve_program(&calls, &prog, max_grid)
+    prog.resolve_cached(&calls, max_grid)
 }
 
 /// Launches `func` with `grid` blocks and the one parameter `param` on the first

@@ -340,6 +340,48 @@ pub struct Program {
     reads: Vec<u32>,
     reads_out: Vec<u32>,
     read_by: Vec<u32>,
+    /// The last launch resolved from it and what it was resolved for
+    /// ([`Program::resolve_cached`]).
+    last: LastResolved,
+}
+
+/// What a launch was resolved for: every call's rank, plan, buffers and flags, the
+/// geometry and the grid cap (everything [`resolve_program`] reads besides the program).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ResolvedFor {
+    n: usize,
+    calls: [(u32, u64, u64, u64, bool, bool); crate::kernel::MAX_LOCAL],
+    geometry: Geometry,
+    max_grid: u32,
+}
+
+impl ResolvedFor {
+    fn of(calls: &[RankCall<'_>], max_grid: u32) -> Option<ResolvedFor> {
+        let first = calls.first()?;
+        let mut key = ResolvedFor {
+            n: calls.len(),
+            calls: [(0, 0, 0, 0, false, false); crate::kernel::MAX_LOCAL],
+            geometry: *first.geometry,
+            max_grid,
+        };
+        for (slot, c) in key.calls.iter_mut().zip(calls) {
+            *slot = (c.rank, c.plan, c.input, c.output, c.in_untouched, c.avg);
+        }
+        (calls.len() <= crate::kernel::MAX_LOCAL
+            && calls.iter().all(|c| *c.geometry == *first.geometry))
+        .then_some(key)
+    }
+}
+
+/// The last launch a program resolved (a new program's is empty; a copy of a program
+/// starts empty too).
+#[derive(Debug, Default)]
+struct LastResolved(std::sync::Mutex<Option<(ResolvedFor, Option<FlatLaunch>)>>);
+
+impl Clone for LastResolved {
+    fn clone(&self) -> Self {
+        LastResolved::default()
+    }
 }
 
 /// The launch program of `calls` of `plan` (their programs, with receives done by the
@@ -372,6 +414,7 @@ pub fn launch_program(
         reads_out: union(|p| &p.reads_out),
         read_by: union(|p| &p.read_by),
         launch,
+        last: LastResolved::default(),
     })
 }
 
@@ -379,6 +422,28 @@ impl Program {
     /// The plan's verdict on running in place ([`braid_plan::flat::runs_in_place`]).
     pub fn runs_in_place(&self) -> bool {
         self.in_place
+    }
+
+    /// [`resolve_program`] of `calls` with this program, taken from the last launch it
+    /// resolved where that was for the same calls (ranks, plans, buffers, flags,
+    /// geometry) and grid cap: an application that calls again on the same buffers, as
+    /// training loops do, does not resolve the same passes again.
+    pub fn resolve_cached(&self, calls: &[RankCall<'_>], max_grid: u32) -> Option<FlatLaunch> {
+        let Some(key) = ResolvedFor::of(calls, max_grid) else {
+            return resolve_program(calls, self, max_grid);
+        };
+        if let Ok(last) = self.last.0.lock() {
+            if let Some((k, l)) = &*last {
+                if *k == key {
+                    return *l;
+                }
+            }
+        }
+        let l = resolve_program(calls, self, max_grid);
+        if let Ok(mut last) = self.last.0.lock() {
+            *last = Some((key, l));
+        }
+        l
     }
 
     /// The same program without the plan's verdict: a launch in place is checked on its
