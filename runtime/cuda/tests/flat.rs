@@ -447,7 +447,11 @@ fn a_resolved_launch_is_reused_only_for_the_same_calls() {
     let progs = programs(&plan).unwrap();
     let geo = Geometry::new(plan.collective, 4, plan.chunks, 0, 64, 4, 1, 0);
     let geo2 = Geometry::new(plan.collective, 4, plan.chunks, 0, 128, 4, 1, 0);
-    let calls = |shift: u64, geometry: &'static Geometry| -> Vec<RankCall<'_>> {
+    fn calls<'a>(
+        progs: &'a [FlatProgram],
+        shift: u64,
+        geometry: &'a Geometry,
+    ) -> Vec<RankCall<'a>> {
         (0..4)
             .map(|r| RankCall {
                 rank: r,
@@ -460,25 +464,23 @@ fn a_resolved_launch_is_reused_only_for_the_same_calls() {
                 avg: false,
             })
             .collect()
-    };
-    let geo: &'static Geometry = Box::leak(Box::new(geo));
-    let geo2: &'static Geometry = Box::leak(Box::new(geo2));
-    let a = calls(0, geo);
+    }
+    let a = calls(&progs, 0, &geo);
     let prog = flat::launch_program(&plan, &a, braid_plan::flat::MAX_DSTS).unwrap();
     let fresh = |c: &[RankCall<'_>], grid: u32| flat::resolve_program(c, &prog, grid);
     let la = fresh(&a, 132).unwrap();
     assert_eq!(prog.resolve_cached(&a, 132), Some(la));
     assert_eq!(prog.resolve_cached(&a, 132), Some(la));
-    let b = calls(256, geo);
+    let b = calls(&progs, 256, &geo);
     let lb = fresh(&b, 132).unwrap();
     assert_ne!(la, lb);
     assert_eq!(prog.resolve_cached(&b, 132), Some(lb));
     assert_eq!(prog.resolve_cached(&a, 132), Some(la));
-    let c = calls(0, geo2);
+    let c = calls(&progs, 0, &geo2);
     assert_eq!(prog.resolve_cached(&c, 132), fresh(&c, 132));
     assert_ne!(prog.resolve_cached(&c, 132), Some(la));
     assert_eq!(prog.resolve_cached(&a, 1), fresh(&a, 1));
-    let mut avg = calls(0, geo);
+    let mut avg = calls(&progs, 0, &geo);
     avg[2].avg = true;
     assert_eq!(prog.resolve_cached(&a, 132), Some(la));
     assert_eq!(prog.resolve_cached(&avg, 132), None);
