@@ -11,6 +11,10 @@ use std::collections::BTreeMap;
 pub struct Traffic {
     /// For every rank, chunks it sends to each peer (`peer -> chunks`).
     pub sent: Vec<BTreeMap<u32, u64>>,
+    /// For every rank, chunks its local copies move (a `cpy` step: a rank's own block of
+    /// an out-of-place alltoall or allgather, from its input to its output). They cross
+    /// no link, but where ranks share a GPU they take that GPU's memory like a transfer.
+    pub copied: Vec<u64>,
 }
 
 impl Traffic {
@@ -40,6 +44,18 @@ impl Traffic {
 
 /// The chunks every rank of `plan` sends in one call.
 pub fn traffic(plan: &Plan) -> Traffic {
+    let copied = plan
+        .ranks
+        .iter()
+        .map(|r| {
+            r.blocks
+                .iter()
+                .flat_map(|b| &b.steps)
+                .filter(|s| s.kind == crate::plan::StepKind::Copy)
+                .map(|s| s.dst.or(s.src).map_or(0, |x| u64::from(x.count)))
+                .sum()
+        })
+        .collect();
     let sent = plan
         .ranks
         .iter()
@@ -55,7 +71,7 @@ pub fn traffic(plan: &Plan) -> Traffic {
             m
         })
         .collect();
-    Traffic { sent }
+    Traffic { sent, copied }
 }
 
 #[cfg(test)]
@@ -78,6 +94,8 @@ mod tests {
             assert_eq!(m.values().sum::<u64>(), 2 * 3, "rank {r}: {m:?}");
         }
         assert_eq!((t.total(), t.busiest_rank(), t.busiest_link()), (24, 6, 6));
+        // Its first step copies the rank's whole input (4 chunks) to its output.
+        assert_eq!(t.copied, vec![4; 4]);
     }
 
     #[test]

@@ -566,18 +566,23 @@ fn row(
 }
 
 /// Bytes every rank together sends over links in one call of `count` elements with
-/// `plan` (padding included: what crosses the links).
-fn bytes_moved(plan: &Verified, dtype: DType, count: usize) -> f64 {
-    path_bytes(plan, dtype, count, |_| 0).values().sum()
+/// `plan` (padding included: what crosses the links), and out of place (`mode`) what
+/// its local copies move too.
+fn bytes_moved(plan: &Verified, dtype: DType, count: usize, mode: Mode) -> f64 {
+    path_bytes(plan, dtype, count, mode, |_| 0).values().sum()
 }
 
-/// Bytes `plan` sends in one call of `count` elements from the ranks on one GPU to those
+/// Bytes `plan` moves in one call of `count` elements from the ranks on one GPU to those
 /// on another (or the same) GPU, for ranks placed on GPU `gpu_of(rank)`: per
-/// `(from, to)` path.
+/// `(from, to)` path. Out of place, a rank's local copies (`cpy` steps) count on its own
+/// GPU's path: they move bytes through that GPU's memory as transfers between its ranks
+/// do. In place they may copy a chunk onto itself, which moves nothing, so they are left
+/// out there (the roofline stays a lower bound).
 fn path_bytes(
     plan: &Verified,
     dtype: DType,
     count: usize,
+    mode: Mode,
     gpu_of: impl Fn(u32) -> usize,
 ) -> std::collections::BTreeMap<(usize, usize), f64> {
     let g = braid_runtime::geometry::Geometry::new(
@@ -592,11 +597,20 @@ fn path_bytes(
     );
     let chunk = (g.chunk_elems * dtype.size()) as f64;
     let mut paths = std::collections::BTreeMap::new();
-    for (rank, sent) in braid_plan::traffic::traffic(plan).sent.iter().enumerate() {
+    let traffic = braid_plan::traffic::traffic(plan);
+    for (rank, sent) in traffic.sent.iter().enumerate() {
         for (&peer, &chunks) in sent {
             *paths
                 .entry((gpu_of(rank as u32), gpu_of(peer)))
                 .or_insert(0.0) += chunks as f64 * chunk;
+        }
+    }
+    if mode == Mode::OutOfPlace {
+        for (rank, &chunks) in traffic.copied.iter().enumerate() {
+            if chunks > 0 {
+                let g = gpu_of(rank as u32);
+                *paths.entry((g, g)).or_insert(0.0) += chunks as f64 * chunk;
+            }
         }
     }
     paths
@@ -661,7 +675,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
             );
             let rate =
                 *rate.get_or_insert_with(|| braid_runtime::bench::copy_rate(m.bytes, threads));
-            let roof = bytes_moved(&m.plan, args.dtype, count) / rate;
+            let roof = bytes_moved(&m.plan, args.dtype, count, mode) / rate;
             r.set_roofline(roof * 1e6);
             predict_row(sweep, &mut r, &m.plan, m.protocol, (false, false));
             report.rows.push(r);
@@ -754,7 +768,7 @@ fn run_procs(
             .and_then(|c| c.into_iter().find(|(p, _)| p.name == first.plan))
             .map(|(p, _)| p);
         if let Some(plan) = ran {
-            let roof = bytes_moved(&plan, args.dtype, count)
+            let roof = bytes_moved(&plan, args.dtype, count, job.case.mode)
                 / braid_runtime::bench::copy_rate(bytes, threads);
             r.set_roofline(roof * 1e6);
             if let Ok(plan) = replicated(plan, Some(first.replicas)) {
@@ -886,7 +900,7 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 },
             );
             let mut roof = Duration::ZERO;
-            let mut paths = path_bytes(&plan, args.dtype, count, |r| r as usize % gpus);
+            let mut paths = path_bytes(&plan, args.dtype, count, mode, |r| r as usize % gpus);
             if paths.is_empty() && mode == Mode::OutOfPlace {
                 // One rank, out of place: the data still has to reach the output.
                 paths.insert((0, 0), bytes as f64);
@@ -907,8 +921,12 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 roof = roof.max(t);
             }
             if network && n > 1 {
-                let pairs = path_bytes(&plan, args.dtype, count, |r| r as usize);
-                let busiest = pairs.values().fold(0.0f64, |a, &b| a.max(b)) as usize;
+                // Pairs of ranks only: a rank's local copies cross no network.
+                let pairs = path_bytes(&plan, args.dtype, count, mode, |r| r as usize);
+                let busiest = pairs
+                    .iter()
+                    .filter(|((a, b), _)| a != b)
+                    .fold(0.0f64, |a, (_, &b)| a.max(b)) as usize;
                 let t = match streamed.get(&busiest) {
                     Some(&t) => t,
                     None => {
@@ -1010,17 +1028,46 @@ mod tests {
             .find(|p| p.name == "ring_allreduce")
             .expect("ring_allreduce applies to 4 ranks");
         let count = 1 << 20;
-        let total = bytes_moved(&ring, DType::F32, count);
+        let total = bytes_moved(&ring, DType::F32, count, Mode::InPlace);
         // 2 (N - 1) / N of every rank's 4 MiB leave it, padding aside.
         assert!(total >= 4.0 * 2.0 * 3.0 / 4.0 * 4.0 * 1048576.0, "{total}");
-        let two = path_bytes(&ring, DType::F32, count, |r| r as usize % 2);
+        let two = path_bytes(&ring, DType::F32, count, Mode::InPlace, |r| r as usize % 2);
         assert!(two.keys().all(|(a, b)| a != b), "{two:?}");
         assert_eq!(two.values().sum::<f64>(), total);
-        let pairs = path_bytes(&ring, DType::F32, count, |r| r as usize / 2);
+        let pairs = path_bytes(&ring, DType::F32, count, Mode::InPlace, |r| r as usize / 2);
         assert!(
             pairs.contains_key(&(0, 0)) && pairs.contains_key(&(0, 1)),
             "{pairs:?}"
         );
         assert_eq!(pairs.values().sum::<f64>(), total);
+    }
+
+    /// Out of place, an alltoall's own blocks (local copies) count on the rank's GPU:
+    /// with every rank on one GPU the path carries all N blocks of every rank, not only
+    /// the N - 1 that go to peers; in place (which moves nothing locally) they do not.
+    #[test]
+    fn path_bytes_count_local_copies_out_of_place() {
+        let topo = crate::topo_arg::load("nvswitch:4").unwrap();
+        let library = braid_library::Library::new(topo);
+        let a2a = library
+            .plans(Collective::Alltoall, None)
+            .into_iter()
+            .find(|p| p.name == "direct_alltoall")
+            .expect("direct_alltoall applies to 4 ranks");
+        // Alltoall's count is per peer (NCCL's): a rank's block for each peer.
+        let count = 1 << 20;
+        let block = 4.0 * count as f64;
+        let one_gpu = path_bytes(&a2a, DType::F32, count, Mode::OutOfPlace, |_| 0);
+        assert_eq!(
+            one_gpu.get(&(0, 0)),
+            Some(&(4.0 * 4.0 * block)),
+            "{one_gpu:?}"
+        );
+        let links = path_bytes(&a2a, DType::F32, count, Mode::InPlace, |_| 0);
+        assert_eq!(links.get(&(0, 0)), Some(&(4.0 * 3.0 * block)), "{links:?}");
+        // A rank per GPU: each GPU's own path carries its one local block.
+        let apart = path_bytes(&a2a, DType::F32, count, Mode::OutOfPlace, |r| r as usize);
+        assert_eq!(apart.get(&(2, 2)), Some(&block), "{apart:?}");
+        assert_eq!(apart.get(&(2, 3)), Some(&block), "{apart:?}");
     }
 }
