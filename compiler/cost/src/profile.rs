@@ -159,7 +159,10 @@ pub struct Profile {
     /// nodes leave one after another however many blocks send them.
     pub net_post_us: PerProtocol,
     /// What starting a block costs in a call, µs (a thread waking on the host backend;
-    /// nothing measurable on a GPU, where the default is 0).
+    /// nothing measurable on a GPU, where the default is 0). A rank's blocks start one
+    /// after another: its `b`-th block (from 0) starts `(b + 1) * block_us` into the call,
+    /// and a block that waits for another block's step is woken again (`block_us`) when
+    /// that step ends.
     #[serde(default)]
     pub block_us: PerProtocol,
     /// Blocks that run at once over all ranks (the host backend's cores); 0: every block

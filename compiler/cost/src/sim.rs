@@ -15,6 +15,9 @@
 //!   measured on copies, 2 accesses per byte: a step takes [`memory_accesses`] / 2 times
 //!   a copy's time), and over a connection no less than its bytes at the link rate; it
 //!   reaches the peer after the path's latency plus the protocol's per-message latency.
+//! - A block starts when its thread wakes (`block_us`, 0 on GPUs): a rank's call wakes
+//!   its blocks one after another, the `b`-th `(b + 1) * block_us` into the call, and a
+//!   block whose first step waits for another block's is woken again when that ends.
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
 //!   (a start cost per block, its slices) divided by the cores; where its ranks share
@@ -511,9 +514,10 @@ pub fn predict_below(
         .collect();
     for i in 0..steps {
         if ids[i].2 == 0 {
-            // The block starts: on the host a thread wakes.
+            // The block starts: on the host a thread wakes, once for the cores, and after
+            // the rank's earlier blocks' threads (they are woken one after another).
             work += block_us;
-            in_turn[block_last[i]] += block_us;
+            in_turn[block_last[i]] += block_us * (ids[i].1 + 1) as f64;
         }
         if info[i].skipped {
             continue;
@@ -563,8 +567,15 @@ pub fn predict_below(
             .map(|j| end[j])
             .fold(0f64, f64::max);
         if si == 0 && k == 0 {
-            // The block starts: on the host a thread wakes.
-            t += block_us;
+            // The block starts when its thread has woken: on the host after those of the
+            // rank's earlier blocks (the rank's call wakes them one after another, at the
+            // call's start, whatever the block then waits for).
+            let woken = block_us * (ids[i].1 + 1) as f64;
+            t = if t > 0.0 {
+                woken.max(t + block_us)
+            } else {
+                woken
+            };
         }
         let start = t;
         // Only this receive reads its message's arrivals.

@@ -363,6 +363,48 @@ fn each_launched_block_adds_its_cost() {
     assert_eq!(price(&simple_only, 2), price(&base, 2));
 }
 
+/// On the host a rank's call wakes its blocks' threads one after another: its `b`-th
+/// block starts `(b + 1) * block_us` into the call; a block whose first step waits for
+/// another block's step is woken again when that step ends (`block_us` after it). In a
+/// direct broadcast the root's local copy is its last block (woken last) and its sends
+/// wait for it; the receivers, one block each, start side by side at the first wake-up.
+#[test]
+fn a_ranks_blocks_start_one_after_another() {
+    let (t, ps) = plans("nvswitch:8", Collective::Broadcast);
+    let direct = plan(&ps, "direct_broadcast");
+    let root = &direct.ranks[0].blocks;
+    assert!(root.len() >= 8, "a block per receiver and the copy");
+    let copy_block = root.len() - 1;
+    assert_eq!(root[copy_block].steps[0].kind, braid_plan::StepKind::Copy);
+    let mut profile = Profile::default();
+    profile.block_us.simple = 10.0;
+    let call = Call {
+        bytes: 4,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct: false,
+        together: false,
+    };
+    let timeline = predict(direct, &t, &profile, &call).unwrap().timeline;
+    let copy = timeline
+        .iter()
+        .find(|s| s.rank == 0 && s.block as usize == copy_block)
+        .unwrap();
+    assert!(
+        (copy.start_us - 10.0 * root.len() as f64).abs() < 1e-9,
+        "{copy:?}"
+    );
+    for s in &timeline {
+        assert!(s.start_us >= 10.0 * (s.block + 1) as f64 - 1e-9, "{s:?}");
+        if s.rank != 0 {
+            assert!((s.start_us - 10.0).abs() < 1e-9, "{s:?}");
+        } else if s.kind == "send" {
+            assert!((s.start_us - (copy.end_us + 10.0)).abs() < 1e-9, "{s:?}");
+        }
+    }
+}
+
 /// Ranks of one launch, out of place: a one-shot all-reduce's sends cost nothing, its
 /// receives wait for no message and touch each byte 3 times (read the peer's input and
 /// the own, write the output) instead of 2 + 3 through the FIFO; the shared-memory floor

@@ -238,10 +238,13 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         None => None,
     };
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    // Three small calls separate the fixed costs: a chain of 2 ranks (one message, 2
-    // blocks), of 8 (seven messages one after another, 8 blocks), and a direct broadcast
-    // on 8 (one message deep, 14 blocks, more than the cores run at once). With c cores:
-    //   t2 = call + hop + block, t8 = call + 7 hop + block, td = call + 14 block / c.
+    // Three small calls separate the fixed costs: a chain of 2 ranks (one message, one
+    // block a rank), of 8 (seven messages one after another, one block a rank), and a
+    // direct broadcast on 8 (one message deep; the root's 7 blocks start one after
+    // another, as its call wakes their threads in turn):
+    //   t2 = call + block + hop, t8 = call + block + 7 hop, td = call + 7 block + hop.
+    // (Where the cores are fewer than the blocks, the 14 wake-ups of the direct broadcast
+    // take at least 14 block / cores, which is 7 block on two cores: the same.)
     let cores = std::thread::available_parallelism().map_or(1, |p| p.get()) as u32;
     let ranks = if args.procs {
         Ranks::Procs
@@ -267,14 +270,13 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     let median = |v: &[Duration]| us(braid_runtime::bench::median(v));
     let (t2, t8, td) = (median(&t2s), median(&t8s), median(&tds));
     let hop = ((t8 - t2) / 6.0).max(0.0);
-    // td - t2 = 14 block / c - hop - block.
-    let block = ((td - t2 + hop) / (14.0 / f64::from(cores) - 1.0).max(0.5)).max(0.0);
+    let block = ((td - t2) / 6.0).max(0.0);
     let call = (t2 - hop - block).max(0.0);
     // What one block moves: 2 ranks, 64 MiB, one hop; the chain pipelines its chunks, so
     // the time is the bytes over one block's rate plus the fixed costs.
     let big = 16 << 20; // f32 elements: 64 MiB
     let tb = us(chain_time(ranks, 2, big, args.iters.min(5))?);
-    let gbps = (big as f64 * 4.0) / ((tb - call - hop).max(1.0) * 1e3);
+    let gbps = (big as f64 * 4.0) / ((tb - call - block - hop).max(1.0) * 1e3);
     // What one thread copies locally (a block's copies and reductions that cross no link).
     let copy = braid_runtime::bench::copy_rate(big * 4, 1) / 1e9;
     let profile = Profile {
