@@ -568,8 +568,9 @@ pub fn predict_below(
             .fold(0f64, f64::max);
         if si == 0 && k == 0 {
             // The block starts when its thread has woken: on the host after those of the
-            // rank's earlier blocks (the rank's call wakes them one after another, at the
-            // call's start, whatever the block then waits for).
+            // rank's earlier blocks (the rank's call wakes them one after another), and,
+            // where it waited for another block's step (`t > 0`: with `block_us > 0`
+            // every step ends after 0), again after that step.
             let woken = block_us * (ids[i].1 + 1) as f64;
             t = if t > 0.0 {
                 woken.max(t + block_us)

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 pub struct Traffic {
     /// For every rank, chunks it sends to each peer (`peer -> chunks`).
     pub sent: Vec<BTreeMap<u32, u64>>,
-    /// For every rank, chunks its local copies move (a `cpy` step: a rank's own block of
-    /// an out-of-place alltoall or allgather, from its input to its output). They cross
+    /// For every rank, chunks its local copies move (`cpy` steps: an out-of-place
+    /// alltoall's own block, a ring all-reduce's first copy of its input to its output). They cross
     /// no link, but where ranks share a GPU they take that GPU's memory like a transfer.
     pub copied: Vec<u64>,
 }

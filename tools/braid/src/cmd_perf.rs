@@ -814,7 +814,7 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
     let mut streamed: std::collections::HashMap<usize, Duration> = std::collections::HashMap::new();
     report.roofline = Some(
         "the bytes of the plan's busiest path (GPU to GPU; within one GPU, all its ranks' \
-         bytes) at this machine's rate for it: the faster of a copy-engine copy and an SM \
+         bytes, out of place their local copies too) at this machine's rate for it: the faster of a copy-engine copy and an SM \
          copy kernel of those bytes, timed back to back in this run"
             .into(),
     );
@@ -1016,17 +1016,21 @@ mod tests {
         }
     }
 
+    /// The shipped plan `name` of `c` on `nvswitch:4`.
+    fn shipped_on_4(c: Collective, name: &str) -> Arc<Verified> {
+        let topo = crate::topo_arg::load("nvswitch:4").unwrap();
+        braid_library::Library::new(topo)
+            .plans(c, None)
+            .into_iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("{name} applies to 4 ranks"))
+    }
+
     /// The roofline's paths: a ring's bytes split by GPU pair, summing to what the plan
     /// sends; with ranks alternating over two GPUs a ring only crosses between them.
     #[test]
     fn path_bytes_split_a_ring_by_gpu_pair() {
-        let topo = crate::topo_arg::load("nvswitch:4").unwrap();
-        let library = braid_library::Library::new(topo);
-        let ring = library
-            .plans(Collective::Allreduce, None)
-            .into_iter()
-            .find(|p| p.name == "ring_allreduce")
-            .expect("ring_allreduce applies to 4 ranks");
+        let ring = shipped_on_4(Collective::Allreduce, "ring_allreduce");
         let count = 1 << 20;
         let total = bytes_moved(&ring, DType::F32, count, Mode::InPlace);
         // 2 (N - 1) / N of every rank's 4 MiB leave it, padding aside.
@@ -1047,13 +1051,7 @@ mod tests {
     /// the N - 1 that go to peers; in place (which moves nothing locally) they do not.
     #[test]
     fn path_bytes_count_local_copies_out_of_place() {
-        let topo = crate::topo_arg::load("nvswitch:4").unwrap();
-        let library = braid_library::Library::new(topo);
-        let a2a = library
-            .plans(Collective::Alltoall, None)
-            .into_iter()
-            .find(|p| p.name == "direct_alltoall")
-            .expect("direct_alltoall applies to 4 ranks");
+        let a2a = shipped_on_4(Collective::Alltoall, "direct_alltoall");
         // Alltoall's count is per peer (NCCL's): a rank's block for each peer.
         let count = 1 << 20;
         let block = 4.0 * count as f64;
