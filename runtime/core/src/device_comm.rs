@@ -7,7 +7,9 @@
 //!   as NCCL does ([`crate::call`]);
 //! * asks the [`Policy`] for the plan, replicas and protocol, and prepares that choice
 //!   once (verify the replicated plan, then the engine's compile and connect), caching it
-//!   per exact call so that a repeated call is a hash lookup and one launch;
+//!   per exact call so that a repeated call is a hash lookup and one launch (a call
+//!   that repeats the rank's last one on the same buffers not even that: its plan and
+//!   arguments are remembered);
 //! * computes the call's arguments (addresses, [`Geometry`]: uneven counts and rounds
 //!   are handled where the data is, never staged);
 //! * turns failures into errors that stick, as NCCL's asynchronous errors do.
@@ -25,8 +27,9 @@ use crate::registry::Registry;
 use braid_ir::{Collective, Mode, Protocol};
 use braid_plan::Verified;
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What a communicator has set up so far, counted as it happens.
@@ -256,8 +259,25 @@ pub struct DeviceComm<E: Engine> {
     policy: Policy,
     by_call: Mutex<FxHashMap<CallKey, Arc<Prepared<E::Prepared>>>>,
     by_choice: Mutex<HashMap<PrepKey, Arc<Prepared<E::Prepared>>>>,
+    /// The last call planned and what it got: an application repeating its call (a
+    /// training loop, a benchmark) skips the lookup and the arguments' arithmetic.
+    last: Mutex<Option<LastCall<E>>>,
     failed: Mutex<Option<String>>,
+    /// Whether `failed` holds an error (read on every call without taking its lock).
+    has_failed: AtomicBool,
 }
+
+/// A call as [`DeviceComm::plan_checked`] saw it, and what it planned for it.
+struct LastCall<E: Engine> {
+    spec: CallSpec,
+    send: u64,
+    recv: u64,
+    mode: Mode,
+    planned: Planned<E>,
+}
+
+/// Calls of one group held without allocating: a GPU's ranks (8 at most launch together).
+type Group<T> = SmallVec<[T; 8]>;
 
 impl<E: Engine> DeviceComm<E> {
     pub fn new(engine: E, registry: Arc<Registry>, policy: Policy) -> DeviceComm<E> {
@@ -267,7 +287,9 @@ impl<E: Engine> DeviceComm<E> {
             policy,
             by_call: Mutex::new(FxHashMap::default()),
             by_choice: Mutex::new(HashMap::new()),
+            last: Mutex::new(None),
             failed: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
         }
     }
 
@@ -303,6 +325,7 @@ impl<E: Engine> DeviceComm<E> {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+        *self.last.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     pub fn stats(&self) -> StatsSnapshot {
@@ -319,8 +342,10 @@ impl<E: Engine> DeviceComm<E> {
     /// The error that made the communicator unusable, if any (NCCL's
     /// `ncclCommGetAsyncError`): a failed or aborted call, or a kernel that gave up.
     pub fn async_error(&self) -> Option<String> {
-        if let Some(e) = self.failed.lock().unwrap().clone() {
-            return Some(e);
+        if self.has_failed.load(Ordering::Acquire) {
+            if let Some(e) = self.failed.lock().unwrap().clone() {
+                return Some(e);
+            }
         }
         let f = self.engine.failure()?;
         self.fail(f.clone());
@@ -398,6 +423,7 @@ impl<E: Engine> DeviceComm<E> {
 
     fn fail(&self, reason: String) {
         self.failed.lock().unwrap().get_or_insert(reason);
+        self.has_failed.store(true, Ordering::Release);
     }
 
     /// Enqueues one collective with NCCL's arguments on `stream` and returns at once.
@@ -476,6 +502,43 @@ impl<E: Engine> DeviceComm<E> {
         recv: u64,
         mode: Mode,
     ) -> Result<Planned<E>> {
+        let again = {
+            let last = self.last.lock().unwrap();
+            last.as_ref()
+                .filter(|l| l.spec == *spec && l.send == send && l.recv == recv && l.mode == mode)
+                .map(|l| l.planned.clone())
+        };
+        let planned = match again {
+            Some(p) => p,
+            None => {
+                let p = self.plan_afresh(spec, send, recv, mode)?;
+                *self.last.lock().unwrap() = Some(LastCall {
+                    spec: *spec,
+                    send,
+                    recv,
+                    mode,
+                    planned: p.clone(),
+                });
+                p
+            }
+        };
+        let plan = &planned.0.plan;
+        tracing::info!(
+            rank = self.rank(),
+            plan = %plan.name,
+            replicas = plan.channels,
+            protocol = planned.0.protocol.name(),
+            "{} of {} bytes ({mode}, {} {})",
+            spec.collective,
+            spec.sizes(self.rank(), self.n_ranks()).larger,
+            spec.dtype.name(),
+            spec.op.name()
+        );
+        Ok(planned)
+    }
+
+    /// [`Self::plan_checked`] without the last call's memory.
+    fn plan_afresh(&self, spec: &CallSpec, send: u64, recv: u64, mode: Mode) -> Result<Planned<E>> {
         let (rank, n) = (self.rank(), self.n_ranks());
         let sizes = spec.sizes(rank, n);
         let key = self.call_key(spec, mode);
@@ -524,17 +587,6 @@ impl<E: Engine> DeviceComm<E> {
             in_untouched: mode == Mode::OutOfPlace
                 || (prepared.in_place_identity && send == recv && sizes.send.is_some()),
         };
-        tracing::info!(
-            rank,
-            plan = %plan.name,
-            replicas = plan.channels,
-            protocol = prepared.protocol.name(),
-            "{} of {} bytes ({mode}, {} {})",
-            spec.collective,
-            sizes.larger,
-            spec.dtype.name(),
-            spec.op.name()
-        );
         Ok((prepared, args))
     }
 
@@ -637,7 +689,7 @@ pub struct GroupCall<'a, E: Engine> {
 #[allow(clippy::type_complexity)]
 fn plan_all<'c, 'g, E: Engine>(
     calls: &[(&'c GroupCall<'g, E>, Mode)],
-) -> Result<Vec<(&'c GroupCall<'g, E>, Planned<E>)>> {
+) -> Result<Group<(&'c GroupCall<'g, E>, Planned<E>)>> {
     let plan =
         |c: &GroupCall<'g, E>, mode: Mode| c.comm.plan_checked(&c.spec, c.send, c.recv, mode);
     // A single call (the usual path) never waits for itself: no lookup.
@@ -681,8 +733,8 @@ fn plan_all<'c, 'g, E: Engine>(
 pub unsafe fn enqueue_group<E: Engine>(calls: &[GroupCall<'_, E>]) -> Result<()> {
     // Every call checked first: a call refused before launch leaves the communicator
     // usable, as NCCL's invalid-argument errors do, and nothing is enqueued.
-    let mut to_plan = Vec::with_capacity(calls.len());
-    let mut copies = Vec::new();
+    let mut to_plan: Group<_> = SmallVec::new();
+    let mut copies: Group<_> = SmallVec::new();
     for c in calls {
         let Some(mode) = c.comm.check_call(&c.spec, c.send, c.recv)? else {
             continue;
@@ -711,7 +763,7 @@ pub unsafe fn enqueue_group<E: Engine>(calls: &[GroupCall<'_, E>]) -> Result<()>
     if planned.is_empty() {
         return Ok(());
     }
-    let launches: Vec<Launch<'_, E>> = planned
+    let launches: Group<Launch<'_, E>> = planned
         .iter()
         .map(|(c, (p, args))| Launch {
             engine: &c.comm.engine,

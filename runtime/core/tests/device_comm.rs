@@ -838,3 +838,67 @@ fn step_times_come_per_block_of_the_plan_and_a_mismatch_is_an_error() {
         .to_string();
     assert!(err.contains(&format!("for the {steps} steps")), "{err}");
 }
+
+/// A communicator remembers its last call's plan and arguments: calls that repeat it on
+/// the same buffers, and calls that change only the count, the operation or one buffer,
+/// each get their own right result, and nothing past the call's bytes is written.
+#[test]
+fn repeated_calls_on_the_same_buffers_follow_every_change_of_count_op_and_buffer() {
+    let n = 4u32;
+    let r = open(n, 32 << 20, Duration::from_secs(30));
+    let max = 4096usize;
+    let mut sends: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; 4 * max]).collect();
+    let mut recvs: [Vec<Vec<u8>>; 2] = [
+        (0..n).map(|_| vec![0u8; 4 * max]).collect(),
+        (0..n).map(|_| vec![0u8; 4 * max]).collect(),
+    ];
+    let steps = [
+        (max, RedOp::Sum, 0usize),
+        (max, RedOp::Sum, 0),
+        (1000, RedOp::Sum, 0),
+        (1000, RedOp::Max, 0),
+        (1000, RedOp::Max, 1),
+        (1000, RedOp::Max, 1),
+        (max, RedOp::Sum, 0),
+    ];
+    for (i, &(count, op, which)) in steps.iter().enumerate() {
+        let spec = CallSpec {
+            collective: Collective::Allreduce,
+            count,
+            dtype: DType::F32,
+            op,
+            root: None,
+        };
+        let ins = inputs(spec.collective, spec.dtype, op, n, count, i as u64 + 1);
+        for k in 0..n as usize {
+            sends[k][..ins[k].len()].copy_from_slice(&ins[k]);
+            recvs[which][k].fill(0xAA);
+        }
+        let calls: Vec<GroupCall<HostEngine>> = (0..n as usize)
+            .map(|k| GroupCall {
+                comm: &r.comms[k],
+                spec,
+                send: sends[k].as_ptr() as u64,
+                recv: recvs[which][k].as_mut_ptr() as u64,
+                stream: &r.streams[k],
+            })
+            .collect();
+        // SAFETY: every buffer holds `max` elements, more than any call's, and lives
+        // until the streams are synchronised below.
+        unsafe { enqueue_group(&calls) }.unwrap();
+        for s in &r.streams {
+            s.synchronize().unwrap();
+        }
+        let expected = reference(spec.collective, spec.dtype, op, None, &ins);
+        for k in 0..n as usize {
+            let want = expected[k].as_ref().unwrap();
+            let got = &recvs[which][k];
+            let mismatch = first_mismatch(spec.dtype, want, &got[..want.len()]);
+            assert!(mismatch.is_none(), "call {i}, rank {k}: {mismatch:?}");
+            assert!(
+                got[want.len()..].iter().all(|&b| b == 0xAA),
+                "call {i}, rank {k}: written past the call's bytes"
+            );
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //! the launch program's passes turned into the kernel's argument for the calls' buffers),
 //! for every shipped all-reduce plan that runs flat on 2, 4 and 8 ranks, at one element
 //! per rank; and again where the calls repeat the last one's buffers
-//! (`Program::resolve_cached`). No GPU needed: `cargo run --release -p braid-cuda --example flat_resolve_cost`.
+//! (`Program::resolve_cached`); and the bytes of the kernel argument the launch takes
+//! (the smallest of the flat kernel's three entries that holds it). No GPU needed: `cargo run --release -p braid-cuda --example flat_resolve_cost`.
 
 use braid_cuda::flat::{self, RankCall};
 use braid_ir::Collective;
@@ -13,8 +14,8 @@ use std::time::Instant;
 
 fn main() {
     println!(
-        "{:<28} {:>5} {:>12} {:>14}",
-        "plan", "ranks", "us per call", "same buffers"
+        "{:<28} {:>5} {:>12} {:>14} {:>9}",
+        "plan", "ranks", "us per call", "same buffers", "arg bytes"
     );
     for n in [2u32, 4, 8] {
         let topo = Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
@@ -57,7 +58,13 @@ fn main() {
                 std::hint::black_box(prog.resolve_cached(&calls, 132));
             }
             let again = t.elapsed().as_secs_f64() * 1e6 / f64::from(k);
-            println!("{:<28} {n:>5} {us:>12.3} {again:>14.3}", plan.name);
+            let arg = match prog.resolve_cached(&calls, 132).map(|l| l.pack(false)) {
+                Some(flat::Packed::S(a)) => std::mem::size_of_val(&a),
+                Some(flat::Packed::M(a)) => std::mem::size_of_val(&a),
+                Some(flat::Packed::L(a)) => std::mem::size_of_val(&a),
+                None => 0,
+            };
+            println!("{:<28} {n:>5} {us:>12.3} {again:>14.3} {arg:>9}", plan.name);
         }
     }
 }
