@@ -276,7 +276,8 @@ struct LastCall<E: Engine> {
     planned: Planned<E>,
 }
 
-/// Calls of one group held without allocating: a GPU's ranks (8 at most launch together).
+/// A group's calls, held without allocating up to 8 (the usual group: one process's ranks
+/// on one machine); larger groups spill to the heap.
 type Group<T> = SmallVec<[T; 8]>;
 
 impl<E: Engine> DeviceComm<E> {
