@@ -58,12 +58,9 @@ fn main() {
                 std::hint::black_box(prog.resolve_cached(&calls, 132));
             }
             let again = t.elapsed().as_secs_f64() * 1e6 / f64::from(k);
-            let arg = match prog.resolve_cached(&calls, 132).map(|l| l.pack(false)) {
-                Some(flat::Packed::S(a)) => std::mem::size_of_val(&a),
-                Some(flat::Packed::M(a)) => std::mem::size_of_val(&a),
-                Some(flat::Packed::L(a)) => std::mem::size_of_val(&a),
-                None => 0,
-            };
+            let arg = prog
+                .resolve_cached(&calls, 132)
+                .map_or(0, |l| l.pack(false).bytes());
             println!("{:<28} {n:>5} {us:>12.3} {again:>14.3} {arg:>9}", plan.name);
         }
     }
