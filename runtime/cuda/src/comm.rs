@@ -980,7 +980,8 @@ pub struct GroupItem<'a> {
 /// that share a GPU run as one launch, so they may even share one stream. Nothing is
 /// launched unless every call is valid.
 pub fn group(items: &[GroupItem]) -> Result<()> {
-    let mut calls = Vec::with_capacity(items.len());
+    let mut calls: smallvec::SmallVec<[GroupCall<'_, CudaEngine>; crate::kernel::MAX_LOCAL]> =
+        smallvec::SmallVec::new();
     for it in items {
         let spec = CallSpec {
             collective: it.collective,

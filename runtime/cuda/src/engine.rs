@@ -191,14 +191,20 @@ impl CudaEngine {
     /// now marks exactly that (the application's own work after it can only delay us);
     /// otherwise another rank's call followed it there, and waiting for that one could
     /// wait for this very call: refused. Nothing is recorded on the usual path, where a
-    /// rank keeps its stream.
-    fn order_before(&self, lead: sys::CUstream, own: sys::CUstream, seen: &Launches) -> Result<()> {
+    /// rank keeps its stream. The rank's order stays locked until the launch records
+    /// where the call went ([`OrderGuard::after`]).
+    fn order_before(
+        &self,
+        lead: sys::CUstream,
+        own: sys::CUstream,
+        seen: &Launches,
+    ) -> Result<OrderGuard<'_>> {
         let mut o = self.order.lock().unwrap();
         let Some((last, seq)) = o.last else {
-            return Ok(());
+            return Ok(OrderGuard(o));
         };
         if last == own || last == lead {
-            return Ok(());
+            return Ok(OrderGuard(o));
         }
         if seen.per_stream.get(&(last as usize)).copied().unwrap_or(0) != seq {
             return Err(CudaError::Invalid(format!(
@@ -210,7 +216,7 @@ impl CudaEngine {
             )));
         }
         if capturing(last)? || capturing(lead)? {
-            return Ok(());
+            return Ok(OrderGuard(o));
         }
         let ev = match o.event {
             Some(e) => e,
@@ -226,13 +232,18 @@ impl CudaEngine {
             result::stream::wait_event(lead, ev, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)?;
         }
         o.last = None;
-        Ok(())
+        Ok(OrderGuard(o))
     }
+}
 
+/// A rank's call order, locked from [`CudaEngine::order_before`] to the launch.
+struct OrderGuard<'a>(std::sync::MutexGuard<'a, Order>);
+
+impl OrderGuard<'_> {
     /// After a launch: the rank's call is complete, in stream order, on `own` (the
     /// launch stream, or a stream joined to it after the launch) at launch `seq` there.
-    fn order_after(&self, own: sys::CUstream, seq: u64) {
-        self.order.lock().unwrap().last = Some((own, seq));
+    fn after(mut self, own: sys::CUstream, seq: u64) {
+        self.0.last = Some((own, seq));
     }
 }
 
@@ -542,7 +553,7 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
     let one_launch =
         distinct && calls.len() <= MAX_LOCAL && calls.iter().all(|c| same_launch(&calls[0], c));
     if one_launch {
-        let g: Vec<&Launch<'_, CudaEngine>> = calls.iter().collect();
+        let g: Group<&Launch<'_, CudaEngine>> = calls.iter().collect();
         let members = members_of(&g);
         check_streams(&members)?;
         // SAFETY: passed on.
@@ -566,7 +577,7 @@ unsafe fn launch_all(calls: &[Launch<'_, CudaEngine>]) -> Result<()> {
         .into_iter()
         .map(|g| g.into_iter().map(|i| &calls[i]).collect())
         .collect();
-    let members: Vec<Vec<Member<'_>>> = groups.iter().map(|g| members_of(g)).collect();
+    let members: Vec<Group<Member<'_>>> = groups.iter().map(|g| members_of(g)).collect();
     for m in &members {
         check_streams(m)?;
     }
@@ -603,6 +614,9 @@ fn launch_groups(rank: &[usize], kernel: &[usize], max: usize) -> Vec<Vec<usize>
     out
 }
 
+/// The calls of one launch (at most [`MAX_LOCAL`]), held without allocating.
+type Group<T> = smallvec::SmallVec<[T; MAX_LOCAL]>;
+
 /// Streams one launch may join besides its own (every rank of a launch on its own
 /// stream, and a point-to-point group's ranks on a few each).
 const MAX_LAUNCH_STREAMS: usize = 4 * MAX_LOCAL;
@@ -635,7 +649,7 @@ fn same_launch(a: &Launch<'_, CudaEngine>, b: &Launch<'_, CudaEngine>) -> bool {
 }
 
 /// The members of a launch of calls.
-fn members_of<'a>(g: &[&'a Launch<'a, CudaEngine>]) -> Vec<Member<'a>> {
+fn members_of<'a>(g: &[&'a Launch<'a, CudaEngine>]) -> Group<Member<'a>> {
     g.iter()
         .map(|c| Member {
             engine: c.engine,
@@ -748,7 +762,7 @@ fn flat_launch(g: &[&Launch<'_, CudaEngine>]) -> Option<crate::flat::FlatLaunch>
                 avg: c.args.avg_ranks > 1,
             })
         })
-        .collect::<Option<Vec<_>>>()?;
+        .collect::<Option<Group<_>>>()?;
     let prog = g[0]
         .engine
         .clique()
@@ -801,8 +815,11 @@ pub(crate) unsafe fn launch_joined<P>(
     let others = &other_buf[..n_others];
     let clique = lead.engine.clique().clone();
     let mut seen = clique.launches.lock().unwrap();
+    // Every member's order is held (in the members' order, under the clique's lock, so
+    // no two launches take them in another) until the launch has recorded it.
+    let mut orders: smallvec::SmallVec<[OrderGuard<'_>; MAX_LOCAL]> = smallvec::SmallVec::new();
     for c in g {
-        c.engine.order_before(stream, c.stream.raw(), &seen)?;
+        orders.push(c.engine.order_before(stream, c.stream.raw(), &seen)?);
     }
     let join = if others.is_empty() {
         None
@@ -857,10 +874,10 @@ pub(crate) unsafe fn launch_joined<P>(
     }
     let bumped = &bumped[..1 + others.len()];
     drop(seen);
-    for c in g {
+    for (c, order) in g.iter().zip(orders) {
         let own = c.stream.raw();
         let seq = bumped.iter().find(|(s, _)| *s == own).map_or(0, |b| b.1);
-        c.engine.order_after(own, seq);
+        order.after(own, seq);
         c.engine.stats.launched(1);
     }
     Ok(())
