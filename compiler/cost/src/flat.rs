@@ -7,9 +7,11 @@
 //! on ranks sharing a GPU) and the call's ranks launch together with direct reads, a plan
 //! whose every rank has a flat program costs
 //!
-//! `flat_call_us + ranks + max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
+//! `flat_call_us + argument + ranks + max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
 //!
-//! where every pass over one chunk reads each operand and writes each destination once
+//! where `argument` is what the launch's kernel argument costs beyond the smallest
+//! (`Profile::flat_arg_us`, by the bytes [`braid_plan::flat::LaunchProgram::arg_bytes`]
+//! says it takes; a launch that no argument holds does not run flat); every pass over one chunk reads each operand and writes each destination once
 //! (passes that several ranks share are one pass with a destination per rank, as
 //! [`braid_plan::flat::launch`] makes them);
 //! `ranks` is what the ranks of the launch beyond two add (`Profile::ranks_us`); the
@@ -66,6 +68,8 @@ pub fn predict(
     if in_place && !braid_plan::flat::runs_in_place(plan, &launch) {
         return None;
     }
+    // What its kernel argument adds (a launch too large for one runs otherwise).
+    let arg_us = profile.flat_arg_us(launch.arg_bytes()?);
     let seqs = launch.seqs.len() as u64;
     if seqs == 0 {
         return None;
@@ -117,7 +121,7 @@ pub fn predict(
         })
         .collect();
     Some(Prediction {
-        total_us: profile.flat_call_us + profile.ranks_us(proto, plan.n_ranks) + body,
+        total_us: profile.flat_call_us + arg_us + profile.ranks_us(proto, plan.n_ranks) + body,
         timeline,
         chunk_bytes: chunk,
     })

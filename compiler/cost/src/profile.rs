@@ -197,10 +197,25 @@ pub struct Profile {
     /// and `flat_call_us` are a launch of 2 ranks, this included once. 0: nothing.
     #[serde(default)]
     pub rank_us: f64,
+    /// What a flat launch's kernel argument adds to the call beyond the smallest one, per
+    /// size of argument the backend launches, µs (the driver copies the argument at every
+    /// launch; `braid tune` launches an empty kernel with each size back to back): a
+    /// launch whose argument takes `bytes` pays the `us` of the first entry at least that
+    /// large. Empty: nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flat_arg_us: Vec<ArgCost>,
     /// LL128's stress test on this machine's links (`braid tune`): the runtime runs LL128
     /// only over link kinds with a passed verdict here. None: LL128 nowhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ll128: Vec<Ll128Verdict>,
+}
+
+/// What a launch with a kernel argument of `bytes` costs beyond one with the smallest
+/// ([`Profile::flat_arg_us`]), µs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArgCost {
+    pub bytes: u32,
+    pub us: f64,
 }
 
 impl Default for PerProtocol {
@@ -277,6 +292,7 @@ impl Default for Profile {
             launch_block_us: PerProtocol::default(),
             flat_call_us: 0.0,
             rank_us: 0.0,
+            flat_arg_us: Vec::new(),
             ll128: Vec::new(),
         }
     }
@@ -298,7 +314,37 @@ const SHARED_FLAT_CALL_US: f64 = 6.6;
 /// `bench/2026-12-04-h200-flat/model-check-8r-flat-timed-on-8/`).
 const SHARED_RANK_US: f64 = 1.5;
 
+/// What the flat kernel's three arguments cost beyond the smallest, launched back to
+/// back as an empty kernel on an H100 (`launch_cost`, 2026-12-05: 3.60 µs per launch at
+/// 536 bytes, 4.10 at 2,200, 3.94 at 3,744; `bench/2026-12-05-h100-launch/first/`).
+const SHARED_FLAT_ARG_US: [ArgCost; 3] = [
+    ArgCost {
+        bytes: 536,
+        us: 0.0,
+    },
+    ArgCost {
+        bytes: 2200,
+        us: 0.5,
+    },
+    ArgCost {
+        bytes: 3744,
+        us: 0.34,
+    },
+];
+
 impl Profile {
+    /// What a flat launch whose kernel argument takes `bytes` adds beyond the smallest
+    /// argument ([`Profile::flat_arg_us`]), µs: the first measured size at least that
+    /// large; nothing where none is measured, and the largest's where every one is
+    /// smaller.
+    pub fn flat_arg_us(&self, bytes: usize) -> f64 {
+        self.flat_arg_us
+            .iter()
+            .find(|a| a.bytes as usize >= bytes)
+            .or(self.flat_arg_us.last())
+            .map_or(0.0, |a| a.us)
+    }
+
     /// What the ranks of a launch beyond the first add to a call of `n` ranks: where they
     /// share one GPU (`shared_gbps` set), `rank_us` for each beyond the first two (the
     /// launch of two is in `call_us` and `flat_call_us`); nothing otherwise.
@@ -355,6 +401,7 @@ impl Profile {
             },
             flat_call_us: SHARED_FLAT_CALL_US,
             rank_us: SHARED_RANK_US,
+            flat_arg_us: SHARED_FLAT_ARG_US.to_vec(),
             ..d
         }
     }
@@ -454,6 +501,21 @@ impl Profile {
                 self.flat_call_us
             ));
         }
+        for a in &self.flat_arg_us {
+            if !(a.us.is_finite() && (0.0..1e6).contains(&a.us)) {
+                return Err(format!(
+                    "flat_arg_us at {} bytes = {} is out of range",
+                    a.bytes, a.us
+                ));
+            }
+        }
+        if self
+            .flat_arg_us
+            .windows(2)
+            .any(|w| w[0].bytes >= w[1].bytes)
+        {
+            return Err("flat_arg_us: the sizes must grow".into());
+        }
         if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
             return Err("efficiency is a share: at most 1".into());
         }
@@ -484,6 +546,15 @@ mod tests {
         assert!(Profile::from_json(&bad)
             .unwrap_err()
             .contains("slice_bytes"));
+        // The argument costs round trip; sizes out of order are refused.
+        let shared = Profile::shared_gpu();
+        assert!(shared.to_json().contains("flat_arg_us"));
+        assert_eq!(Profile::from_json(&shared.to_json()).unwrap(), shared);
+        let mut swapped = shared.clone();
+        swapped.flat_arg_us.swap(0, 1);
+        assert!(Profile::from_json(&swapped.to_json())
+            .unwrap_err()
+            .contains("flat_arg_us"));
     }
 
     #[test]

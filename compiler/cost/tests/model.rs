@@ -682,6 +682,50 @@ fn flat_launches_cost_their_launch_and_traffic() {
     assert_eq!(ranked[0].name, "direct_broadcast", "{ranked:?}");
 }
 
+/// A flat launch pays for its kernel argument beyond the smallest: on 8 ranks sharing a
+/// GPU, the two-shot all-reduce's launch takes the middle argument and the one-shot's the
+/// smallest, so at 8 B (where both cost their launch) the one-shot is selected; without
+/// measured argument costs both cost the same launch.
+#[test]
+fn a_flat_launch_pays_for_its_kernel_argument() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let call = Call {
+        bytes: 8,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct: true,
+        together: true,
+    };
+    let shared = Profile::shared_gpu();
+    let mut free = shared.clone();
+    free.flat_arg_us.clear();
+    let price = |name: &str, p: &Profile| predict(plan(&ps, name), &t, p, &call).unwrap().total_us;
+    let middle = shared.flat_arg_us(2200);
+    assert!(middle > 0.0);
+    assert_eq!(shared.flat_arg_us(536), 0.0);
+    assert_eq!(shared.flat_arg_us(100), 0.0);
+    assert!(
+        (price("two_shot_allreduce", &shared) - price("two_shot_allreduce", &free) - middle).abs()
+            < 1e-9
+    );
+    assert_eq!(
+        price("one_shot_oop_allreduce", &shared),
+        price("one_shot_oop_allreduce", &free)
+    );
+    let req = Request {
+        collective: Collective::Allreduce,
+        root: None,
+        mode: Mode::OutOfPlace,
+        bytes: 8,
+        elem: 4,
+        direct: true,
+        ll128: false,
+    };
+    let ranked = braid_cost::rank(&shipped(&ps), &t, &shared, &req);
+    assert_eq!(ranked[0].name, "one_shot_oop_allreduce", "{ranked:?}");
+}
+
 /// Where ranks share a GPU, each rank of the launch beyond two adds `rank_us` to a call
 /// (the host's work per rank, back to back), flat or not; a rank per GPU adds nothing.
 #[test]

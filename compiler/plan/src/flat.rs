@@ -41,6 +41,56 @@ pub fn parts(chunk_bytes: u64, seqs: u64, max_blocks: u64) -> u64 {
 /// and the cost model's.
 pub const MAX_DSTS: usize = 8;
 
+/// Sequences (grid blocks before parts) one flat launch holds: the limits of the CUDA
+/// backend's kernel argument, which the cost model prices too.
+pub const MAX_SEQS: usize = 64;
+/// Passes over one chunk one flat launch holds.
+pub const MAX_TASKS: usize = 96;
+/// Operands of all those passes (a pass's operands and its destinations beyond the first).
+pub const MAX_OPS: usize = 128;
+/// Bytes of the kernel argument's head (`FlatHead`).
+pub const ARG_HEAD_BYTES: usize = 24;
+/// 8-byte words after the head in the kernel's three arguments (`FLAT_WORDS_S`, `_M`,
+/// `_L`): a launch takes the smallest that holds it. The middle one holds an 8-rank
+/// two-shot all-reduce (8 sequences, 8 tasks, 120 operands); the largest holds the
+/// largest launch and stays within the 4 KiB a kernel's parameters may take on every GPU.
+pub const ARG_WORDS: [usize; 3] = [64, 272, 465];
+
+/// Where a launch's parts lie in the kernel argument's words: the sequences' first tasks
+/// (16 bits each) from byte 0, the tasks (16 bytes each) from `task_at`, the operands (16
+/// bytes each) from `op_at`, `words` in all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArgLayout {
+    pub task_at: usize,
+    pub op_at: usize,
+    pub words: usize,
+}
+
+/// The layout of a launch of `seqs` sequences, `tasks` tasks and `ops` operands.
+pub fn arg_layout(seqs: usize, tasks: usize, ops: usize) -> ArgLayout {
+    let task_at = (2 * (seqs + 1)).div_ceil(8) * 8;
+    let op_at = task_at + 16 * tasks;
+    ArgLayout {
+        task_at,
+        op_at,
+        words: (op_at + 16 * ops).div_ceil(8),
+    }
+}
+
+/// Bytes of the smallest kernel argument that holds `words` words, head included
+/// (`None`: none does).
+pub fn arg_bytes(words: usize) -> Option<usize> {
+    ARG_WORDS
+        .iter()
+        .find(|&&w| w >= words)
+        .map(|w| ARG_HEAD_BYTES + 8 * w)
+}
+
+const _: () = assert!(
+    (2 * (MAX_SEQS + 1)).div_ceil(8) * 8 + 16 * (MAX_TASKS + MAX_OPS) <= 8 * ARG_WORDS[2]
+        && ARG_HEAD_BYTES + 8 * ARG_WORDS[2] <= 4096
+);
+
 /// One operand of a pass: the rank's own `in`, `out` or scratch (0, 1, 2) from chunk `chunk` on,
 /// a peer's `in` from chunk `chunk` on (a direct receive), or a peer's `out` (a receive of
 /// what the peer wrote there: [`crate::direct::Direct::forwards`], done by the pass that
@@ -339,6 +389,27 @@ impl LaunchProgram {
     /// per pass.
     pub fn tasks(&self) -> usize {
         self.seqs.iter().flatten().map(|p| p.count as usize).sum()
+    }
+
+    /// Operands of its tasks (each task's operands and its destinations beyond the first).
+    pub fn operands(&self) -> usize {
+        self.seqs
+            .iter()
+            .flatten()
+            .map(|p| p.count as usize * (p.ops.len() + p.dsts.len().max(1) - 1))
+            .sum()
+    }
+
+    /// Bytes of the kernel argument the launch takes where every chunk of it holds data
+    /// (a backend drops a small call's empty chunks, so such a call may take less), or
+    /// `None` where the launch holds more than a flat launch may ([`MAX_SEQS`],
+    /// [`MAX_TASKS`], [`MAX_OPS`]).
+    pub fn arg_bytes(&self) -> Option<usize> {
+        let (seqs, tasks, ops) = (self.seqs.len(), self.tasks(), self.operands());
+        if seqs > MAX_SEQS || tasks > MAX_TASKS || ops > MAX_OPS {
+            return None;
+        }
+        arg_bytes(arg_layout(seqs, tasks, ops).words)
     }
 }
 

@@ -1,9 +1,9 @@
 //! Where a small call's time goes when calls are issued back to back on one GPU: the
 //! host's time to issue each call against the GPU's time per call.
 //!
-//! 1. An empty kernel whose one parameter is `bytes` long (8 B, and the flat kernel's
-//!    three argument sizes), launched back to back: what a launch of that size costs the
-//!    host and the GPU.
+//! 1. The flat kernel's three entry points, each launched back to back with a launch that
+//!    does nothing (`braid_cuda::arg_cost`): what a launch with that size of argument
+//!    costs.
 //! 2. An all-reduce of 8 B and of 4 KiB out of place by 2, 4 and 8 ranks sharing GPU 0 (one stream,
 //!    as `braid perf --streams gpu`), the plan the cost model selects: the host's time
 //!    per group call (issue only), the GPU's time per call back to back, and from a CUDA
@@ -19,8 +19,7 @@ use braid_ir::{Collective, Mode};
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::registry::{PlanProvider, Registry};
 use braid_topo::Topology;
-use cudarc::driver::{result, sys, CudaContext};
-use cudarc::nvrtc::Ptx;
+use cudarc::driver::CudaContext;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,57 +55,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn empty_kernels(ctx: &Arc<CudaContext>) -> Result<(), Box<dyn std::error::Error>> {
-    use braid_cuda::flat::{WORDS_L, WORDS_M, WORDS_S};
-    println!("empty kernel, one parameter, {CALLS} launches back to back, median of 5:");
-    println!(
-        "{:>8} {:>14} {:>14}",
-        "bytes", "host us/launch", "gpu us/launch"
-    );
-    for bytes in [8usize, 24 + 8 * WORDS_S, 24 + 8 * WORDS_M, 24 + 8 * WORDS_L] {
-        let src = format!(
-            "struct P {{ unsigned long long w[{}]; }};\n\
-             extern \"C\" __global__ void braid_empty(P p) {{ if (p.w[0] == 1) asm volatile(\"trap;\"); }}\n",
-            bytes / 8
-        );
-        let arch = braid_cuda::modules::arch(ctx)?;
-        let cubin = braid_cuda::compile::compile(&src, &arch)?.cubin;
-        let module = ctx.load_module(Ptx::from_binary(cubin))?;
-        let f = module.load_function("braid_empty")?;
-        let stream = Stream::new(ctx)?;
-        let mut param = vec![0u64; bytes / 8];
-        let mut host = Vec::new();
-        let mut gpu = Vec::new();
-        for _ in 0..5 {
-            ctx.bind_to_thread()?;
-            let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?;
-            let end = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?;
-            // SAFETY: live events and stream; the kernel takes `bytes` bytes by value,
-            // which `param` holds and which outlives the launch (synchronised below).
-            unsafe {
-                result::event::record(start, stream.raw())?;
-                let t = Instant::now();
-                for _ in 0..CALLS {
-                    let mut arg = param.as_mut_ptr() as *mut std::ffi::c_void;
-                    result::launch_kernel(
-                        f.cu_function(),
-                        (1, 1, 1),
-                        (32, 1, 1),
-                        0,
-                        stream.raw(),
-                        std::slice::from_mut(&mut arg),
-                    )?;
-                }
-                host.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS));
-                result::event::record(end, stream.raw())?;
-                stream.synchronize()?;
-                let ms = result::event::elapsed(start, end)?;
-                gpu.push(f64::from(ms) * 1e3 / f64::from(CALLS));
-                result::event::destroy(start)?;
-                result::event::destroy(end)?;
-            }
-        }
-        param[0] = 0;
-        println!("{bytes:>8} {:>14.2} {:>14.2}", median(host), median(gpu));
+    println!("the flat kernel launched empty, {CALLS} launches back to back, median of 5:");
+    println!("{:>8} {:>14}", "bytes", "gpu us/launch");
+    for t in braid_cuda::arg_cost::flat_arg_times(ctx.ordinal(), CALLS, 5)? {
+        println!("{:>8} {:>14.2}", t.bytes, t.us);
     }
     Ok(())
 }

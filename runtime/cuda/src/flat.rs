@@ -27,12 +27,9 @@ use braid_plan::flat::Access;
 pub use braid_plan::flat::{FlatProgram, LaunchProgram, Loc, Operand};
 use braid_runtime::geometry::Geometry;
 
-/// Sequences (grid blocks before parts) one flat launch holds.
-pub const MAX_SEQS: usize = 64;
-/// Passes over one chunk one flat launch holds.
-pub const MAX_TASKS: usize = 96;
-/// Operands of all those passes.
-pub const MAX_OPS: usize = 128;
+/// What one flat launch holds: sequences, passes over one chunk, operands of those
+/// passes ([`braid_plan::flat`], which the cost model prices with).
+pub use braid_plan::flat::{MAX_OPS, MAX_SEQS, MAX_TASKS};
 /// Operands of one pass (the kernel's `FUSE_MAX`).
 pub const MAX_PASS_OPS: usize = crate::kernel::MAX_LOCAL;
 
@@ -139,9 +136,11 @@ impl FlatLaunch {
     /// largest whatever the launch, for comparisons).
     pub fn pack(&self, full: bool) -> Packed {
         let (nseq, nt, no) = (self.nseq as usize, self.tasks(), self.ops());
-        let task_at = (2 * (nseq + 1)).div_ceil(8) * 8;
-        let op_at = task_at + 16 * nt;
-        let words = (op_at + 16 * no) / 8;
+        let braid_plan::flat::ArgLayout {
+            task_at,
+            op_at,
+            words,
+        } = braid_plan::flat::arg_layout(nseq, nt, no);
         let head = FlatHead {
             nseq: self.nseq,
             parts: self.parts,
@@ -213,21 +212,16 @@ pub struct FlatArgs<const W: usize> {
     pub w: [u64; W],
 }
 
-/// Words of the kernel's three arguments (`FLAT_WORDS_S`, `_M`, `_L`): the middle one
-/// holds an 8-rank two-shot all-reduce (8 sequences, 8 tasks, 120 operands).
-pub const WORDS_S: usize = 64;
-pub const WORDS_M: usize = 272;
-pub const WORDS_L: usize = 465;
+/// Words of the kernel's three arguments (`FLAT_WORDS_S`, `_M`, `_L`:
+/// [`braid_plan::flat::ARG_WORDS`]).
+pub const WORDS_S: usize = braid_plan::flat::ARG_WORDS[0];
+pub const WORDS_M: usize = braid_plan::flat::ARG_WORDS[1];
+pub const WORDS_L: usize = braid_plan::flat::ARG_WORDS[2];
 
-// `w` follows the head, as in the kernel's `FlatArgs`.
+// `w` follows the head, as in the kernel's `FlatArgs`, whose size the plan's layout uses.
 const _: () =
     assert!(std::mem::offset_of!(FlatArgs<WORDS_S>, w) == std::mem::size_of::<FlatHead>());
-// The largest argument holds the largest launch, and stays within the 4 KiB a kernel's
-// parameters may take on every GPU.
-const _: () = assert!(
-    (2 * (MAX_SEQS + 1)).div_ceil(8) * 8 + 16 * (MAX_TASKS + MAX_OPS) <= 8 * WORDS_L
-        && std::mem::size_of::<FlatArgs<WORDS_L>>() <= 4096
-);
+const _: () = assert!(std::mem::size_of::<FlatHead>() == braid_plan::flat::ARG_HEAD_BYTES);
 
 /// A flat launch packed for one of the kernel's entry points. Made on the stack for one
 /// launch (boxing the larger ones would allocate on every call).
@@ -799,6 +793,9 @@ mod tests {
             assert_eq!(variant(&full), 'l');
             assert_eq!(full.unpack(), l);
             assert!(p.bytes() <= full.bytes());
+            // The plan's layout (what the cost model prices) is the packing's.
+            let words = braid_plan::flat::arg_layout(nseq, nt, no).words;
+            assert_eq!(braid_plan::flat::arg_bytes(words), Some(p.bytes()));
         }
         assert_eq!(launch(1, 1, 1).pack(false).bytes(), 24 + 8 * WORDS_S);
         assert_eq!(launch(1, 1, 1).pack(true).bytes(), 24 + 8 * WORDS_L);

@@ -13,6 +13,7 @@
 //! Everything builds without a CUDA installation (cudarc loads the libraries at run
 //! time); without a driver, nothing touches cudarc beyond the presence check.
 
+pub mod arg_cost;
 pub mod cache;
 pub mod check;
 pub mod clique;

@@ -172,6 +172,8 @@ fn every_qualifying_shipped_plan_gives_nccls_result() {
     let mut flat_plans = std::collections::BTreeSet::new();
     // (plan@ranks, merged): plans whose launch runs flat in place.
     let mut in_place = std::collections::BTreeSet::new();
+    // plan@ranks: the bytes of its kernel argument where every chunk holds data.
+    let mut args = std::collections::BTreeMap::new();
     for n in [2u32, 4, 8] {
         let lib =
             braid_library::Library::new(Topology::from_arg(&format!("nvswitch:{n}")).unwrap());
@@ -229,6 +231,17 @@ fn every_qualifying_shipped_plan_gives_nccls_result() {
                         for r in 0..n as usize {
                             assert_eq!(got[r], want[r], "{what}, rank {r}");
                         }
+                        // Every chunk holds data: the kernel argument is the one the
+                        // cost model prices the launch with.
+                        if count == 100_000 && mode == Mode::OutOfPlace && merge {
+                            let pairs: Vec<(u32, &FlatProgram)> =
+                                (0..n).zip(progs.iter()).collect();
+                            let model =
+                                braid_plan::flat::launch(&pairs, braid_plan::flat::MAX_DSTS)
+                                    .and_then(|p| p.arg_bytes());
+                            assert_eq!(model, Some(l.pack(false).bytes()), "{what}: argument");
+                            args.insert(name.clone(), l.pack(false).bytes());
+                        }
                     }
                 }
             }
@@ -252,6 +265,17 @@ fn every_qualifying_shipped_plan_gives_nccls_result() {
             "{name} runs flat ({flat_plans:?})"
         );
     }
+    // An 8-rank two-shot all-reduce takes the middle argument, the one-shot the smallest.
+    assert_eq!(
+        args["two_shot_allreduce@8"],
+        24 + 8 * flat::WORDS_M,
+        "{args:?}"
+    );
+    assert_eq!(
+        args["one_shot_oop_allreduce@8"],
+        24 + 8 * flat::WORDS_S,
+        "{args:?}"
+    );
     // Plans that reduce what they receive need their FIFOs.
     for name in ["ring_allreduce@8", "tree_allreduce@8"] {
         assert!(!flat_plans.contains(name), "{name} cannot run flat");

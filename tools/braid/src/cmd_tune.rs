@@ -359,6 +359,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         // The host backend has no flat launches, nor ranks sharing a launch.
         flat_call_us: 0.0,
         rank_us: 0.0,
+        flat_arg_us: Vec::new(),
         ll128: Vec::new(),
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;

@@ -14,6 +14,7 @@
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
 //! | `flat_call_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch) | the model reproduces the time |
 //! | `rank_us` | the same on the topology's ranks (at most a launch's) | the difference, per rank beyond two |
+//! | `flat_arg_us` | the flat kernel's three entry points launched empty, back to back (`braid_cuda::arg_cost`) | each one's time beyond the smallest's |
 //!
 //! Step and hop come from the GPU's own clock because calls of many ranks in one process
 //! may be issued slower than the GPU runs them: their back-to-back time measures the host.
@@ -26,7 +27,7 @@
 //! lines are half flags: a property of the protocol, not of the machine).
 
 use crate::error::CliError;
-use braid_cost::profile::{PerProtocol, Profile};
+use braid_cost::profile::{ArgCost, PerProtocol, Profile};
 use braid_cost::{predict, Call};
 use braid_ir::{Collective, Mode, Protocol};
 use braid_plan::Verified;
@@ -443,6 +444,24 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 p.rank_us, bn.us
             ));
         }
+        // What the flat kernel's larger arguments cost a launch beyond the smallest (the
+        // launches above take the smallest): each launched empty, back to back.
+        progress("the flat kernel's arguments: empty launches of each size");
+        let t = braid_cuda::arg_cost::flat_arg_times(0, 400, 5).map_err(rt)?;
+        p.flat_arg_us = t
+            .iter()
+            .map(|a| ArgCost {
+                bytes: a.bytes as u32,
+                us: (a.us - t[0].us).max(0.0),
+            })
+            .collect();
+        notes.push(format!(
+            "the flat kernel's argument: {}",
+            t.iter()
+                .map(|a| format!("{} B {:.2} us", a.bytes, a.us))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     p.source = format!(
         "braid tune, cuda backend, {gpus} GPU(s), {} ranks{}",
