@@ -84,9 +84,12 @@ fn timed_out(deadline: Instant, what: impl FnOnce() -> String, started: Instant)
     Ok(())
 }
 
-/// A bounded FIFO of slices between two ranks of one process.
+/// A bounded FIFO of slices between two ranks of one process. Each side copies its
+/// slice with the lock released (a sender's copy into one slot and a receiver's copy out
+/// of another overlap, as on a GPU), and a slot's buffer is kept for the next slice
+/// instead of being freed and allocated again.
 pub struct InProcLink {
-    state: Mutex<VecDeque<Vec<u8>>>,
+    state: Mutex<Slots>,
     changed: Condvar,
     capacity: usize,
     abort: Arc<AbortFlag>,
@@ -94,41 +97,59 @@ pub struct InProcLink {
     to: u32,
 }
 
+/// The slices queued, the slots being copied into or out of now, and buffers free for
+/// reuse.
+#[derive(Default)]
+struct Slots {
+    queued: VecDeque<Vec<u8>>,
+    busy: usize,
+    free: Vec<Vec<u8>>,
+}
+
+impl InProcLink {
+    fn new(capacity: u32, abort: Arc<AbortFlag>, from: u32, to: u32) -> InProcLink {
+        InProcLink {
+            state: Mutex::new(Slots::default()),
+            changed: Condvar::new(),
+            capacity: capacity.max(1) as usize,
+            abort,
+            from,
+            to,
+        }
+    }
+}
+
 impl Link for InProcLink {
     fn send(&self, slice: &[u8], deadline: Instant) -> Result<()> {
         let started = Instant::now();
-        let mut q = self.state.lock().unwrap();
-        while q.len() >= self.capacity {
+        let mut st = self.state.lock().unwrap();
+        while st.queued.len() + st.busy >= self.capacity {
             self.abort.check()?;
             timed_out(
                 deadline,
                 || format!("rank {} to accept a slice from rank {}", self.to, self.from),
                 started,
             )?;
-            q = self.changed.wait_timeout(q, POLL).unwrap().0;
+            st = self.changed.wait_timeout(st, POLL).unwrap().0;
         }
-        q.push_back(slice.to_vec());
+        st.busy += 1;
+        let mut buf = st.free.pop().unwrap_or_default();
+        drop(st);
+        buf.clear();
+        buf.extend_from_slice(slice);
+        let mut st = self.state.lock().unwrap();
+        st.busy -= 1;
+        st.queued.push_back(buf);
         self.changed.notify_all();
         Ok(())
     }
 
     fn recv(&self, buf: &mut [u8], deadline: Instant) -> Result<()> {
         let started = Instant::now();
-        let mut q = self.state.lock().unwrap();
-        loop {
-            if let Some(s) = q.pop_front() {
-                self.changed.notify_all();
-                if s.len() != buf.len() {
-                    return Err(RuntimeError::Mismatch(format!(
-                        "rank {} sent a slice of {} bytes where rank {} expected {}",
-                        self.from,
-                        s.len(),
-                        self.to,
-                        buf.len()
-                    )));
-                }
-                buf.copy_from_slice(&s);
-                return Ok(());
+        let mut st = self.state.lock().unwrap();
+        let s = loop {
+            if let Some(s) = st.queued.pop_front() {
+                break s;
             }
             self.abort.check()?;
             timed_out(
@@ -136,8 +157,30 @@ impl Link for InProcLink {
                 || format!("a slice from rank {} at rank {}", self.from, self.to),
                 started,
             )?;
-            q = self.changed.wait_timeout(q, POLL).unwrap().0;
+            st = self.changed.wait_timeout(st, POLL).unwrap().0;
+        };
+        // The slot stays taken (the sender may not refill it) until its bytes are out.
+        st.busy += 1;
+        drop(st);
+        let result = if s.len() != buf.len() {
+            Err(RuntimeError::Mismatch(format!(
+                "rank {} sent a slice of {} bytes where rank {} expected {}",
+                self.from,
+                s.len(),
+                self.to,
+                buf.len()
+            )))
+        } else {
+            buf.copy_from_slice(&s);
+            Ok(())
+        };
+        let mut st = self.state.lock().unwrap();
+        st.busy -= 1;
+        if st.free.len() < self.capacity {
+            st.free.push(s);
         }
+        self.changed.notify_all();
+        result
     }
 }
 
@@ -174,16 +217,7 @@ impl InProcGroup {
             .lock()
             .unwrap()
             .entry((from, to, channel))
-            .or_insert_with(|| {
-                Arc::new(InProcLink {
-                    state: Mutex::new(VecDeque::new()),
-                    changed: Condvar::new(),
-                    capacity: slots.max(1) as usize,
-                    abort: self.abort.clone(),
-                    from,
-                    to,
-                })
-            })
+            .or_insert_with(|| Arc::new(InProcLink::new(slots, self.abort.clone(), from, to)))
             .clone()
     }
 }
@@ -250,5 +284,54 @@ impl Fabric for InProcFabric {
 
     fn aborted(&self) -> Option<String> {
         self.group.abort.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slices cross in order and whole while both sides copy at once (reused buffers of
+    /// other lengths included); a full link refuses a further slice until one is taken;
+    /// a receive of the wrong length is an error and frees its slot.
+    #[test]
+    fn a_link_keeps_order_bounds_its_slots_and_reports_a_wrong_length() {
+        let g = InProcGroup::new(2);
+        let tx = g.member(0).send_link(1, 0, 2).unwrap();
+        let rx = g.member(1).recv_link(0, 0, 2).unwrap();
+        let far = || Instant::now() + Duration::from_secs(10);
+        let slice = |i: usize| vec![(i % 251) as u8; 1 + (i * 7919) % 5000];
+        let sender = std::thread::spawn({
+            let tx = tx.clone();
+            move || (0..2000).try_for_each(|i| tx.send(&slice(i), far()))
+        });
+        for i in 0..2000 {
+            let want = slice(i);
+            let mut got = vec![0xffu8; want.len()];
+            rx.recv(&mut got, far()).unwrap();
+            assert_eq!(got, want, "slice {i}");
+        }
+        sender.join().unwrap().unwrap();
+        // Two slots: a third slice waits, and times out.
+        tx.send(&[1, 2], far()).unwrap();
+        tx.send(&[3, 4], far()).unwrap();
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert!(matches!(
+            tx.send(&[5, 6], soon),
+            Err(RuntimeError::Timeout { .. })
+        ));
+        let mut wrong = [0u8; 3];
+        assert!(matches!(
+            rx.recv(&mut wrong, far()),
+            Err(RuntimeError::Mismatch(_))
+        ));
+        // The wrong receive took its slice: one slot free again, the next slice is the second.
+        tx.send(&[5, 6], Instant::now() + Duration::from_millis(50))
+            .unwrap();
+        let mut two = [0u8; 2];
+        rx.recv(&mut two, far()).unwrap();
+        assert_eq!(two, [3, 4]);
+        rx.recv(&mut two, far()).unwrap();
+        assert_eq!(two, [5, 6]);
     }
 }
