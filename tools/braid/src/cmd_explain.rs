@@ -47,15 +47,6 @@ pub struct ExplainArgs {
     pub blocks: u32,
 }
 
-fn protocol_name(p: Protocol) -> &'static str {
-    match p {
-        Protocol::Ll => "ll",
-        Protocol::Ll128 => "ll128",
-        Protocol::Auto => "auto",
-        Protocol::Simple => "simple",
-    }
-}
-
 pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
     let collective = Collective::from_name(&args.collective).ok_or_else(|| {
         CliError::Usage(format!("error: unknown collective `{}`", args.collective))
@@ -215,10 +206,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         )));
     };
     let best_name = &cands[best_i].plan.name;
-    let mut out = format!(
-        "selected: {best_name} x{best_r} {}\n",
-        protocol_name(best_p)
-    );
+    let mut out = format!("selected: {best_name} x{best_r} {}\n", best_p.name());
     // Each plan as it would run (its own choice by the same rule), the selected one first,
     // then the others fastest first, then those that cannot serve the call.
     let mut rows: Vec<(usize, braid_runtime::selection::Priced)> = (0..cands.len())
@@ -235,7 +223,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
     let fastest = options.iter().map(|o| o.0).fold(f64::INFINITY, f64::min);
     for (i, (t, _, r, p, blocks)) in &rows {
         let c = &cands[*i];
-        let what = format!("{} x{r} {}", c.plan.name, protocol_name(*p));
+        let what = format!("{} x{r} {}", c.plan.name, p.name());
         if *i == best_i {
             let why = if *t <= fastest {
                 "the fastest".to_string()

@@ -2,7 +2,7 @@
 //! root, time, algbw, busbw, #wrong, with nccl-tests' busbw factors).
 
 use crate::error::CliError;
-use crate::perf_report::{bandwidths, mode_name, protocol_name, Report, Row};
+use crate::perf_report::{bandwidths, mode_name, Report, Row};
 use crate::plans::LibraryPlans;
 use crate::{sizes, topo_arg};
 use braid_ir::{Collective, Mode};
@@ -667,11 +667,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 &m.runs,
                 m.sync,
                 m.wrong,
-                (
-                    m.plan.name.clone(),
-                    m.plan.channels,
-                    protocol_name(m.protocol),
-                ),
+                (m.plan.name.clone(), m.plan.channels, m.protocol.name()),
             );
             let rate =
                 *rate.get_or_insert_with(|| braid_runtime::bench::copy_rate(m.bytes, threads));
@@ -750,7 +746,7 @@ fn run_procs(
         } else {
             braid_ir::Protocol::Simple
         };
-        let protocol = protocol_name(proto);
+        let protocol = proto.name();
         let mut r = row(
             sweep,
             job.case.mode,
@@ -896,7 +892,7 @@ fn run_cuda(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                     };
                     (what.to_string(), 1, "-")
                 } else {
-                    (plan.name.clone(), plan.channels, protocol_name(proto))
+                    (plan.name.clone(), plan.channels, proto.name())
                 },
             );
             let mut roof = Duration::ZERO;

@@ -219,7 +219,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
         if bound > 0.0 { best.bottleneck_us / bound } else { 1.0 },
         best.predicted_us,
         best.replicas,
-        crate::perf_report::protocol_name(best.protocol),
+        best.protocol.name(),
         best_shipped.as_ref().map_or(String::new(), |s| format!("; best shipped plan: {} at {:.2} us", s.name, s.predicted_us))
     );
     // The bottleneck is the ideal; the cost model also counts what one thread block moves
@@ -248,7 +248,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
             bottleneck_link: &best.link,
             predicted_us: best.predicted_us,
             replicas: best.replicas,
-            protocol: crate::perf_report::protocol_name(best.protocol),
+            protocol: best.protocol.name(),
             best_shipped,
             candidates: scored
                 .iter()

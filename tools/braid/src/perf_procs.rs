@@ -88,7 +88,7 @@ pub fn run_child(
             sync_ns: m.sync.as_nanos() as u64,
             plan: plan.name.clone(),
             replicas: plan.channels,
-            protocol: crate::perf_report::protocol_name(protocol).into(),
+            protocol: protocol.name().into(),
         };
         out.push_str(&serde_json::to_string(&line).expect("a line serialises"));
         out.push('\n');

@@ -1,7 +1,7 @@
 //! What `braid perf` measured, one row per size and mode, and its renderings: the
 //! nccl-tests-style table and the JSON report (`--json`), for every backend alike.
 
-use braid_ir::{Collective, Mode, Protocol};
+use braid_ir::{Collective, Mode};
 use serde::Serialize;
 
 /// nccl-tests' bus-bandwidth factor for `n` ranks.
@@ -18,14 +18,6 @@ pub fn mode_name(m: Mode) -> &'static str {
     match m {
         Mode::OutOfPlace => "outofplace",
         Mode::InPlace => "inplace",
-    }
-}
-
-pub fn protocol_name(p: Protocol) -> &'static str {
-    if p == Protocol::Ll {
-        "ll"
-    } else {
-        "simple"
     }
 }
 

@@ -278,7 +278,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         &[Protocol::Simple, Protocol::Ll]
     };
     for &proto in protocols {
-        let pname = crate::perf_report::protocol_name(proto);
+        let pname = proto.name();
         progress(&format!("{pname}: 1 element on 2 and 8 ranks"));
         let t2 = measure(&verdicts, 2, 1, 1, proto, iters)?;
         let t8 = measure(&verdicts, 8, 1, 1, proto, iters)?;
