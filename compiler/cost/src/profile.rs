@@ -314,9 +314,10 @@ const SHARED_FLAT_CALL_US: f64 = 6.6;
 /// `bench/2026-12-04-h200-flat/model-check-8r-flat-timed-on-8/`).
 const SHARED_RANK_US: f64 = 1.5;
 
-/// What the flat kernel's three arguments cost beyond the smallest, launched back to
-/// back as an empty kernel on an H100 (`launch_cost`, 2026-12-05: 3.60 µs per launch at
-/// 536 bytes, 4.10 at 2,200, 3.94 at 3,744; `bench/2026-12-05-h100-launch/first/`).
+/// What the flat kernel's three arguments cost beyond the smallest, as `braid tune
+/// --backend cuda` measured them on an H100 (its three entry points launched empty, back
+/// to back: 2.47 µs per launch at 536 bytes, 2.68 at 2,200, 2.85 at 3,744; 2026-12-05,
+/// `bench/2026-12-05-h100-memo-argcost/tuned/profile8.json`), rounded.
 const SHARED_FLAT_ARG_US: [ArgCost; 3] = [
     ArgCost {
         bytes: 536,
@@ -324,11 +325,11 @@ const SHARED_FLAT_ARG_US: [ArgCost; 3] = [
     },
     ArgCost {
         bytes: 2200,
-        us: 0.5,
+        us: 0.21,
     },
     ArgCost {
         bytes: 3744,
-        us: 0.34,
+        us: 0.37,
     },
 ];
 
