@@ -11,9 +11,10 @@
 //!
 //! where `argument` is what the launch's kernel argument costs beyond the smallest
 //! (`Profile::flat_arg_us`, by the bytes [`braid_plan::flat::LaunchProgram::arg_bytes`]
-//! says it takes; a launch that no argument holds does not run flat); every pass over one chunk reads each operand and writes each destination once
-//! (passes that several ranks share are one pass with a destination per rank, as
-//! [`braid_plan::flat::launch`] makes them);
+//! says it takes; a launch that no argument holds does not run flat); every pass over
+//! one chunk reads each operand and writes each destination once (passes that several
+//! ranks share are one pass with a destination per rank, as [`braid_plan::flat::launch`]
+//! makes them);
 //! `ranks` is what the ranks of the launch beyond two add (`Profile::ranks_us`); the
 //! memory serves every write and each chunk read once however many ranks read it (the
 //! ranks of one launch stream through a peer's input together: a one-shot all-reduce's

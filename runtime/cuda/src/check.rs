@@ -167,7 +167,7 @@ impl<'a> Prepared<'a> {
     /// Enqueues the call on every rank (one group) and returns at once.
     pub fn enqueue(&self) -> Result<()> {
         let c = &self.case;
-        let items: smallvec::SmallVec<[GroupItem; crate::kernel::MAX_LOCAL]> = self
+        let items: crate::engine::Group<GroupItem> = self
             .comms
             .iter()
             .zip(self.streams)

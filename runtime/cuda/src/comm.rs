@@ -980,8 +980,7 @@ pub struct GroupItem<'a> {
 /// that share a GPU run as one launch, so they may even share one stream. Nothing is
 /// launched unless every call is valid.
 pub fn group(items: &[GroupItem]) -> Result<()> {
-    let mut calls: smallvec::SmallVec<[GroupCall<'_, CudaEngine>; crate::kernel::MAX_LOCAL]> =
-        smallvec::SmallVec::new();
+    let mut calls: crate::engine::Group<GroupCall<'_, CudaEngine>> = Default::default();
     for it in items {
         let spec = CallSpec {
             collective: it.collective,

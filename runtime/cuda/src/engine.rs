@@ -614,8 +614,9 @@ fn launch_groups(rank: &[usize], kernel: &[usize], max: usize) -> Vec<Vec<usize>
     out
 }
 
-/// The calls of one launch (at most [`MAX_LOCAL`]), held without allocating.
-type Group<T> = smallvec::SmallVec<[T; MAX_LOCAL]>;
+/// The calls of one group or launch, held without allocating up to [`MAX_LOCAL`] (the
+/// ranks one process launches together).
+pub(crate) type Group<T> = smallvec::SmallVec<[T; MAX_LOCAL]>;
 
 /// Streams one launch may join besides its own (every rank of a launch on its own
 /// stream, and a point-to-point group's ranks on a few each).
@@ -817,7 +818,7 @@ pub(crate) unsafe fn launch_joined<P>(
     let mut seen = clique.launches.lock().unwrap();
     // Every member's order is held (in the members' order, under the clique's lock, so
     // no two launches take them in another) until the launch has recorded it.
-    let mut orders: smallvec::SmallVec<[OrderGuard<'_>; MAX_LOCAL]> = smallvec::SmallVec::new();
+    let mut orders: Group<OrderGuard<'_>> = Group::new();
     for c in g {
         orders.push(c.engine.order_before(stream, c.stream.raw(), &seen)?);
     }
