@@ -7,7 +7,12 @@
 //! on ranks sharing a GPU) and the call's ranks launch together with direct reads, a plan
 //! whose every rank has a flat program costs
 //!
-//! `flat_call_us + argument + ranks + max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
+//! `max(host, flat_gpu_us + body)`, where `host = flat_call_us + argument + ranks` and
+//! `body = max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
+//!
+//! (back to back, the GPU runs one call while the host issues the next, so the slower of
+//! the two sets the pace; a profile without the GPU's share, `flat_gpu_us` = 0, adds
+//! `host + body`)
 //!
 //! where `argument` is what the launch's kernel argument costs beyond the smallest
 //! (`Profile::flat_arg_us`, by the bytes [`braid_plan::flat::LaunchProgram::arg_bytes`]
@@ -19,15 +24,15 @@
 //! memory serves every write and each chunk read once however many ranks read it (the
 //! ranks of one launch stream through a peer's input together: a one-shot all-reduce's
 //! eight ranks reading the same eight inputs, a broadcast's seven readers of the root's);
-//! a sequence is one block's passes in order; and a chunk of more than [`PART_BYTES`] is
-//! cut into parts run by blocks of their own, up to [`FLAT_BLOCKS`] blocks for the launch
-//! (the runtime's `braid_cuda::flat`). Replicas and protocol do not change it.
+//! a sequence is one block's passes in order; and each chunk is cut into parts run by
+//! blocks of their own, a part per [`PART_ACCESS_BYTES`] the busiest sequence reads and
+//! writes, up to [`FLAT_BLOCKS`] blocks for the launch (the runtime's `braid_cuda::flat`). Replicas and protocol do not change it.
 
 use crate::profile::Profile;
 use crate::sim::{chunk_bytes, Call, Prediction, StepTime, FUSE_MAX};
 use braid_plan::Plan;
 
-pub use braid_plan::flat::PART_BYTES;
+pub use braid_plan::flat::PART_ACCESS_BYTES;
 /// Blocks a flat launch takes at most: one per multiprocessor of an H100 or H200.
 pub const FLAT_BLOCKS: u64 = 132;
 
@@ -75,7 +80,7 @@ pub fn predict(
     if seqs == 0 {
         return None;
     }
-    let parts = braid_plan::flat::parts(chunk, seqs, FLAT_BLOCKS);
+    let parts = braid_plan::flat::parts(chunk, launch.accesses(), seqs, FLAT_BLOCKS);
     // Bytes each sequence reads and writes, in its order of passes; and the bytes the
     // memory serves: every write, and each chunk of each buffer read once however many
     // passes read it (they stream through it together, the later ones from the cache).
@@ -121,8 +126,16 @@ pub fn predict(
             })
         })
         .collect();
+    // Back to back the GPU runs a call while the host issues the next: the larger share
+    // sets the pace, where the GPU's is measured.
+    let host = profile.flat_call_us + arg_us + profile.ranks_us(proto, plan.n_ranks);
+    let total_us = if profile.flat_gpu_us > 0.0 {
+        host.max(profile.flat_gpu_us + body)
+    } else {
+        host + body
+    };
     Some(Prediction {
-        total_us: profile.flat_call_us + arg_us + profile.ranks_us(proto, plan.n_ranks) + body,
+        total_us,
         timeline,
         chunk_bytes: chunk,
     })

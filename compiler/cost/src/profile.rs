@@ -191,6 +191,13 @@ pub struct Profile {
     /// per GPU).
     #[serde(default)]
     pub flat_call_us: f64,
+    /// The GPU's share of that flat launch, µs: the same launch replayed from a CUDA graph
+    /// (no host issuing it). Back to back, the GPU runs one call while the host issues the
+    /// next, so a flat call costs the larger of the host's share (`flat_call_us`, the
+    /// argument, the ranks) and the GPU's (this and the passes' memory traffic). 0: not
+    /// measured; the two are added.
+    #[serde(default)]
+    pub flat_gpu_us: f64,
     /// What each rank of a launch beyond the first adds to a call where the ranks share
     /// one GPU and one process issues their calls together, µs: back to back that is the
     /// host's work (each rank's checks, the joins between the ranks' streams). `call_us`
@@ -291,6 +298,7 @@ impl Default for Profile {
             shared_gbps: PerProtocol::default(),
             launch_block_us: PerProtocol::default(),
             flat_call_us: 0.0,
+            flat_gpu_us: 0.0,
             rank_us: 0.0,
             flat_arg_us: Vec::new(),
             ll128: Vec::new(),
@@ -308,6 +316,9 @@ impl Default for Profile {
 /// all-reduce of 8 B take the interpreter (10 µs) over the flat launch (5 µs). The tune
 /// now also checks that the calls it times ran flat.
 const SHARED_FLAT_CALL_US: f64 = 6.6;
+
+/// The GPU's share of that flat launch: the same broadcast replayed from a CUDA graph.
+const SHARED_FLAT_GPU_US: f64 = 2.2;
 
 /// What each rank beyond two added to that flat launch on the same H200 (the same
 /// broadcast on 8 ranks: 18.5 µs against 9.4 on 2, `braid tune` of 2026-12-04,
@@ -401,6 +412,7 @@ impl Profile {
                 ll128: None,
             },
             flat_call_us: SHARED_FLAT_CALL_US,
+            flat_gpu_us: SHARED_FLAT_GPU_US,
             rank_us: SHARED_RANK_US,
             flat_arg_us: SHARED_FLAT_ARG_US.to_vec(),
             ..d
@@ -496,11 +508,13 @@ impl Profile {
         pp("copy_gbps", &self.copy_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
         pp("launch_block_us", &self.launch_block_us, false)?;
-        if !(self.flat_call_us.is_finite() && (0.0..1e9).contains(&self.flat_call_us)) {
-            return Err(format!(
-                "flat_call_us = {} is out of range",
-                self.flat_call_us
-            ));
+        for (name, v) in [
+            ("flat_call_us", self.flat_call_us),
+            ("flat_gpu_us", self.flat_gpu_us),
+        ] {
+            if !(v.is_finite() && (0.0..1e9).contains(&v)) {
+                return Err(format!("{name} = {v} is out of range"));
+            }
         }
         for a in &self.flat_arg_us {
             if !(a.us.is_finite() && (0.0..1e6).contains(&a.us)) {

@@ -628,14 +628,16 @@ fn flat_launches_cost_their_launch_and_traffic() {
     let p = predict(direct_bc, &t, &profile, &call(big, 1, true)).unwrap();
     // Every rank writes its output (the root by its own copy), and the root's input is
     // read from memory once, however many read it: 9 x the bytes at the memory rate.
+    // Back to back, so large a call is the GPU's: its share of the launch and the bytes.
     let floor = 9.0 * big as f64 / (profile.shared_gbps.simple * 1e3);
+    assert!(profile.flat_gpu_us > 0.0);
     assert!(
-        p.total_us >= profile.flat_call_us + floor * 0.999,
+        p.total_us >= profile.flat_gpu_us + floor * 0.999,
         "{}",
         p.total_us
     );
     assert!(
-        p.total_us < profile.flat_call_us + floor * 1.2,
+        p.total_us < profile.flat_gpu_us + floor * 1.2,
         "{}",
         p.total_us
     );
@@ -680,6 +682,41 @@ fn flat_launches_cost_their_launch_and_traffic() {
     };
     let ranked = braid_cost::rank(&cands, &t, &profile, &req);
     assert_eq!(ranked[0].name, "direct_broadcast", "{ranked:?}");
+}
+
+/// Back to back, a flat launch costs the larger of the host's share (its issue: the
+/// launch, the argument, the ranks) and the GPU's (its share of the launch and the
+/// passes' traffic), where the profile measured the GPU's; without it, their sum.
+#[test]
+fn a_flat_launch_costs_the_larger_of_the_hosts_and_the_gpus_shares() {
+    let (t, ps) = plans("nvswitch:8", Collective::Broadcast);
+    let direct_bc = plan(&ps, "direct_broadcast");
+    let call = |bytes: u64| Call {
+        bytes,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct: true,
+        together: true,
+    };
+    let profile = Profile::shared_gpu();
+    let host = profile.flat_call_us + profile.ranks_us(Protocol::Simple, 8);
+    assert!(host > profile.flat_gpu_us);
+    let mut summed = profile.clone();
+    summed.flat_gpu_us = 0.0;
+    let price = |bytes: u64, p: &Profile| predict(direct_bc, &t, p, &call(bytes)).unwrap().total_us;
+    for bytes in [4u64, 64 << 10, 1 << 20, 16 << 20, 256 << 20] {
+        let (max, sum) = (price(bytes, &profile), price(bytes, &summed));
+        // The body is what the summed price adds to the host's share.
+        let body = sum - host;
+        assert!(body > 0.0, "{bytes}: {sum}");
+        let want = host.max(profile.flat_gpu_us + body);
+        assert!((max - want).abs() < 1e-6, "{bytes}: {max} against {want}");
+        assert!(max < sum, "{bytes}: {max} >= {sum}");
+    }
+    // Small calls are the host's; large ones the GPU's.
+    assert!((price(4, &profile) - host).abs() < 1e-9);
+    assert!(price(256 << 20, &profile) > host * 10.0);
 }
 
 /// A flat launch pays for its kernel argument beyond the smallest: on 8 ranks sharing a

@@ -14,21 +14,28 @@ use crate::direct::{Chain, Direct};
 use crate::plan::{Plan, Slice, StepKind};
 use braid_ir::Buf;
 
-/// Bytes of a chunk each part of a pass gets at least: a backend cuts a larger chunk into
-/// parts, each run by a block of its own (the CUDA backend's flat launches, and the cost
-/// model's price for them).
-pub const PART_BYTES: u64 = 64 << 10;
+/// Bytes one block of a flat launch reads and writes per part, at least: a backend cuts
+/// each chunk of a launch's passes into parts, each run by a block of its own (the CUDA
+/// backend's flat launches, and the cost model's price for them), so that the block of
+/// the busiest sequence moves about this much. A copy's part is half of it (64 KiB read,
+/// 64 KiB written).
+pub const PART_ACCESS_BYTES: u64 = 128 << 10;
 
 /// How many parts each chunk of a launch's passes is cut into, each run by a block of
-/// its own, for `seqs` sequences and `max_blocks` blocks for the launch: a part per
-/// [`PART_BYTES`] of the chunk, at most `max_blocks / seqs` (at least one). Parts of a
-/// MiB or more are made whole MiB (fewer parts), so that each starts where the memory's
-/// 2 MiB pages do in buffers that do: a 256 MiB broadcast on 8 ranks cut into 132 parts
-/// of 1.94 MiB ran its memory at 2.4 TB/s, in 128 parts of 2 MiB at 3.5 (docs/perf.md).
-pub fn parts(chunk_bytes: u64, seqs: u64, max_blocks: u64) -> u64 {
+/// its own, for `seqs` sequences, `accesses` bytes the busiest sequence reads and writes
+/// per byte of a chunk ([`LaunchProgram::accesses`]) and `max_blocks` blocks for the
+/// launch: a part per [`PART_ACCESS_BYTES`] the busiest sequence moves, at most
+/// `max_blocks / seqs` (at least one). Parts of a MiB or more are made whole MiB (fewer
+/// parts), so that each starts where the memory's 2 MiB pages do in buffers that do: a
+/// 256 MiB broadcast on 8 ranks cut into 132 parts of 1.94 MiB ran its memory at
+/// 2.4 TB/s, in 128 parts of 2 MiB at 3.5 (docs/perf.md).
+pub fn parts(chunk_bytes: u64, accesses: u64, seqs: u64, max_blocks: u64) -> u64 {
     const MIB: u64 = 1 << 20;
     let room = (max_blocks / seqs.max(1)).max(1);
-    let parts = chunk_bytes.div_ceil(PART_BYTES).clamp(1, room);
+    let parts = chunk_bytes
+        .saturating_mul(accesses.max(2))
+        .div_ceil(PART_ACCESS_BYTES)
+        .clamp(1, room);
     let per = chunk_bytes.div_ceil(parts);
     if per >= MIB {
         chunk_bytes.div_ceil(per.div_ceil(MIB) * MIB).max(1)
@@ -398,6 +405,20 @@ impl LaunchProgram {
             .flatten()
             .map(|p| p.count as usize * (p.ops.len() + p.dsts.len().max(1) - 1))
             .sum()
+    }
+
+    /// Bytes its busiest sequence reads and writes per byte of a chunk: over its passes,
+    /// each chunk's operands and destinations.
+    pub fn accesses(&self) -> u64 {
+        self.seqs
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|p| u64::from(p.count) * (p.ops.len() + p.dsts.len()) as u64)
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Bytes of the kernel argument the launch takes where every chunk of it holds data

@@ -7,7 +7,9 @@ use common::shipped;
 
 use braid_ir::Collective;
 use braid_plan::direct::{chains, direct, flat_chains};
-use braid_plan::flat::{launch, program, reads_before_writes, runs_in_place, Access, Loc};
+use braid_plan::flat::{
+    launch, program, reads_before_writes, runs_in_place, Access, LaunchPass, LaunchProgram, Loc,
+};
 use braid_plan::Plan;
 
 fn launch_of(plan: &Plan, max_dsts: usize) -> Option<braid_plan::flat::LaunchProgram> {
@@ -125,18 +127,51 @@ fn an_alltoall_never_runs_in_place_and_an_allgather_does() {
 }
 
 #[test]
-fn parts_are_a_block_per_part_bytes_up_to_the_launch_and_whole_mib_when_large() {
-    use braid_plan::flat::{parts, PART_BYTES};
+fn parts_are_a_block_per_part_access_bytes_up_to_the_launch_and_whole_mib_when_large() {
+    use braid_plan::flat::{parts, PART_ACCESS_BYTES};
     const MIB: u64 = 1 << 20;
-    // Small chunks: one part; a part per PART_BYTES up to the blocks a sequence gets.
-    assert_eq!(parts(0, 4, 132), 1);
-    assert_eq!(parts(1000, 4, 132), 1);
-    assert_eq!(parts(3 * PART_BYTES, 4, 132), 3);
-    assert_eq!(parts(64 * MIB, 1, 132), 132);
+    let copy = PART_ACCESS_BYTES / 2;
+    // Small chunks: one part; a copy (2 accesses a byte) gets a part per half of
+    // PART_ACCESS_BYTES, up to the blocks a sequence gets.
+    assert_eq!(parts(0, 2, 4, 132), 1);
+    assert_eq!(parts(1000, 2, 4, 132), 1);
+    assert_eq!(parts(3 * copy, 2, 4, 132), 3);
+    assert_eq!(parts(64 * MIB, 2, 1, 132), 132);
+    // A sequence that moves more per byte of a chunk (a one-shot all-reduce's merged pass
+    // reads 8 inputs and writes 8 outputs) is cut finer: the same block's share.
+    assert_eq!(parts(copy, 16, 1, 132), 8);
+    assert_eq!(parts(copy / 8, 16, 1, 132), 1);
+    assert_eq!(parts(3 * copy, 16, 2, 132), 24);
+    // Fewer than 2 accesses counts as a copy.
+    assert_eq!(parts(3 * copy, 0, 4, 132), 3);
     // A MiB or more per part: whole MiB.
-    assert_eq!(parts(256 * MIB, 1, 132), 128);
-    assert_eq!(parts(256 * MIB, 8, 132), 16);
-    assert_eq!(parts(256 * MIB, 3, 132), 43);
+    assert_eq!(parts(256 * MIB, 2, 1, 132), 128);
+    assert_eq!(parts(256 * MIB, 2, 8, 132), 16);
+    assert_eq!(parts(256 * MIB, 2, 3, 132), 43);
+    assert_eq!(parts(256 * MIB, 16, 1, 132), 128);
     // More sequences than blocks: one part each.
-    assert_eq!(parts(256 * MIB, 200, 132), 1);
+    assert_eq!(parts(256 * MIB, 2, 200, 132), 1);
+}
+
+#[test]
+fn a_launch_counts_the_accesses_of_its_busiest_sequence() {
+    let one = |rank: u32, chunk: u32| Loc {
+        rank,
+        buf: 0,
+        chunk,
+    };
+    let pass = |count: u32, ops: usize, dsts: usize| LaunchPass {
+        dsts: (0..dsts as u32).map(|r| one(r, 0)).collect(),
+        count,
+        ops: (0..ops as u32).map(|r| one(r, 1)).collect(),
+    };
+    let l = LaunchProgram {
+        seqs: vec![vec![pass(1, 8, 8)], vec![pass(2, 1, 1), pass(1, 2, 1)]],
+    };
+    assert_eq!(l.accesses(), 16);
+    let l = LaunchProgram {
+        seqs: vec![vec![pass(4, 2, 3)], vec![pass(1, 8, 8)]],
+    };
+    assert_eq!(l.accesses(), 20);
+    assert_eq!(LaunchProgram::default().accesses(), 0);
 }

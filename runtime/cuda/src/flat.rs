@@ -42,9 +42,6 @@ pub fn program(
     braid_plan::flat::program(plan, rank, direct, MAX_PASS_OPS)
 }
 
-/// Bytes of a chunk each part of a pass gets at least ([`braid_plan::flat::PART_BYTES`]).
-pub const PART_BYTES: usize = braid_plan::flat::PART_BYTES as usize;
-
 /// One rank's call in a launch, as [`resolve`] needs it.
 #[derive(Clone, Copy, Debug)]
 pub struct RankCall<'a> {
@@ -658,7 +655,12 @@ pub fn resolve_program(
         return None;
     }
     let chunk_bytes = (g.chunk_elems * g.elem) as u64;
-    l.parts = braid_plan::flat::parts(chunk_bytes, nseq as u64, u64::from(max_grid)) as u32;
+    l.parts = braid_plan::flat::parts(
+        chunk_bytes,
+        prog.launch.accesses(),
+        nseq as u64,
+        u64::from(max_grid),
+    ) as u32;
     Some(l)
 }
 

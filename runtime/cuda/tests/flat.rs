@@ -224,7 +224,7 @@ fn every_qualifying_shipped_plan_gives_nccls_result() {
                             "{what}: grid {} over {grid}",
                             l.grid()
                         );
-                        if l.chunk_elems * 4 > 2 * flat::PART_BYTES as u64 && grid > 1 {
+                        if l.chunk_elems * 4 > braid_plan::flat::PART_ACCESS_BYTES && grid > 1 {
                             assert!(l.parts > 1, "{what}: a large call is cut into parts");
                         }
                         let want = expected(plan, count);

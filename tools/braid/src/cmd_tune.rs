@@ -358,6 +358,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         launch_block_us: PerProtocol::default(),
         // The host backend has no flat launches, nor ranks sharing a launch.
         flat_call_us: 0.0,
+        flat_gpu_us: 0.0,
         rank_us: 0.0,
         flat_arg_us: Vec::new(),
         ll128: Vec::new(),

@@ -12,7 +12,8 @@
 //! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
 //! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
-//! | `flat_call_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch) | the model reproduces the time |
+//! | `flat_gpu_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch), replayed from CUDA graphs | the model reproduces the time with no host share |
+//! | `flat_call_us` | the same, back to back | the model reproduces the time |
 //! | `rank_us` | the same on the topology's ranks (at most a launch's) | the difference, per rank beyond two |
 //! | `flat_arg_us` | the flat kernel's three entry points launched empty, back to back (`braid_cuda::arg_cost`) | each one's time beyond the smallest's |
 //!
@@ -115,11 +116,22 @@ fn measure(
     protocol: Protocol,
     iters: u32,
 ) -> Result<Bench, CliError> {
-    measure_plan(ll128, chain(n)?, n, count, replicas, protocol, iters, false)
+    measure_plan(
+        ll128,
+        chain(n)?,
+        n,
+        count,
+        replicas,
+        protocol,
+        iters,
+        false,
+        false,
+    )
 }
 
 /// [`measure`] with `plan`; `direct`: ranks of one launch read each other's inputs
-/// (then no step times are recorded: recording them takes the interpreter).
+/// (then no step times are recorded: recording them takes the interpreter); `graph`: the
+/// calls replayed from CUDA graphs (the GPU's time, without the host's issuing).
 #[allow(clippy::too_many_arguments)]
 fn measure_plan(
     ll128: &[braid_cost::Ll128Verdict],
@@ -130,6 +142,7 @@ fn measure_plan(
     protocol: Protocol,
     iters: u32,
     direct: bool,
+    graph: bool,
 ) -> Result<Bench, CliError> {
     let registry = Registry::new();
     registry.add_verified(plan.clone(), Origin::User("braid tune".into()));
@@ -160,7 +173,7 @@ fn measure_plan(
         ));
     }
     let flat_before = comms[0].stats().flat_launches;
-    let runs = p.time_runs(3, iters, 5, false).map_err(rt)?;
+    let runs = p.time_runs(3, iters, 5, graph).map_err(rt)?;
     let us = braid_runtime::bench::median(&runs).as_secs_f64() * 1e6;
     // A flat launch's time must be one: a call that fell back to the interpreter would
     // price flat launches at the interpreter's cost.
@@ -401,17 +414,35 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         // host's issuing it, which grows with the ranks of a launch; timed on 8 ranks
         // alone, the flat launch looked dearer than the interpreter's launch, which is
         // measured on 2, and the selection on 8 ranks took slower plans: docs/costmodel.md).
+        progress("a flat launch: 1 element on 2 ranks, from a CUDA graph");
+        let flat = |graph| {
+            measure_plan(
+                &verdicts,
+                broadcast(2, "direct_broadcast")?,
+                2,
+                1,
+                1,
+                Protocol::Simple,
+                iters,
+                true,
+                graph,
+            )
+        };
+        // The GPU's share first (replayed, the host issues nothing: the model's time with
+        // no host share), then the host's, with the GPU's known.
+        let g = flat(true)?;
+        p.flat_gpu_us = solve(1e-3, g.us, false, g.us, |v| {
+            let mut q = p.clone();
+            q.flat_call_us = 1e-6;
+            q.flat_gpu_us = v;
+            model_with(&g, &c2, &q, true)
+        });
+        notes.push(format!(
+            "a flat launch's GPU share {:.2} us (replayed from a CUDA graph {:.2} us)",
+            p.flat_gpu_us, g.us
+        ));
         progress("a flat launch: 1 element on 2 ranks");
-        let b = measure_plan(
-            &verdicts,
-            broadcast(2, "direct_broadcast")?,
-            2,
-            1,
-            1,
-            Protocol::Simple,
-            iters,
-            true,
-        )?;
+        let b = flat(false)?;
         p.flat_call_us = solve(1e-3, b.us, false, b.us, |v| {
             let mut q = p.clone();
             q.flat_call_us = v;
@@ -437,6 +468,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 Protocol::Simple,
                 iters,
                 true,
+                false,
             )?;
             p.rank_us = ((bn.us - b.us) / f64::from(n - 2)).max(0.0);
             notes.push(format!(
