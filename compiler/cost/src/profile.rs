@@ -170,6 +170,12 @@ pub struct Profile {
     /// work divided by this.
     #[serde(default)]
     pub cores: u32,
+    /// What starting a block costs the cores where blocks outnumber them (the host
+    /// backend), µs: the call's whole work counts this per block, divided by `cores`
+    /// (`braid tune` adds replicas of a direct broadcast until its blocks far outnumber
+    /// the cores). 0: `block_us`.
+    #[serde(default)]
+    pub block_work_us: PerProtocol,
     /// What one block copies or reduces locally (no link), GB/s; 0: as `block_gbps`.
     #[serde(default)]
     pub copy_gbps: PerProtocol,
@@ -294,6 +300,7 @@ impl Default for Profile {
             },
             block_us: PerProtocol::default(),
             cores: 0,
+            block_work_us: PerProtocol::default(),
             copy_gbps: PerProtocol::default(),
             shared_gbps: PerProtocol::default(),
             launch_block_us: PerProtocol::default(),
@@ -505,6 +512,7 @@ impl Profile {
         pp("slice_us", &self.slice_us, false)?;
         pp("net_post_us", &self.net_post_us, false)?;
         pp("block_us", &self.block_us, false)?;
+        pp("block_work_us", &self.block_work_us, false)?;
         pp("copy_gbps", &self.copy_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
         pp("launch_block_us", &self.launch_block_us, false)?;

@@ -20,7 +20,8 @@
 //!   block whose first step waits for another block's is woken again when that ends.
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
-//!   (a start cost per block, its slices) divided by the cores; where its ranks share
+//!   (a start cost per block, `block_work_us` or else `block_us`, and its slices)
+//!   divided by the cores; where its ranks share
 //!   one memory (several on one GPU), at least the memory accesses all its steps make
 //!   (each byte a step moves, read or written 2 to 4 times: [`memory_accesses`]) over
 //!   the profile's shared rate, and the topology's links then bound no connection (they
@@ -409,6 +410,11 @@ pub fn predict_below(
     let mut done = 0;
     let slice_us = profile.slice_us.get(proto);
     let block_us = profile.block_us.get(proto);
+    // What a block's start costs the cores (where few share the blocks).
+    let block_work_us = match profile.block_work_us.get(proto) {
+        w if w > 0.0 => w,
+        _ => block_us,
+    };
     // Every replica posts its own copy of each network message through the same proxy.
     let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
     // When each rank's network proxy is next free.
@@ -516,7 +522,7 @@ pub fn predict_below(
         if ids[i].2 == 0 {
             // The block starts: on the host a thread wakes, once for the cores, and after
             // the rank's earlier blocks' threads (they are woken one after another).
-            work += block_us;
+            work += block_work_us;
             in_turn[block_last[i]] += block_us * (ids[i].1 + 1) as f64;
         }
         if info[i].skipped {

@@ -76,7 +76,11 @@ impl Workers {
                 if let Err(p) = r {
                     c.1.get_or_insert(p);
                 }
-                f.changed.notify_all();
+                // Only the last wakes the caller: on few cores a wake-up per block cost
+                // the caller's thread as many trips through the scheduler.
+                if c.0 == n {
+                    f.changed.notify_all();
+                }
             });
             // SAFETY: only the lifetime changes. The task runs before this function
             // returns: the loop below waits until all `n` tasks reported that they
