@@ -171,11 +171,13 @@ pub struct Profile {
     #[serde(default)]
     pub cores: u32,
     /// What starting a block costs the cores where blocks outnumber them (the host
-    /// backend), µs: the call's whole work counts this per block, divided by `cores`
-    /// (`braid tune` adds replicas of a direct broadcast until its blocks far outnumber
-    /// the cores). 0: `block_us`.
-    #[serde(default)]
-    pub block_work_us: PerProtocol,
+    /// backend), µs, by the blocks the call starts over all its ranks (more threads woken
+    /// at once cost each more): the call's whole work counts it per block, divided by
+    /// `cores`. `braid tune` times a direct broadcast on 8 ranks with 1, 2, 4 and 8
+    /// replicas. Between two entries the cost is interpolated, outside them the nearest
+    /// entry's; empty: `block_us`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub block_work_us: Vec<BlockWork>,
     /// What one block copies or reduces locally (no link), GB/s; 0: as `block_gbps`.
     #[serde(default)]
     pub copy_gbps: PerProtocol,
@@ -221,6 +223,14 @@ pub struct Profile {
     /// only over link kinds with a passed verdict here. None: LL128 nowhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ll128: Vec<Ll128Verdict>,
+}
+
+/// What starting a block costs the cores in a call that starts `blocks` blocks
+/// ([`Profile::block_work_us`]), µs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BlockWork {
+    pub blocks: u32,
+    pub us: f64,
 }
 
 /// What a launch with a kernel argument of `bytes` costs beyond one with the smallest
@@ -300,7 +310,7 @@ impl Default for Profile {
             },
             block_us: PerProtocol::default(),
             cores: 0,
-            block_work_us: PerProtocol::default(),
+            block_work_us: Vec::new(),
             copy_gbps: PerProtocol::default(),
             shared_gbps: PerProtocol::default(),
             launch_block_us: PerProtocol::default(),
@@ -352,6 +362,24 @@ const SHARED_FLAT_ARG_US: [ArgCost; 3] = [
 ];
 
 impl Profile {
+    /// What starting a block costs the cores in a call that starts `blocks` blocks over
+    /// all its ranks ([`Profile::block_work_us`]), µs; `None` where none is measured.
+    pub fn block_work_us(&self, blocks: u64) -> Option<f64> {
+        let t = &self.block_work_us;
+        let (first, last) = (t.first()?, t.last()?);
+        let b = blocks as f64;
+        if b <= f64::from(first.blocks) {
+            return Some(first.us);
+        }
+        if b >= f64::from(last.blocks) {
+            return Some(last.us);
+        }
+        let i = t.iter().position(|w| f64::from(w.blocks) >= b)?;
+        let (lo, hi) = (t[i - 1], t[i]);
+        let f = (b - f64::from(lo.blocks)) / f64::from(hi.blocks - lo.blocks);
+        Some(lo.us + f * (hi.us - lo.us))
+    }
+
     /// What a flat launch whose kernel argument takes `bytes` adds beyond the smallest
     /// argument ([`Profile::flat_arg_us`]), µs: the first measured size at least that
     /// large; nothing where none is measured, and the largest's where every one is
@@ -512,7 +540,21 @@ impl Profile {
         pp("slice_us", &self.slice_us, false)?;
         pp("net_post_us", &self.net_post_us, false)?;
         pp("block_us", &self.block_us, false)?;
-        pp("block_work_us", &self.block_work_us, false)?;
+        for w in &self.block_work_us {
+            if !(w.us.is_finite() && (0.0..1e9).contains(&w.us)) || w.blocks == 0 {
+                return Err(format!(
+                    "block_work_us at {} blocks = {} is out of range",
+                    w.blocks, w.us
+                ));
+            }
+        }
+        if self
+            .block_work_us
+            .windows(2)
+            .any(|w| w[0].blocks >= w[1].blocks)
+        {
+            return Err("block_work_us: the block counts must grow".into());
+        }
         pp("copy_gbps", &self.copy_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
         pp("launch_block_us", &self.launch_block_us, false)?;

@@ -20,7 +20,8 @@
 //!   block whose first step waits for another block's is woken again when that ends.
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
-//!   (a start cost per block, `block_work_us` or else `block_us`, and its slices)
+//!   (a start cost per block, `block_work_us` by the blocks it starts, or else
+//!   `block_us`, and its slices)
 //!   divided by the cores; where its ranks share
 //!   one memory (several on one GPU), at least the memory accesses all its steps make
 //!   (each byte a step moves, read or written 2 to 4 times: [`memory_accesses`]) over
@@ -410,11 +411,10 @@ pub fn predict_below(
     let mut done = 0;
     let slice_us = profile.slice_us.get(proto);
     let block_us = profile.block_us.get(proto);
-    // What a block's start costs the cores (where few share the blocks).
-    let block_work_us = match profile.block_work_us.get(proto) {
-        w if w > 0.0 => w,
-        _ => block_us,
-    };
+    // What a block's start costs the cores (where few share the blocks), by the blocks
+    // the call starts.
+    let started = ids.iter().filter(|id| id.2 == 0).count() as u64 * u64::from(replicas);
+    let block_work_us = profile.block_work_us(started).unwrap_or(block_us);
     // Every replica posts its own copy of each network message through the same proxy.
     let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
     // When each rank's network proxy is next free.

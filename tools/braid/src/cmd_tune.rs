@@ -1,7 +1,7 @@
 //! `braid tune`: measures the cost model's constants on this machine with
 //! micro-benchmarks and writes a profile (docs/costmodel.md). The constants come from the
 //! micro-benchmarks alone: a chain broadcast of one element over 2 and 8 ranks and a
-//! direct broadcast over 8, alone and replicated 8 times (the fixed cost of a call, of
+//! direct broadcast over 8, alone and replicated 2, 4 and 8 times (the fixed cost of a call, of
 //! each message and of starting a block, and what a block's start costs the cores where
 //! blocks outnumber them; each the median of three interleaved measurements), and a 2-rank chain broadcast of a large message (what one block
 //! moves). No plan the model is later scored on is timed.
@@ -13,7 +13,7 @@
 //! fingerprint, which the runtime checks).
 
 use crate::error::CliError;
-use braid_cost::profile::{HopLatency, PerProtocol, Profile, PROFILE_VERSION};
+use braid_cost::profile::{BlockWork, HopLatency, PerProtocol, Profile, PROFILE_VERSION};
 use braid_ir::{Collective, Mode};
 use braid_runtime::bench::{measure, Case};
 use braid_runtime::call::CallSpec;
@@ -59,9 +59,9 @@ enum Bench<'a> {
 }
 
 /// The median time per call of a chain broadcast of `count` f32 on `n` ranks.
-/// Replicas of the direct broadcast whose blocks far outnumber the cores (112 blocks on 8
-/// ranks).
-const MANY: u32 = 8;
+/// Replicas of the direct broadcast timed beside it for what a block's start costs the
+/// cores (up to 112 blocks on 8 ranks).
+const REPLICATED: [u32; 3] = [2, 4, 8];
 
 fn chain_time(ranks: Ranks, n: u32, count: usize, iters: u32) -> Result<Duration, CliError> {
     broadcast_time(ranks, Bench::Shipped("chain_broadcast"), n, count, iters)
@@ -264,12 +264,16 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     // Each small call is measured three times, interleaved, and its median kept: every
     // constant comes from differences of these, so one disturbed measurement (a busy
     // scheduler, say) would otherwise move them all.
-    // A fourth, the same direct broadcast replicated until its blocks far outnumber the
-    // cores, prices what a block's start costs the cores (`block_work_us`): the blocks
-    // added, their time over the cores.
-    let (mut t2s, mut t8s, mut tds, mut tms) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // The same direct broadcast replicated (2, 4, 8 times: 28 to 112 blocks) prices what
+    // a block's start costs the cores by the blocks a call starts (`block_work_us`): each
+    // call's time beyond its call and message, per block, times the cores.
+    let (mut t2s, mut t8s, mut tds) = (Vec::new(), Vec::new(), Vec::new());
     let direct = direct_plan(8, 1)?;
-    let many = direct_plan(8, MANY)?;
+    let many = REPLICATED
+        .iter()
+        .map(|&r| direct_plan(8, r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut tms = vec![Vec::new(); many.len()];
     for _ in 0..3 {
         t2s.push(chain_time(ranks, 2, 1, args.iters)?);
         t8s.push(chain_time(ranks, 8, 1, args.iters)?);
@@ -280,24 +284,31 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             1,
             args.iters,
         )?);
-        tms.push(broadcast_time(
-            ranks,
-            Bench::Compiled(&many),
-            8,
-            1,
-            args.iters,
-        )?);
+        for (t, plan) in tms.iter_mut().zip(&many) {
+            t.push(broadcast_time(
+                ranks,
+                Bench::Compiled(plan),
+                8,
+                1,
+                args.iters,
+            )?);
+        }
     }
     let median = |v: &[Duration]| us(braid_runtime::bench::median(v));
-    let (t2, t8, td, tm) = (median(&t2s), median(&t8s), median(&tds), median(&tms));
+    let (t2, t8, td) = (median(&t2s), median(&t8s), median(&tds));
     let hop = ((t8 - t2) / 6.0).max(0.0);
     let block = ((td - t2) / 6.0).max(0.0);
     let call = (t2 - hop - block).max(0.0);
     let blocks = |p: &braid_plan::Plan| {
-        p.ranks.iter().map(|r| r.blocks.len()).sum::<usize>() as f64 * f64::from(p.channels.max(1))
+        p.ranks.iter().map(|r| r.blocks.len() as u32).sum::<u32>() * p.channels.max(1)
     };
-    let added = blocks(&many) - blocks(&direct);
-    let block_work = (f64::from(cores) * (tm - td) / added).max(0.0);
+    let block_work: Vec<BlockWork> = std::iter::once((&direct, td))
+        .chain(many.iter().zip(tms.iter().map(|t| median(t))))
+        .map(|(p, t)| BlockWork {
+            blocks: blocks(p),
+            us: (f64::from(cores) * (t - call - hop) / f64::from(blocks(p))).max(0.0),
+        })
+        .collect();
     // What one block moves: 2 ranks, 64 MiB, one hop; the chain pipelines its chunks, so
     // the time is the bytes over one block's rate plus the fixed costs.
     let big = 16 << 20; // f32 elements: 64 MiB
@@ -375,11 +386,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             ll128: None,
         },
         cores,
-        block_work_us: PerProtocol {
-            simple: block_work,
-            ll: block_work,
-            ll128: None,
-        },
+        block_work_us: block_work.clone(),
         copy_gbps: PerProtocol {
             simple: copy,
             ll: copy,
@@ -396,7 +403,12 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us ({block_work:.1} us of the cores' time) on {cores} cores, a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us, x{MANY} {tm:.1} us; 64 MiB on 2 ranks {tb:.0} us)"
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
+        block_work
+            .iter()
+            .map(|w| format!("{:.1} us in a call of {} blocks", w.us, w.blocks))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     emit(args, &profile)
 }
