@@ -4,6 +4,7 @@
 //! one-shot and hierarchical plans win small ones, and across nodes.
 
 use braid_cost::sim::collective_floor_us;
+use braid_cost::profile::BlockWork;
 use braid_cost::{predict, rank, Call, Candidate, Profile, Request};
 use braid_ir::{Collective, Mode, Protocol};
 use braid_library::Library;
@@ -867,6 +868,10 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
     host.block_us.ll = 3.0;
     host.shared_gbps.simple = 8.0;
     host.shared_gbps.ll = 4.0;
+    host.block_work_us = vec![
+        BlockWork { blocks: 15, us: 4.0 },
+        BlockWork { blocks: 120, us: 7.0 },
+    ];
     let mut checked = 0;
     for (topo, c) in [
         ("nvswitch:8", Collective::Allreduce),
@@ -935,4 +940,55 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
         }
     }
     assert!(checked > 500, "{checked} options checked");
+}
+
+/// On the host backend (few cores, many block threads), what starting a block costs the
+/// cores grows with the blocks a call starts (`Profile::block_work_us`, interpolated
+/// between the counts `braid tune` timed): a small call of a plan with many blocks costs
+/// its blocks' starts over the cores, at the rate for its count. With the rates a 2-core
+/// machine showed, the 8-rank tree all-reduce (29 blocks, one step each) costs more than
+/// the ring (16 blocks) at 8 B, as it ran there (1.6 ms against 0.7); with every block
+/// at the rate of a few, the tree looked as cheap.
+#[test]
+fn host_block_starts_cost_the_cores_by_the_blocks_a_call_starts() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let mut host = Profile {
+        cores: 2,
+        ..Profile::default()
+    };
+    host.call_us.simple = 24.0;
+    host.block_us.simple = 60.0;
+    host.hop_us.nvlink.simple = 48.0;
+    host.copy_gbps.simple = 7.0;
+    host.block_gbps.simple = 4.0;
+    let call = Call {
+        bytes: 8,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct: false,
+        together: false,
+    };
+    let price = |name: &str, p: &Profile| predict(plan(&ps, name), &t, p, &call).unwrap().total_us;
+    let flat = host.clone();
+    host.block_work_us = vec![
+        BlockWork { blocks: 15, us: 57.0 },
+        BlockWork { blocks: 30, us: 92.0 },
+        BlockWork { blocks: 120, us: 97.0 },
+    ];
+    // The interpolation: the nearest entry outside, linear between.
+    assert_eq!(flat.block_work_us(29), None);
+    assert_eq!(host.block_work_us(4), Some(57.0));
+    assert_eq!(host.block_work_us(500), Some(97.0));
+    assert!((host.block_work_us(20).unwrap() - (57.0 + 35.0 / 3.0)).abs() < 1e-9);
+    assert!((host.block_work_us(75).unwrap() - 94.5).abs() < 1e-9);
+    // The tree's 29 blocks at their rate, over 2 cores, bound its call.
+    let tree = price("tree_allreduce", &host);
+    let starts = 29.0 * host.block_work_us(29).unwrap() / 2.0;
+    assert!(tree >= starts, "{tree} < {starts}");
+    assert!(tree > price("tree_allreduce", &flat));
+    // And the ring wins where it did not.
+    let ring = price("ring_allreduce", &host);
+    assert!(ring < tree, "ring {ring} >= tree {tree}");
+    assert!(price("ring_allreduce", &flat) >= price("tree_allreduce", &flat) * 0.95);
 }
