@@ -3,8 +3,8 @@
 //! behaviour says (docs/costmodel.md): rings win large messages inside a node, trees,
 //! one-shot and hierarchical plans win small ones, and across nodes.
 
-use braid_cost::sim::collective_floor_us;
 use braid_cost::profile::BlockWork;
+use braid_cost::sim::collective_floor_us;
 use braid_cost::{predict, rank, Call, Candidate, Profile, Request};
 use braid_ir::{Collective, Mode, Protocol};
 use braid_library::Library;
@@ -869,8 +869,14 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
     host.shared_gbps.simple = 8.0;
     host.shared_gbps.ll = 4.0;
     host.block_work_us = vec![
-        BlockWork { blocks: 15, us: 4.0 },
-        BlockWork { blocks: 120, us: 7.0 },
+        BlockWork {
+            blocks: 15,
+            us: 4.0,
+        },
+        BlockWork {
+            blocks: 120,
+            us: 7.0,
+        },
     ];
     let mut checked = 0;
     for (topo, c) in [
@@ -972,9 +978,18 @@ fn host_block_starts_cost_the_cores_by_the_blocks_a_call_starts() {
     let price = |name: &str, p: &Profile| predict(plan(&ps, name), &t, p, &call).unwrap().total_us;
     let flat = host.clone();
     host.block_work_us = vec![
-        BlockWork { blocks: 15, us: 57.0 },
-        BlockWork { blocks: 30, us: 92.0 },
-        BlockWork { blocks: 120, us: 97.0 },
+        BlockWork {
+            blocks: 15,
+            us: 57.0,
+        },
+        BlockWork {
+            blocks: 30,
+            us: 92.0,
+        },
+        BlockWork {
+            blocks: 120,
+            us: 97.0,
+        },
     ];
     // The interpolation: the nearest entry outside, linear between.
     assert_eq!(flat.block_work_us(29), None);

@@ -136,12 +136,22 @@ fn parts_are_a_block_per_part_access_bytes_up_to_the_launch_and_whole_mib_when_l
     assert_eq!(parts(0, 2, 4, 132), 1);
     assert_eq!(parts(1000, 2, 4, 132), 1);
     assert_eq!(parts(3 * copy, 2, 4, 132), 3);
-    assert_eq!(parts(64 * MIB, 2, 1, 132), 132);
+    assert_eq!(parts(64 * MIB, 2, 1, 132), 128);
     // A sequence that moves more per byte of a chunk (a one-shot all-reduce's merged pass
     // reads 8 inputs and writes 8 outputs) is cut finer: the same block's share.
     assert_eq!(parts(copy, 16, 1, 132), 8);
     assert_eq!(parts(copy / 8, 16, 1, 132), 1);
     assert_eq!(parts(3 * copy, 16, 2, 132), 24);
+    // Parts of a power of two bytes: an 8 MiB chunk read 8 times and written 8 times is
+    // 128 parts of 64 KiB, not 132 of 63,550 bytes; a 2 MiB one 128 of 16 KiB.
+    assert_eq!(parts(8 * MIB, 16, 1, 132), 128);
+    assert_eq!(parts(8 * MIB, 4, 1, 132), 128);
+    assert_eq!(parts(2 * MIB, 16, 1, 132), 128);
+    // 9 accesses a byte (8 reads, a write): 72 parts of 14,564 bytes become 64 of 16 KiB.
+    assert_eq!(parts(MIB, 9, 1, 132), 64);
+    // At least a line: 3 KiB read 16 times is 1 part; 40 KiB, 5 parts of 8 KiB.
+    assert_eq!(parts(3 << 10, 16, 1, 132), 1);
+    assert_eq!(parts(40 << 10, 16, 1, 132), 5);
     // Fewer than 2 accesses counts as a copy.
     assert_eq!(parts(3 * copy, 0, 4, 132), 3);
     // A MiB or more per part: whole MiB.
