@@ -334,8 +334,10 @@ impl Default for Profile {
 /// now also checks that the calls it times ran flat.
 const SHARED_FLAT_CALL_US: f64 = 6.6;
 
-/// The GPU's share of that flat launch: the same broadcast replayed from a CUDA graph.
-const SHARED_FLAT_GPU_US: f64 = 2.2;
+/// The GPU's share of that flat launch: the same broadcast replayed from CUDA graphs, as
+/// `braid tune --backend cuda` measured it on an H100 (3.01 µs, a stream per rank;
+/// 2026-12-06, `bench/2026-12-06-h100-flat-parts/sweep/profile8.json`).
+const SHARED_FLAT_GPU_US: f64 = 3.0;
 
 /// What each rank beyond two added to that flat launch on the same H200 (the same
 /// broadcast on 8 ranks: 18.5 µs against 9.4 on 2, `braid tune` of 2026-12-04,
