@@ -542,21 +542,6 @@ impl Profile {
         pp("slice_us", &self.slice_us, false)?;
         pp("net_post_us", &self.net_post_us, false)?;
         pp("block_us", &self.block_us, false)?;
-        for w in &self.block_work_us {
-            if !(w.us.is_finite() && (0.0..1e9).contains(&w.us)) || w.blocks == 0 {
-                return Err(format!(
-                    "block_work_us at {} blocks = {} is out of range",
-                    w.blocks, w.us
-                ));
-            }
-        }
-        if self
-            .block_work_us
-            .windows(2)
-            .any(|w| w[0].blocks >= w[1].blocks)
-        {
-            return Err("block_work_us: the block counts must grow".into());
-        }
         pp("copy_gbps", &self.copy_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
         pp("launch_block_us", &self.launch_block_us, false)?;
@@ -568,21 +553,33 @@ impl Profile {
                 return Err(format!("{name} = {v} is out of range"));
             }
         }
-        for a in &self.flat_arg_us {
-            if !(a.us.is_finite() && (0.0..1e6).contains(&a.us)) {
-                return Err(format!(
-                    "flat_arg_us at {} bytes = {} is out of range",
-                    a.bytes, a.us
-                ));
+        // Tables of (key, µs): each time in range, each key above 0 and the keys growing.
+        let table = |name: &str, unit: &str, rows: Vec<(u32, f64)>, max: f64| {
+            for (k, us) in &rows {
+                if !(us.is_finite() && (0.0..max).contains(us)) || *k == 0 {
+                    return Err(format!("{name} at {k} {unit} = {us} is out of range"));
+                }
             }
-        }
-        if self
-            .flat_arg_us
-            .windows(2)
-            .any(|w| w[0].bytes >= w[1].bytes)
-        {
-            return Err("flat_arg_us: the sizes must grow".into());
-        }
+            if rows.windows(2).any(|w| w[0].0 >= w[1].0) {
+                return Err(format!("{name}: the {unit} must grow"));
+            }
+            Ok(())
+        };
+        table(
+            "block_work_us",
+            "blocks",
+            self.block_work_us
+                .iter()
+                .map(|w| (w.blocks, w.us))
+                .collect(),
+            1e9,
+        )?;
+        table(
+            "flat_arg_us",
+            "bytes",
+            self.flat_arg_us.iter().map(|a| (a.bytes, a.us)).collect(),
+            1e6,
+        )?;
         if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
             return Err("efficiency is a share: at most 1".into());
         }
@@ -622,6 +619,31 @@ mod tests {
         assert!(Profile::from_json(&swapped.to_json())
             .unwrap_err()
             .contains("flat_arg_us"));
+        // So does the host's block-start table; counts out of order or of 0 are refused.
+        let mut host = Profile {
+            cores: 2,
+            ..Profile::default()
+        };
+        host.block_work_us = vec![
+            BlockWork {
+                blocks: 15,
+                us: 57.0,
+            },
+            BlockWork {
+                blocks: 120,
+                us: 97.0,
+            },
+        ];
+        assert_eq!(Profile::from_json(&host.to_json()).unwrap(), host);
+        let mut bad = host.clone();
+        bad.block_work_us.swap(0, 1);
+        assert!(Profile::from_json(&bad.to_json())
+            .unwrap_err()
+            .contains("block_work_us: the blocks must grow"));
+        bad.block_work_us = vec![BlockWork { blocks: 0, us: 1.0 }];
+        assert!(Profile::from_json(&bad.to_json())
+            .unwrap_err()
+            .contains("out of range"));
     }
 
     #[test]
