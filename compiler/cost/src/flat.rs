@@ -48,32 +48,7 @@ pub fn predict(
 ) -> Option<Prediction> {
     let proto = call.protocol;
     let shared = profile.shared_gbps.get(proto);
-    // In place, the ranks of one launch read no inputs directly (the interpreter's
-    // rule), but the flat launch may still run where it reads every input before
-    // writing it.
-    let in_place = !call.direct && call.together;
-    if !(call.direct || in_place) || profile.flat_call_us <= 0.0 || shared <= 0.0 {
-        return None;
-    }
-    let all;
-    let direct = if in_place {
-        all = braid_plan::direct::direct(plan);
-        &all
-    } else {
-        direct
-    };
-    let programs = (0..plan.n_ranks)
-        .map(|r| braid_plan::flat::program(plan, r, direct, FUSE_MAX))
-        .collect::<Option<Vec<_>>>()?;
-    let chunk = chunk_bytes(plan, call.bytes, call.elem);
-    // The ranks' programs as one launch, passes several ranks share done once (as the
-    // runtime runs them).
-    let pairs: Vec<(u32, &braid_plan::flat::FlatProgram)> =
-        (0..plan.n_ranks).zip(programs.iter()).collect();
-    let launch = braid_plan::flat::launch(&pairs, braid_plan::flat::MAX_DSTS)?;
-    if in_place && !braid_plan::flat::runs_in_place(plan, &launch) {
-        return None;
-    }
+    let (launch, chunk) = launch_of(plan, profile, call, direct)?;
     // What its kernel argument adds (a launch too large for one runs otherwise).
     let arg_us = profile.flat_arg_us(launch.arg_bytes()?);
     let seqs = launch.seqs.len() as u64;
@@ -139,4 +114,57 @@ pub fn predict(
         timeline,
         chunk_bytes: chunk,
     })
+}
+
+/// The launch program `call` of `plan` runs as and its chunk's bytes, where it runs flat
+/// (see [`predict`]).
+fn launch_of(
+    plan: &Plan,
+    profile: &Profile,
+    call: &Call,
+    direct: &braid_plan::direct::Direct,
+) -> Option<(braid_plan::flat::LaunchProgram, u64)> {
+    let shared = profile.shared_gbps.get(call.protocol);
+    // In place, the ranks of one launch read no inputs directly (the interpreter's
+    // rule), but the flat launch may still run where it reads every input before
+    // writing it.
+    let in_place = !call.direct && call.together;
+    if !(call.direct || in_place) || profile.flat_call_us <= 0.0 || shared <= 0.0 {
+        return None;
+    }
+    let all;
+    let direct = if in_place {
+        all = braid_plan::direct::direct(plan);
+        &all
+    } else {
+        direct
+    };
+    let programs = (0..plan.n_ranks)
+        .map(|r| braid_plan::flat::program(plan, r, direct, FUSE_MAX))
+        .collect::<Option<Vec<_>>>()?;
+    let chunk = chunk_bytes(plan, call.bytes, call.elem);
+    // The ranks' programs as one launch, passes several ranks share done once (as the
+    // runtime runs them).
+    let pairs: Vec<(u32, &braid_plan::flat::FlatProgram)> =
+        (0..plan.n_ranks).zip(programs.iter()).collect();
+    let launch = braid_plan::flat::launch(&pairs, braid_plan::flat::MAX_DSTS)?;
+    if in_place && !braid_plan::flat::runs_in_place(plan, &launch) {
+        return None;
+    }
+    Some((launch, chunk))
+}
+
+/// The thread blocks a flat launch of `call` on `plan` takes (its sequences times the
+/// parts of a chunk), or `None` where the call does not run flat: what the launch holds
+/// of the GPU, where the plan's own blocks describe the interpreter's launch.
+pub fn blocks(plan: &Plan, profile: &Profile, call: &Call) -> Option<u64> {
+    let direct = if call.direct {
+        braid_plan::direct::direct(plan)
+    } else {
+        braid_plan::direct::Direct::default()
+    };
+    let (launch, chunk) = launch_of(plan, profile, call, &direct)?;
+    launch.arg_bytes()?;
+    let seqs = launch.seqs.len() as u64;
+    (seqs > 0).then(|| seqs * braid_plan::flat::parts(chunk, launch.accesses(), seqs, FLAT_BLOCKS))
 }

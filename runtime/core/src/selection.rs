@@ -140,6 +140,14 @@ pub fn price(
         Some(r) => vec![r],
         None => replica_counts(plan, target),
     };
+    // The blocks a choice holds on the busiest rank's GPU: a flat launch's grid where the
+    // call runs as one (all the ranks' blocks: few for small calls), else the plan's.
+    let held = |plan: &braid_plan::Plan, r: u32, proto: Protocol| {
+        braid_cost::flat::blocks(plan, profile, &req.call(r, proto))
+            .map_or(blocks_per_replica(plan) * r, |b| {
+                b.min(u64::from(u32::MAX)) as u32
+            })
+    };
     let mut options = Vec::new();
     if let Some(within) = near {
         // Every plan, replica count and protocol as one offer, priced where it can win.
@@ -164,7 +172,7 @@ pub fn price(
         for ((i, r, proto), result) in what.into_iter().zip(results) {
             match result {
                 Some(Ok(t)) => {
-                    options.push((t, i, r, proto, blocks_per_replica(plans[i]) * r));
+                    options.push((t, i, r, proto, held(plans[i], r, proto)));
                 }
                 Some(Err(why)) => {
                     tracing::debug!(plan = %plans[i].name, "the cost model cannot price it: {why}")
@@ -179,11 +187,12 @@ pub fn price(
             plan,
             origin: String::new(),
         }];
-        let blocks = blocks_per_replica(plan);
         for r in counts(plan) {
             for ranked in braid_cost::rank_with(&cand, topo, profile, req, Some(r), protocol) {
                 match ranked.result {
-                    Ok(t) => options.push((t, i, r, ranked.protocol, blocks * r)),
+                    Ok(t) => {
+                        options.push((t, i, r, ranked.protocol, held(plan, r, ranked.protocol)))
+                    }
                     Err(why) => {
                         tracing::debug!(plan = %plan.name, "the cost model cannot price it: {why}")
                     }
