@@ -219,6 +219,12 @@ fn tune_writes_a_profile_that_explain_uses() {
     assert!(costs.iter().all(|c| c.as_f64().unwrap() >= 0.0), "{v}");
     assert!(v["block_gbps"]["simple"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["cores"].as_u64().unwrap() >= 1, "{v}");
+    // What a block's start costs the cores, at the four block counts of the direct
+    // broadcast on 8 ranks (15 blocks a replica) alone and replicated 2, 4 and 8 times.
+    let work = v["block_work_us"].as_array().expect("a block-start table");
+    let counts: Vec<u64> = work.iter().map(|w| w["blocks"].as_u64().unwrap()).collect();
+    assert_eq!(counts, [15, 30, 60, 120], "{v}");
+    assert!(work.iter().all(|w| w["us"].as_f64().unwrap() >= 0.0), "{v}");
     let ex = braid(
         &[
             "explain",
