@@ -124,14 +124,13 @@ fn launch_of(
     call: &Call,
     direct: &braid_plan::direct::Direct,
 ) -> Option<(braid_plan::flat::LaunchProgram, u64)> {
-    let shared = profile.shared_gbps.get(call.protocol);
+    if !may_run_flat(profile, call) {
+        return None;
+    }
     // In place, the ranks of one launch read no inputs directly (the interpreter's
     // rule), but the flat launch may still run where it reads every input before
     // writing it.
     let in_place = !call.direct && call.together;
-    if !(call.direct || in_place) || profile.flat_call_us <= 0.0 || shared <= 0.0 {
-        return None;
-    }
     let all;
     let direct = if in_place {
         all = braid_plan::direct::direct(plan);
@@ -158,6 +157,9 @@ fn launch_of(
 /// parts of a chunk), or `None` where the call does not run flat: what the launch holds
 /// of the GPU, where the plan's own blocks describe the interpreter's launch.
 pub fn blocks(plan: &Plan, profile: &Profile, call: &Call) -> Option<u64> {
+    if !may_run_flat(profile, call) {
+        return None;
+    }
     let direct = if call.direct {
         braid_plan::direct::direct(plan)
     } else {
@@ -167,4 +169,12 @@ pub fn blocks(plan: &Plan, profile: &Profile, call: &Call) -> Option<u64> {
     launch.arg_bytes()?;
     let seqs = launch.seqs.len() as u64;
     (seqs > 0).then(|| seqs * braid_plan::flat::parts(chunk, launch.accesses(), seqs, FLAT_BLOCKS))
+}
+
+/// Whether the profile prices flat launches and the call's ranks launch together (what
+/// any flat launch needs, before its plan is looked at).
+fn may_run_flat(profile: &Profile, call: &Call) -> bool {
+    (call.direct || call.together)
+        && profile.flat_call_us > 0.0
+        && profile.shared_gbps.get(call.protocol) > 0.0
 }

@@ -141,12 +141,18 @@ pub fn price(
         None => replica_counts(plan, target),
     };
     // The blocks a choice holds on the busiest rank's GPU: a flat launch's grid where the
-    // call runs as one (all the ranks' blocks: few for small calls), else the plan's.
-    let held = |plan: &braid_plan::Plan, r: u32, proto: Protocol| {
-        braid_cost::flat::blocks(plan, profile, &req.call(r, proto))
-            .map_or(blocks_per_replica(plan) * r, |b| {
-                b.min(u64::from(u32::MAX)) as u32
-            })
+    // call runs as one (all the ranks' blocks: few for small calls; the same for every
+    // replica count, so found once per plan and protocol), else the plan's.
+    let grids = std::cell::RefCell::new(HashMap::new());
+    let held = |i: usize, r: u32, proto: Protocol| {
+        let plan = plans[i];
+        let grid = *grids
+            .borrow_mut()
+            .entry((i, proto))
+            .or_insert_with(|| braid_cost::flat::blocks(plan, profile, &req.call(r, proto)));
+        grid.map_or(blocks_per_replica(plan) * r, |b| {
+            b.min(u64::from(u32::MAX)) as u32
+        })
     };
     let mut options = Vec::new();
     if let Some(within) = near {
@@ -172,7 +178,7 @@ pub fn price(
         for ((i, r, proto), result) in what.into_iter().zip(results) {
             match result {
                 Some(Ok(t)) => {
-                    options.push((t, i, r, proto, held(plans[i], r, proto)));
+                    options.push((t, i, r, proto, held(i, r, proto)));
                 }
                 Some(Err(why)) => {
                     tracing::debug!(plan = %plans[i].name, "the cost model cannot price it: {why}")
@@ -190,9 +196,7 @@ pub fn price(
         for r in counts(plan) {
             for ranked in braid_cost::rank_with(&cand, topo, profile, req, Some(r), protocol) {
                 match ranked.result {
-                    Ok(t) => {
-                        options.push((t, i, r, ranked.protocol, held(plan, r, ranked.protocol)))
-                    }
+                    Ok(t) => options.push((t, i, r, ranked.protocol, held(i, r, ranked.protocol))),
                     Err(why) => {
                         tracing::debug!(plan = %plan.name, "the cost model cannot price it: {why}")
                     }
