@@ -26,7 +26,8 @@
 //! eight ranks reading the same eight inputs, a broadcast's seven readers of the root's);
 //! a sequence is one block's passes in order; and each chunk is cut into parts run by
 //! blocks of their own, a part per [`PART_ACCESS_BYTES`] the busiest sequence reads and
-//! writes, up to [`FLAT_BLOCKS`] blocks for the launch (the runtime's `braid_cuda::flat`). Replicas and protocol do not change it.
+//! writes, up to [`FLAT_BLOCKS`] blocks for the launch (the runtime's
+//! `braid_cuda::flat`). Replicas and protocol do not change it.
 
 use crate::profile::Profile;
 use crate::sim::{chunk_bytes, Call, Prediction, StepTime, FUSE_MAX};
