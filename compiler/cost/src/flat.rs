@@ -49,14 +49,14 @@ pub fn predict(
 ) -> Option<Prediction> {
     let proto = call.protocol;
     let shared = profile.shared_gbps.get(proto);
-    let (launch, chunk) = launch_of(plan, profile, call, direct)?;
-    // What its kernel argument adds (a launch too large for one runs otherwise).
-    let arg_us = profile.flat_arg_us(launch.arg_bytes()?);
-    let seqs = launch.seqs.len() as u64;
-    if seqs == 0 {
-        return None;
-    }
-    let parts = braid_plan::flat::parts(chunk, launch.accesses(), seqs, FLAT_BLOCKS);
+    let Flat {
+        launch,
+        chunk,
+        arg_bytes,
+        parts,
+    } = launch_of(plan, profile, call, direct)?;
+    // What its kernel argument adds.
+    let arg_us = profile.flat_arg_us(arg_bytes);
     // Bytes each sequence reads and writes, in its order of passes; and the bytes the
     // memory serves: every write, and each chunk of each buffer read once however many
     // passes read it (they stream through it together, the later ones from the cache).
@@ -117,14 +117,25 @@ pub fn predict(
     })
 }
 
-/// The launch program `call` of `plan` runs as and its chunk's bytes, where it runs flat
-/// (see [`predict`]).
+/// A call as the flat launch it runs as.
+struct Flat {
+    launch: braid_plan::flat::LaunchProgram,
+    /// Bytes of one chunk.
+    chunk: u64,
+    /// Bytes of its kernel argument.
+    arg_bytes: usize,
+    /// Parts each chunk is cut into (a block each, per sequence).
+    parts: u64,
+}
+
+/// The flat launch `call` of `plan` runs as, where it runs flat (see [`predict`]): a
+/// launch with at least one sequence whose kernel argument holds it.
 fn launch_of(
     plan: &Plan,
     profile: &Profile,
     call: &Call,
     direct: &braid_plan::direct::Direct,
-) -> Option<(braid_plan::flat::LaunchProgram, u64)> {
+) -> Option<Flat> {
     if !may_run_flat(profile, call) {
         return None;
     }
@@ -151,7 +162,19 @@ fn launch_of(
     if in_place && !braid_plan::flat::runs_in_place(plan, &launch) {
         return None;
     }
-    Some((launch, chunk))
+    // A launch too large for a kernel argument runs otherwise.
+    let arg_bytes = launch.arg_bytes()?;
+    let seqs = launch.seqs.len() as u64;
+    if seqs == 0 {
+        return None;
+    }
+    let parts = braid_plan::flat::parts(chunk, launch.accesses(), seqs, FLAT_BLOCKS);
+    Some(Flat {
+        launch,
+        chunk,
+        arg_bytes,
+        parts,
+    })
 }
 
 /// The thread blocks a flat launch of `call` on `plan` takes (its sequences times the
@@ -166,10 +189,8 @@ pub fn blocks(plan: &Plan, profile: &Profile, call: &Call) -> Option<u64> {
     } else {
         braid_plan::direct::Direct::default()
     };
-    let (launch, chunk) = launch_of(plan, profile, call, &direct)?;
-    launch.arg_bytes()?;
-    let seqs = launch.seqs.len() as u64;
-    (seqs > 0).then(|| seqs * braid_plan::flat::parts(chunk, launch.accesses(), seqs, FLAT_BLOCKS))
+    let f = launch_of(plan, profile, call, &direct)?;
+    Some(f.launch.seqs.len() as u64 * f.parts)
 }
 
 /// Whether the profile prices flat launches and the call's ranks launch together (what

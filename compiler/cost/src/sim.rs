@@ -20,12 +20,11 @@
 //!   block whose first step waits for another block's is woken again when that ends.
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
-//!   (a start cost per block, `block_work_us` by the blocks it starts, or else
-//!   `block_us`, and its slices)
-//!   divided by the cores; where its ranks share
-//!   one memory (several on one GPU), at least the memory accesses all its steps make
-//!   (each byte a step moves, read or written 2 to 4 times: [`memory_accesses`]) over
-//!   the profile's shared rate, and the topology's links then bound no connection (they
+//!   (a start cost per block, `block_work_us` by the blocks it starts or else
+//!   `block_us`, and its slices) divided by the cores; where its ranks share one memory
+//!   (several on one GPU), at least the memory accesses all its steps make (each byte a
+//!   step moves, read or written 2 to 4 times: [`memory_accesses`]) over the profile's
+//!   shared rate, and the topology's links then bound no connection (they
 //!   are not what carries the data). Each block the GPU runs adds the profile's
 //!   `launch_block_us`: every rank's blocks where the ranks share one GPU, else the
 //!   largest rank's, times the replicas ([`launched_blocks`]).

@@ -1,10 +1,11 @@
 //! `braid tune`: measures the cost model's constants on this machine with
 //! micro-benchmarks and writes a profile (docs/costmodel.md). The constants come from the
 //! micro-benchmarks alone: a chain broadcast of one element over 2 and 8 ranks and a
-//! direct broadcast over 8, alone and replicated 2, 4 and 8 times (the fixed cost of a call, of
-//! each message and of starting a block, and what a block's start costs the cores where
-//! blocks outnumber them; each the median of three interleaved measurements), and a 2-rank chain broadcast of a large message (what one block
-//! moves). No plan the model is later scored on is timed.
+//! direct broadcast over 8, alone and replicated 2, 4 and 8 times (the fixed cost of a
+//! call, of each message and of starting a block, and what a block's start costs the
+//! cores where blocks outnumber them; each the median of three interleaved
+//! measurements), and a 2-rank chain broadcast of a large message (what one block moves).
+//! No plan the model is later scored on is timed.
 //!
 //! This file calibrates the host backend, its ranks as threads of one process or, with
 //! `--procs`, one process per rank (`braid perf --procs` times the micro-benchmarks, over
@@ -58,11 +59,11 @@ enum Bench<'a> {
     Compiled(&'a Arc<braid_plan::Verified>),
 }
 
-/// The median time per call of a chain broadcast of `count` f32 on `n` ranks.
 /// Replicas of the direct broadcast timed beside it for what a block's start costs the
-/// cores (up to 112 blocks on 8 ranks).
+/// cores (up to 120 blocks on 8 ranks).
 const REPLICATED: [u32; 3] = [2, 4, 8];
 
+/// The median time per call of a chain broadcast of `count` f32 on `n` ranks.
 fn chain_time(ranks: Ranks, n: u32, count: usize, iters: u32) -> Result<Duration, CliError> {
     broadcast_time(ranks, Bench::Shipped("chain_broadcast"), n, count, iters)
 }
@@ -264,7 +265,8 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     // Each small call is measured three times, interleaved, and its median kept: every
     // constant comes from differences of these, so one disturbed measurement (a busy
     // scheduler, say) would otherwise move them all.
-    // The same direct broadcast replicated (2, 4, 8 times: 28 to 112 blocks) prices what
+    //
+    // The same direct broadcast replicated (2, 4, 8 times: 30 to 120 blocks) prices what
     // a block's start costs the cores by the blocks a call starts (`block_work_us`): each
     // call's time beyond its call and message, per block, times the cores.
     let (mut t2s, mut t8s, mut tds) = (Vec::new(), Vec::new(), Vec::new());
@@ -299,14 +301,15 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     let hop = ((t8 - t2) / 6.0).max(0.0);
     let block = ((td - t2) / 6.0).max(0.0);
     let call = (t2 - hop - block).max(0.0);
-    let blocks = |p: &braid_plan::Plan| {
-        p.ranks.iter().map(|r| r.blocks.len() as u32).sum::<u32>() * p.channels.max(1)
-    };
     let block_work: Vec<BlockWork> = std::iter::once((&direct, td))
         .chain(many.iter().zip(tms.iter().map(|t| median(t))))
-        .map(|(p, t)| BlockWork {
-            blocks: blocks(p),
-            us: (f64::from(cores) * (t - call - hop) / f64::from(blocks(p))).max(0.0),
+        .map(|(p, t)| {
+            // Every rank's blocks, every replica's.
+            let blocks = braid_cost::sim::launched_blocks(p, p.channels, true);
+            BlockWork {
+                blocks: blocks as u32,
+                us: (f64::from(cores) * (t - call - hop) / blocks as f64).max(0.0),
+            }
         })
         .collect();
     // What one block moves: 2 ranks, 64 MiB, one hop; the chain pipelines its chunks, so
@@ -386,7 +389,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             ll128: None,
         },
         cores,
-        block_work_us: block_work.clone(),
+        block_work_us: block_work,
         copy_gbps: PerProtocol {
             simple: copy,
             ll: copy,
@@ -404,7 +407,8 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(
         "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
-        block_work
+        profile
+            .block_work_us
             .iter()
             .map(|w| format!("{:.1} us in a call of {} blocks", w.us, w.blocks))
             .collect::<Vec<_>>()
