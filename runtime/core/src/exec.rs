@@ -63,25 +63,39 @@ pub struct Job<'a> {
 struct Progress {
     done: Vec<AtomicU64>,
     lock: Mutex<()>,
-    changed: Condvar,
-    /// Blocks waiting on `changed`: a block that completes a step wakes them only when
-    /// there are any (most steps have no waiter, and a wake-up costs a system call).
-    waiters: AtomicU64,
+    /// One per block: a block's progress wakes only the blocks waiting on it (on few cores
+    /// waking every waiter of the replica for each step cost a trip through the scheduler
+    /// per waiter that went back to sleep).
+    changed: Vec<Condvar>,
+    /// Blocks waiting on each block's `changed`: a block that completes a step wakes them
+    /// only when there are any (most steps have no waiter, and a wake-up costs a system
+    /// call).
+    waiters: Vec<AtomicU64>,
 }
 
 impl Progress {
+    fn new(blocks: usize) -> Progress {
+        Progress {
+            done: (0..blocks).map(|_| AtomicU64::new(0)).collect(),
+            lock: Mutex::new(()),
+            changed: (0..blocks).map(|_| Condvar::new()).collect(),
+            waiters: (0..blocks).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
     /// Waits until `block` completed `target` steps.
     fn wait(&self, block: u32, target: u64, fabric: &dyn Fabric, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let done = &self.done[block as usize];
+        let b = block as usize;
+        let done = &self.done[b];
         if done.load(Ordering::Acquire) >= target {
             return Ok(());
         }
         let mut guard = self.lock.lock().unwrap();
         // Counted before the condition is checked under the lock: a setter that stores
         // after our check sees the count (both SeqCst) and wakes us under the same lock.
-        self.waiters.fetch_add(1, Ordering::SeqCst);
-        let _counted = Uncount(&self.waiters);
+        self.waiters[b].fetch_add(1, Ordering::SeqCst);
+        let _counted = Uncount(&self.waiters[b]);
         while done.load(Ordering::SeqCst) < target {
             if let Some(r) = fabric.aborted() {
                 return Err(RuntimeError::Aborted(r));
@@ -92,16 +106,17 @@ impl Progress {
                     what: format!("block {block} to complete {target} steps"),
                 });
             }
-            guard = self.changed.wait_timeout(guard, POLL).unwrap().0;
+            guard = self.changed[b].wait_timeout(guard, POLL).unwrap().0;
         }
         Ok(())
     }
 
     fn set(&self, block: u32, steps: u64) {
-        self.done[block as usize].store(steps, Ordering::SeqCst);
-        if self.waiters.load(Ordering::SeqCst) > 0 {
+        let b = block as usize;
+        self.done[b].store(steps, Ordering::SeqCst);
+        if self.waiters[b].load(Ordering::SeqCst) > 0 {
             let _g = self.lock.lock().unwrap();
-            self.changed.notify_all();
+            self.changed[b].notify_all();
         }
     }
 }
@@ -140,12 +155,7 @@ pub fn run_rank_on(job: &Job, fabric: &dyn Fabric, workers: &Workers) -> Result<
     let mut tasks: Vec<Box<dyn FnOnce() + Send + '_>> = Vec::new();
     {
         for k in 0..job.args.geometry.replicas {
-            let progress = Arc::new(Progress {
-                done: blocks.iter().map(|_| AtomicU64::new(0)).collect(),
-                lock: Mutex::new(()),
-                changed: Condvar::new(),
-                waiters: AtomicU64::new(0),
-            });
+            let progress = Arc::new(Progress::new(blocks.len()));
             for block in blocks {
                 let progress = progress.clone();
                 let first_error = &first_error;
@@ -363,14 +373,58 @@ fn run_block(
         Some(p) => Some(fabric.recv_link(p, channel, slots)?),
         None => None,
     };
-    let mut tmp = vec![0u8; SLICE_BYTES];
-    let mut tmp2 = vec![0u8; SLICE_BYTES];
+    let (mut tmp, mut tmp2) = SliceBufs::take();
+    let r = run_schedule(
+        job,
+        fabric,
+        block,
+        k,
+        progress,
+        (&send, &recv),
+        (&mut tmp, &mut tmp2),
+    );
+    SliceBufs::give_back(tmp, tmp2);
+    r
+}
+
+/// Two slice-sized buffers kept by each block thread from call to call. Allocated on every
+/// call they cost two `mmap`s and two `munmap`s per block (they are above the allocator's
+/// threshold for mapping), and a `munmap` in a process of many threads interrupts every
+/// core that ran one of them: the largest part of a small call's time on few cores.
+struct SliceBufs;
+
+thread_local! {
+    static SLICE_BUFS: std::cell::Cell<Option<(Vec<u8>, Vec<u8>)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+impl SliceBufs {
+    fn take() -> (Vec<u8>, Vec<u8>) {
+        SLICE_BUFS
+            .with(|c| c.take())
+            .unwrap_or_else(|| (vec![0u8; SLICE_BYTES], vec![0u8; SLICE_BYTES]))
+    }
+
+    fn give_back(a: Vec<u8>, b: Vec<u8>) {
+        SLICE_BUFS.with(|c| c.set(Some((a, b))));
+    }
+}
+
+/// [`run_block`]'s rounds and tiles, with its links and slice buffers.
+fn run_schedule(
+    job: &Job,
+    fabric: &dyn Fabric,
+    block: &Block,
+    k: usize,
+    progress: &Progress,
+    (send, recv): Links,
+    (tmp, tmp2): (&mut Vec<u8>, &mut Vec<u8>),
+) -> Result<()> {
     let blocks = &job.plan.ranks[fabric.rank() as usize].blocks;
     let schedule = schedule(job, k);
     let last_round_end = schedule.iter().rposition(|(_, end)| *end);
     let mut tiles = 0u64;
     for (i, (at, round_end)) in schedule.into_iter().enumerate() {
-        let links = (&send, &recv);
         run_steps(
             job,
             fabric,
@@ -378,8 +432,8 @@ fn run_block(
             at,
             tiles,
             progress,
-            links,
-            (&mut tmp, &mut tmp2),
+            (send, recv),
+            (&mut *tmp, &mut *tmp2),
         )?;
         tiles += 1;
         if round_end && job.plan.scratch_chunks > 0 && Some(i) != last_round_end {
@@ -620,4 +674,44 @@ unsafe fn padded_step<'l>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_thread_keeps_its_slice_buffers_from_call_to_call() {
+        let (a, b) = SliceBufs::take();
+        assert_eq!((a.len(), b.len()), (SLICE_BYTES, SLICE_BYTES));
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        SliceBufs::give_back(a, b);
+        let (a, b) = SliceBufs::take();
+        assert_eq!((a.as_ptr(), b.as_ptr()), (pa, pb));
+        // Taken, they are no longer there: a second taker on the thread gets its own.
+        let (c, _d) = SliceBufs::take();
+        assert_ne!(c.as_ptr(), pa);
+        SliceBufs::give_back(a, b);
+    }
+
+    #[test]
+    fn a_blocks_progress_wakes_the_blocks_that_wait_on_it() {
+        let progress = Arc::new(Progress::new(3));
+        let group = crate::fabric::InProcGroup::new(1);
+        let fabric = group.member(0);
+        let p = progress.clone();
+        let waiter = std::thread::spawn(move || {
+            let f = crate::fabric::InProcGroup::new(1).member(0);
+            p.wait(2, 1, &f, Duration::from_secs(10))
+        });
+        // Another block's progress does not satisfy the wait; block 2's does.
+        progress.set(1, 5);
+        progress.set(2, 1);
+        waiter.join().unwrap().unwrap();
+        let short = progress.wait(0, 1, &fabric, Duration::from_millis(50));
+        assert!(
+            matches!(short, Err(RuntimeError::Timeout { .. })),
+            "{short:?}"
+        );
+    }
 }
