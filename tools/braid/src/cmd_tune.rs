@@ -1,10 +1,11 @@
 //! `braid tune`: measures the cost model's constants on this machine with
 //! micro-benchmarks and writes a profile (docs/costmodel.md). The constants come from the
-//! micro-benchmarks alone: a chain broadcast of one element over 2 and 8 ranks and a
-//! direct broadcast over 8, alone and replicated 2, 4 and 8 times (the fixed cost of a
-//! call, of each message and of starting a block, and what a block's start costs the
-//! cores where blocks outnumber them; each the median of three interleaved
-//! measurements), and a 2-rank chain broadcast of a large message (what one block moves).
+//! micro-benchmarks alone: a chain broadcast of one element (one chunk) over 2 and 8
+//! ranks and a direct broadcast over 8, alone and replicated 2, 4 and 8 times (the fixed
+//! cost of a call, of each message and of starting a block, and what a block's start
+//! costs the cores where blocks outnumber them; each the median of [`REPEATS`]
+//! interleaved measurements), and a 2-rank chain broadcast of a large message (what one
+//! block moves).
 //! No plan the model is later scored on is timed.
 //!
 //! This file calibrates the host backend, its ranks as threads of one process or, with
@@ -66,6 +67,27 @@ const REPLICATED: [u32; 3] = [2, 4, 8];
 /// The median time per call of a chain broadcast of `count` f32 on `n` ranks.
 fn chain_time(ranks: Ranks, n: u32, count: usize, iters: u32) -> Result<Duration, CliError> {
     broadcast_time(ranks, Bench::Shipped("chain_broadcast"), n, count, iters)
+}
+
+/// Times each small calibration call is measured, interleaved with the others, for the
+/// median: on two cores one run of a 2-rank chain reads anywhere from 70 to 170 µs.
+const REPEATS: usize = 7;
+
+/// A chain broadcast on `n` ranks of one chunk: each link carries one message, as the
+/// closed form below counts them (the shipped chain cuts the message into max(n, 4)
+/// chunks, so its 8-rank chain carried 8 messages a link and its 2-rank one 4).
+fn chain_plan(n: u32) -> Result<Arc<braid_plan::Verified>, CliError> {
+    let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
+    let text = "algorithm chain1_broadcast : broadcast {
+    chunks 1;
+    copy out[ROOT][0 .. C] <- in[ROOT][0 .. C];
+    if N > 1 { copy out[ROOT + 1][0 .. C] <- in[ROOT][0 .. C]; }
+    for i in 2 .. N { copy out[ROOT + i][0 .. C] <- out[ROOT + i - 1][0 .. C]; }
+}
+";
+    let mut plans = braid_library::compile_file("chain1_broadcast.braid", text, &topo)
+        .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
+    Ok(Arc::new(plans.remove(0)))
 }
 
 /// A direct broadcast on `n` ranks (the root sends to every rank at once: one message
@@ -262,7 +284,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     } else {
         Ranks::Threads
     };
-    // Each small call is measured three times, interleaved, and its median kept: every
+    // Each small call is measured REPEATS times, interleaved, and its median kept: every
     // constant comes from differences of these, so one disturbed measurement (a busy
     // scheduler, say) would otherwise move them all.
     //
@@ -276,9 +298,22 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         .map(|&r| direct_plan(8, r))
         .collect::<Result<Vec<_>, _>>()?;
     let mut tms = vec![Vec::new(); many.len()];
-    for _ in 0..3 {
-        t2s.push(chain_time(ranks, 2, 1, args.iters)?);
-        t8s.push(chain_time(ranks, 8, 1, args.iters)?);
+    let (chain2, chain8) = (chain_plan(2)?, chain_plan(8)?);
+    for _ in 0..REPEATS {
+        t2s.push(broadcast_time(
+            ranks,
+            Bench::Compiled(&chain2),
+            2,
+            1,
+            args.iters,
+        )?);
+        t8s.push(broadcast_time(
+            ranks,
+            Bench::Compiled(&chain8),
+            8,
+            1,
+            args.iters,
+        )?);
         tds.push(broadcast_time(
             ranks,
             Bench::Compiled(&direct),
