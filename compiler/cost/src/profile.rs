@@ -219,6 +219,16 @@ pub struct Profile {
     /// large. Empty: nothing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flat_arg_us: Vec<ArgCost>,
+    /// What the copy rate (`copy_gbps`: a block's local copies and reductions, and the
+    /// cores' share of every slice) becomes, as a share of itself, when the buffers of a
+    /// call take `mib` MiB over all its ranks (the host backend: a call whose buffers fit
+    /// the processor's caches copies up to twice as fast as one that streams from
+    /// memory). `braid tune` times one thread's copies through 4 to 256 MiB, each against
+    /// 256 MiB. A step over a link keeps `block_gbps`: half of what it touches is the
+    /// link's slots, which stay in the caches at every size. Interpolated on the logarithm
+    /// of the size, outside the entries the nearest one's; empty: 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_scale: Vec<CopyScale>,
     /// LL128's stress test on this machine's links (`braid tune`): the runtime runs LL128
     /// only over link kinds with a passed verdict here. None: LL128 nowhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -231,6 +241,14 @@ pub struct Profile {
 pub struct BlockWork {
     pub blocks: u32,
     pub us: f64,
+}
+
+/// A copy's rate where a call's buffers take `mib` MiB, as a share of the profile's
+/// ([`Profile::copy_scale`]).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CopyScale {
+    pub mib: u32,
+    pub scale: f64,
 }
 
 /// What a launch with a kernel argument of `bytes` costs beyond one with the smallest
@@ -318,6 +336,7 @@ impl Default for Profile {
             flat_gpu_us: 0.0,
             rank_us: 0.0,
             flat_arg_us: Vec::new(),
+            copy_scale: Vec::new(),
             ll128: Vec::new(),
         }
     }
@@ -380,6 +399,27 @@ impl Profile {
         let (lo, hi) = (t[i - 1], t[i]);
         let f = (b - f64::from(lo.blocks)) / f64::from(hi.blocks - lo.blocks);
         Some(lo.us + f * (hi.us - lo.us))
+    }
+
+    /// The share of its copy rates a call whose buffers take `bytes` over all its ranks
+    /// copies at ([`Profile::copy_scale`]).
+    pub fn copy_scale(&self, bytes: u64) -> f64 {
+        let t = &self.copy_scale;
+        let (Some(first), Some(last)) = (t.first(), t.last()) else {
+            return 1.0;
+        };
+        let x = (bytes.max(1) as f64 / f64::from(1u32 << 20)).log2();
+        let at = |c: &CopyScale| f64::from(c.mib).log2();
+        if x <= at(first) {
+            return first.scale;
+        }
+        if x >= at(last) {
+            return last.scale;
+        }
+        let i = t.iter().position(|c| at(c) >= x).unwrap_or(t.len() - 1);
+        let (lo, hi) = (t[i - 1], t[i]);
+        let f = (x - at(&lo)) / (at(&hi) - at(&lo));
+        lo.scale + f * (hi.scale - lo.scale)
     }
 
     /// What a flat launch whose kernel argument takes `bytes` adds beyond the smallest
@@ -452,6 +492,7 @@ impl Profile {
             flat_gpu_us: SHARED_FLAT_GPU_US,
             rank_us: SHARED_RANK_US,
             flat_arg_us: SHARED_FLAT_ARG_US.to_vec(),
+            copy_scale: Vec::new(),
             ..d
         }
     }
@@ -580,6 +621,18 @@ impl Profile {
             self.flat_arg_us.iter().map(|a| (a.bytes, a.us)).collect(),
             1e6,
         )?;
+        table(
+            "copy_scale",
+            "MiB",
+            self.copy_scale.iter().map(|c| (c.mib, c.scale)).collect(),
+            100.0,
+        )?;
+        if let Some(c) = self.copy_scale.iter().find(|c| c.scale <= 0.0) {
+            return Err(format!(
+                "copy_scale at {} MiB = {} is out of range",
+                c.mib, c.scale
+            ));
+        }
         if self.efficiency.simple > 1.0 || self.efficiency.ll > 1.0 {
             return Err("efficiency is a share: at most 1".into());
         }
@@ -644,6 +697,24 @@ mod tests {
         assert!(Profile::from_json(&bad.to_json())
             .unwrap_err()
             .contains("out of range"));
+        // The copy rates by size: round trip; sizes out of order and shares of 0 refused.
+        host.copy_scale = vec![
+            CopyScale { mib: 4, scale: 2.0 },
+            CopyScale {
+                mib: 256,
+                scale: 1.0,
+            },
+        ];
+        assert_eq!(Profile::from_json(&host.to_json()).unwrap(), host);
+        let mut bad = host.clone();
+        bad.copy_scale.swap(0, 1);
+        assert!(Profile::from_json(&bad.to_json())
+            .unwrap_err()
+            .contains("copy_scale: the MiB must grow"));
+        bad.copy_scale = vec![CopyScale { mib: 4, scale: 0.0 }];
+        assert!(Profile::from_json(&bad.to_json())
+            .unwrap_err()
+            .contains("copy_scale at 4 MiB"));
     }
 
     #[test]

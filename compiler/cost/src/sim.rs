@@ -418,15 +418,23 @@ pub fn predict_below(
     let net_post = profile.net_post_us.get(proto) * f64::from(replicas);
     // When each rank's network proxy is next free.
     let mut proxy = vec![0f64; plan.ranks.len()];
+    // Where the call's buffers fit the caches, copies run faster than the rate measured
+    // through more memory (the host backend's profile says how much): local copies and
+    // the cores' work. A step over a link keeps its block's rate (its slots stay in the
+    // caches whatever the call's size).
+    let footprint = chunk_bytes(plan, call.bytes, call.elem)
+        * u64::from(plan.in_chunks + plan.out_chunks + plan.scratch_chunks)
+        * u64::from(plan.n_ranks);
+    let scale = profile.copy_scale(footprint);
     // What a slice costs the cores when they are few: its bytes at the copy rate (none
     // without one: GPUs).
     let copy_work_gbps = match profile.copy_gbps.get(proto) {
-        r if r > 0.0 && profile.cores > 0 => r,
+        r if r > 0.0 && profile.cores > 0 => r * scale,
         _ => f64::INFINITY,
     };
     // Local copies and reductions run at the copy rate when the profile has one.
     let local_gbps = match profile.copy_gbps.get(proto) {
-        r if r > 0.0 => r * eff,
+        r if r > 0.0 => r * scale * eff,
         _ => block * eff,
     };
     // What every tile of a step shares, looked up once.

@@ -287,6 +287,30 @@ pub fn copy_rate(bytes: usize, threads: usize) -> f64 {
     (bytes * threads * reps) as f64 / best
 }
 
+/// What one thread copies per second, in bytes, through `footprint` bytes of memory: half
+/// of it copied onto the other half in 256 KiB pieces, over and over, so that the copies
+/// stream from the caches where the footprint fits them and from memory where it does
+/// not (the cost model's `copy_scale`). The best of 5 timings of at least 64 MiB copied.
+pub fn footprint_copy_rate(footprint: usize) -> f64 {
+    let half = (footprint / 2).max(64);
+    let piece = (256 << 10).min(half);
+    let src = vec![1u8; half];
+    let mut dst = vec![0u8; half];
+    let reps = (64 << 20) / half + 1;
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..reps {
+            for (s, d) in src.chunks(piece).zip(dst.chunks_mut(piece)) {
+                d.copy_from_slice(s);
+            }
+            std::hint::black_box(&mut dst);
+        }
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    (half * reps) as f64 / best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,9 @@
 //! fingerprint, which the runtime checks).
 
 use crate::error::CliError;
-use braid_cost::profile::{BlockWork, HopLatency, PerProtocol, Profile, PROFILE_VERSION};
+use braid_cost::profile::{
+    BlockWork, CopyScale, HopLatency, PerProtocol, Profile, PROFILE_VERSION,
+};
 use braid_ir::{Collective, Mode};
 use braid_runtime::bench::{measure, Case};
 use braid_runtime::call::CallSpec;
@@ -68,6 +70,10 @@ const REPLICATED: [u32; 3] = [2, 4, 8];
 fn chain_time(ranks: Ranks, n: u32, count: usize, iters: u32) -> Result<Duration, CliError> {
     broadcast_time(ranks, Bench::Shipped("chain_broadcast"), n, count, iters)
 }
+
+/// The footprints (MiB) `braid tune` times a thread's copies through for `copy_scale`; the
+/// last is the reference.
+const COPY_SCALE_MIB: [u32; 5] = [4, 16, 64, 128, 256];
 
 /// Times each small calibration call is measured, interleaved with the others, for the
 /// median: on two cores one run of a 2-rank chain reads anywhere from 70 to 170 µs.
@@ -354,6 +360,22 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     let gbps = (big as f64 * 4.0) / ((tb - call - block - hop).max(1.0) * 1e3);
     // What one thread copies locally (a block's copies and reductions that cross no link).
     let copy = braid_runtime::bench::copy_rate(big * 4, 1) / 1e9;
+    // How much faster copies run where a call's buffers fit the caches: one thread's
+    // copies through 4 to 256 MiB, against 256 MiB (about what the 64 MiB copy above
+    // streams through: 128 MiB read and written).
+    let rates: Vec<f64> = COPY_SCALE_MIB
+        .iter()
+        .map(|&mib| braid_runtime::bench::footprint_copy_rate((mib as usize) << 20))
+        .collect();
+    let reference = rates[rates.len() - 1];
+    let copy_scale: Vec<CopyScale> = COPY_SCALE_MIB
+        .iter()
+        .zip(&rates)
+        .map(|(&mib, r)| CopyScale {
+            mib,
+            scale: r / reference,
+        })
+        .collect();
     let profile = Profile {
         version: PROFILE_VERSION,
         source: format!(
@@ -437,15 +459,22 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         flat_gpu_us: 0.0,
         rank_us: 0.0,
         flat_arg_us: Vec::new(),
+        copy_scale,
         ll128: Vec::new(),
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}) (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
         profile
             .block_work_us
             .iter()
             .map(|w| format!("{:.1} us in a call of {} blocks", w.us, w.blocks))
+            .collect::<Vec<_>>()
+            .join(", "),
+        profile
+            .copy_scale
+            .iter()
+            .map(|c| format!("x{:.2} through {} MiB", c.scale, c.mib))
             .collect::<Vec<_>>()
             .join(", ")
     );
