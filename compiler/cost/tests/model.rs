@@ -948,6 +948,21 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
     assert!(checked > 500, "{checked} options checked");
 }
 
+/// A host profile on 2 cores (Simple): a call's, a block start's and a message's cost
+/// (µs), a block's rate over a link (GB/s), and local copies at 7 GB/s.
+fn host_profile(call: f64, block: f64, hop: f64, block_gbps: f64) -> Profile {
+    let mut host = Profile {
+        cores: 2,
+        ..Profile::default()
+    };
+    host.call_us.simple = call;
+    host.block_us.simple = block;
+    host.hop_us.nvlink.simple = hop;
+    host.copy_gbps.simple = 7.0;
+    host.block_gbps.simple = block_gbps;
+    host
+}
+
 /// On the host backend (few cores, many block threads), what starting a block costs the
 /// cores grows with the blocks a call starts (`Profile::block_work_us`, interpolated
 /// between the counts `braid tune` timed): a small call of a plan with many blocks costs
@@ -958,15 +973,7 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
 #[test]
 fn host_block_starts_cost_the_cores_by_the_blocks_a_call_starts() {
     let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
-    let mut host = Profile {
-        cores: 2,
-        ..Profile::default()
-    };
-    host.call_us.simple = 24.0;
-    host.block_us.simple = 60.0;
-    host.hop_us.nvlink.simple = 48.0;
-    host.copy_gbps.simple = 7.0;
-    host.block_gbps.simple = 4.0;
+    let mut host = host_profile(24.0, 60.0, 48.0, 4.0);
     let call = Call {
         bytes: 8,
         elem: 4,
@@ -1016,15 +1023,7 @@ fn host_block_starts_cost_the_cores_by_the_blocks_a_call_starts() {
 #[test]
 fn host_copies_run_at_the_rate_for_the_memory_a_call_takes() {
     let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
-    let mut host = Profile {
-        cores: 2,
-        ..Profile::default()
-    };
-    host.call_us.simple = 50.0;
-    host.block_us.simple = 25.0;
-    host.hop_us.nvlink.simple = 27.0;
-    host.copy_gbps.simple = 7.0;
-    host.block_gbps.simple = 3.7;
+    let mut host = host_profile(50.0, 25.0, 27.0, 3.7);
     let ring = plan(&ps, "ring_allreduce");
     let price = |bytes: u64, p: &Profile| {
         let call = Call {
