@@ -251,6 +251,24 @@ pub struct CopyScale {
     pub scale: f64,
 }
 
+/// The value at `x` of the `n` points `point(i)` (x growing): linear between two points,
+/// the nearest point's outside them; `None` without points.
+fn interpolate(n: usize, point: impl Fn(usize) -> (f64, f64), x: f64) -> Option<f64> {
+    if n == 0 {
+        return None;
+    }
+    let (first, last) = (point(0), point(n - 1));
+    if x <= first.0 {
+        return Some(first.1);
+    }
+    if x >= last.0 {
+        return Some(last.1);
+    }
+    let i = (1..n).find(|&i| point(i).0 >= x)?;
+    let ((x0, y0), (x1, y1)) = (point(i - 1), point(i));
+    Some(y0 + (x - x0) / (x1 - x0) * (y1 - y0))
+}
+
 /// What a launch with a kernel argument of `bytes` costs beyond one with the smallest
 /// ([`Profile::flat_arg_us`]), µs.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -387,39 +405,24 @@ impl Profile {
     /// all its ranks ([`Profile::block_work_us`]), µs; `None` where none is measured.
     pub fn block_work_us(&self, blocks: u64) -> Option<f64> {
         let t = &self.block_work_us;
-        let (first, last) = (t.first()?, t.last()?);
-        let b = blocks as f64;
-        if b <= f64::from(first.blocks) {
-            return Some(first.us);
-        }
-        if b >= f64::from(last.blocks) {
-            return Some(last.us);
-        }
-        let i = t.iter().position(|w| f64::from(w.blocks) >= b)?;
-        let (lo, hi) = (t[i - 1], t[i]);
-        let f = (b - f64::from(lo.blocks)) / f64::from(hi.blocks - lo.blocks);
-        Some(lo.us + f * (hi.us - lo.us))
+        interpolate(
+            t.len(),
+            |i| (f64::from(t[i].blocks), t[i].us),
+            blocks as f64,
+        )
     }
 
     /// The share of its copy rates a call whose buffers take `bytes` over all its ranks
     /// copies at ([`Profile::copy_scale`]).
     pub fn copy_scale(&self, bytes: u64) -> f64 {
         let t = &self.copy_scale;
-        let (Some(first), Some(last)) = (t.first(), t.last()) else {
-            return 1.0;
-        };
-        let x = (bytes.max(1) as f64 / f64::from(1u32 << 20)).log2();
-        let at = |c: &CopyScale| f64::from(c.mib).log2();
-        if x <= at(first) {
-            return first.scale;
-        }
-        if x >= at(last) {
-            return last.scale;
-        }
-        let i = t.iter().position(|c| at(c) >= x).unwrap_or(t.len() - 1);
-        let (lo, hi) = (t[i - 1], t[i]);
-        let f = (x - at(&lo)) / (at(&hi) - at(&lo));
-        lo.scale + f * (hi.scale - lo.scale)
+        let mib = bytes.max(1) as f64 / f64::from(1u32 << 20);
+        interpolate(
+            t.len(),
+            |i| (f64::from(t[i].mib).log2(), t[i].scale),
+            mib.log2(),
+        )
+        .unwrap_or(1.0)
     }
 
     /// What a flat launch whose kernel argument takes `bytes` adds beyond the smallest

@@ -269,9 +269,7 @@ pub fn copy_rate(bytes: usize, threads: usize) -> f64 {
         .collect();
     // Enough repetitions that a small copy is timed over at least ~1 ms.
     let reps = (1 << 20) / bytes + 1;
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let start = Instant::now();
+    let best = best_of_5(|| {
         std::thread::scope(|s| {
             for (src, dst) in pairs.iter_mut() {
                 s.spawn(move || {
@@ -281,10 +279,20 @@ pub fn copy_rate(bytes: usize, threads: usize) -> f64 {
                     }
                 });
             }
-        });
-        best = best.min(start.elapsed().as_secs_f64());
-    }
+        })
+    });
     (bytes * threads * reps) as f64 / best
+}
+
+/// The shortest of 5 runs of `run`, in seconds.
+fn best_of_5(mut run: impl FnMut()) -> f64 {
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            run();
+            start.elapsed().as_secs_f64()
+        })
+        .fold(f64::MAX, f64::min)
 }
 
 /// What one thread copies per second, in bytes, through `footprint` bytes of memory: half
@@ -297,17 +305,14 @@ pub fn footprint_copy_rate(footprint: usize) -> f64 {
     let src = vec![1u8; half];
     let mut dst = vec![0u8; half];
     let reps = (64 << 20) / half + 1;
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let start = Instant::now();
+    let best = best_of_5(|| {
         for _ in 0..reps {
             for (s, d) in src.chunks(piece).zip(dst.chunks_mut(piece)) {
                 d.copy_from_slice(s);
             }
             std::hint::black_box(&mut dst);
         }
-        best = best.min(start.elapsed().as_secs_f64());
-    }
+    });
     (half * reps) as f64 / best
 }
 

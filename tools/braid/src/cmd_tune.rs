@@ -91,7 +91,16 @@ fn chain_plan(n: u32) -> Result<Arc<braid_plan::Verified>, CliError> {
     for i in 2 .. N { copy out[ROOT + i][0 .. C] <- out[ROOT + i - 1][0 .. C]; }
 }
 ";
-    let mut plans = braid_library::compile_file("chain1_broadcast.braid", text, &topo)
+    compile(&topo, "chain1_broadcast.braid", text)
+}
+
+/// The one plan of the program `text` on `topo`.
+fn compile(
+    topo: &braid_topo::Topology,
+    name: &str,
+    text: &str,
+) -> Result<Arc<braid_plan::Verified>, CliError> {
+    let mut plans = braid_library::compile_file(name, text, topo)
         .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
     Ok(Arc::new(plans.remove(0)))
 }
@@ -112,9 +121,7 @@ fn direct_plan(n: u32, replicas: u32) -> Result<Arc<braid_plan::Verified>, CliEr
         Some((head, body)) if replicas > 1 => format!("{head}{{\n    channels {replicas};\n{body}"),
         _ => program.text.clone(),
     };
-    let mut plans = braid_library::compile_file("direct_broadcast.braid", &text, &topo)
-        .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
-    Ok(Arc::new(plans.remove(0)))
+    compile(&topo, "direct_broadcast.braid", &text)
 }
 
 /// The median time per call of a broadcast of `count` f32 from rank 0 on `n` ranks with
@@ -464,7 +471,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}) (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 128 MiB ({} against 256) (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
         profile
             .block_work_us
             .iter()
