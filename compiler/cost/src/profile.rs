@@ -224,11 +224,21 @@ pub struct Profile {
     /// call take `mib` MiB over all its ranks (the host backend: a call whose buffers fit
     /// the processor's caches copies up to twice as fast as one that streams from
     /// memory). `braid tune` times one thread's copies through 4 to 256 MiB, each against
-    /// 256 MiB. A step over a link keeps `block_gbps`: half of what it touches is the
-    /// link's slots, which stay in the caches at every size. Interpolated on the logarithm
-    /// of the size, outside the entries the nearest one's; empty: 1.
+    /// 256 MiB. Where the backend stages its steps (`staged_steps`), a step's accesses
+    /// to the call's buffers take the share for the call's size and those to its staging
+    /// (the links' slots, a temporary: in the caches at every size) the smallest entry's;
+    /// otherwise a step over a link keeps `block_gbps`. Interpolated on the logarithm of
+    /// the size, outside the entries the nearest one's; empty: 1.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub copy_scale: Vec<CopyScale>,
+    /// The backend stages its steps as the host backend does: every message is copied
+    /// into its link and out of it, and a receive that reduces or forwards goes through a
+    /// temporary, so a step costs its block and the cores the copies
+    /// [`crate::sim::staged_copies`] counts. false: a step touches memory as the GPU
+    /// kernels do (its [`crate::sim::memory_accesses`] over a copy's 2; the cores' share
+    /// of a slice, where they are few, one copy of its bytes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub staged_steps: bool,
     /// LL128's stress test on this machine's links (`braid tune`): the runtime runs LL128
     /// only over link kinds with a passed verdict here. None: LL128 nowhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -355,6 +365,7 @@ impl Default for Profile {
             rank_us: 0.0,
             flat_arg_us: Vec::new(),
             copy_scale: Vec::new(),
+            staged_steps: false,
             ll128: Vec::new(),
         }
     }

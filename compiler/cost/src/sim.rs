@@ -170,6 +170,29 @@ pub fn memory_accesses(k: braid_plan::StepKind) -> f64 {
     }
 }
 
+/// Memory accesses per byte a step makes where the backend stages its steps (the host
+/// backend, [`Profile::staged_steps`]): those to the call's buffers, and those to the
+/// staging that stays in the caches at every size (the links' slots, the block's
+/// temporary). A send reads its source and writes the link's slot, a receive reads the
+/// slot and writes its destination; a receive that reduces or forwards lands in the
+/// temporary first (a write and a read of it), is reduced there (the operand read from
+/// the call's buffer) and is copied from there into the next link (a read and a write);
+/// a forward that keeps its bytes writes them to its destination and sends them from
+/// there while they are still in the caches.
+pub fn staged_accesses(k: braid_plan::StepKind) -> (f64, f64) {
+    use braid_plan::StepKind as K;
+    match k {
+        K::Nop => (0.0, 0.0),
+        K::Send | K::Recv => (1.0, 1.0),
+        K::Copy => (2.0, 0.0),
+        K::Reduce => (3.0, 0.0),
+        K::RecvCopySend => (1.0, 3.0),
+        K::RecvReduceSend => (1.0, 5.0),
+        K::RecvReduceCopy => (2.0, 3.0),
+        K::RecvReduceCopySend => (2.0, 5.0),
+    }
+}
+
 /// Predicts `call` on `plan` over `topo`. `Err` when the plan does not fit the topology
 /// (more ranks than GPUs) or its steps cannot be ordered (a cyclic plan, which the
 /// verifier rejects).
@@ -426,10 +449,12 @@ pub fn predict_below(
         * u64::from(plan.in_chunks + plan.out_chunks + plan.scratch_chunks)
         * u64::from(plan.n_ranks);
     let scale = profile.copy_scale(footprint);
+    // The share where they stay in the caches (the smallest footprint's).
+    let cached = profile.copy_scale(1);
     // What a slice costs the cores when they are few: its bytes at the copy rate (none
     // without one: GPUs).
     let copy_work_gbps = match profile.copy_gbps.get(proto) {
-        r if r > 0.0 && profile.cores > 0 => r * scale,
+        r if r > 0.0 && profile.cores > 0 => r,
         _ => f64::INFINITY,
     };
     // Local copies and reductions run at the copy rate when the profile has one.
@@ -443,6 +468,8 @@ pub fn predict_below(
         chunks: u64,
         fused: Option<(usize, usize)>,
         accesses: f64,
+        copies: f64,
+        factor: f64,
         sends: bool,
         block_gbps: f64,
         link_gbps: f64,
@@ -462,6 +489,28 @@ pub fn predict_below(
             // takes accesses / 2 times a copy's time at its block.
             let fused = heads.get(&at(ri, bi, si)).copied();
             let accesses = fused.map_or(memory_accesses(step.kind), |(ops, _)| ops as f64 + 1.0);
+            // What the step's bytes cost the cores, in copies at the copy rate, and its
+            // block, as a share of its rate: where the backend stages its steps, its
+            // accesses to the call's buffers at their rate and to the staging at the
+            // rate in the caches. A block's rate over a link was measured (`braid tune`)
+            // on a chain whose buffers take the copy table's reference (256 MiB), where
+            // a send costs half a copy at the copy rate and half at the rate in the
+            // caches: a step over a link is priced against that. Else its accesses over
+            // a copy's 2 (the cores' share of it one copy).
+            let over_link = conns.contains_key(&(ri, bi)) && step.kind.sends() && !skipped;
+            let (copies, factor) = match fused {
+                None if profile.staged_steps => {
+                    let cost = |(b, c): (f64, f64)| b / 2.0 / scale + c / 2.0 / cached;
+                    let copies = cost(staged_accesses(step.kind));
+                    let factor = if over_link {
+                        copies / (0.5 + 0.5 / cached)
+                    } else {
+                        copies * scale
+                    };
+                    (copies, factor)
+                }
+                _ => (1.0 / scale, accesses / 2.0),
+            };
             let sends = step.kind.sends() && !skipped;
             let conn = conns.get(&(ri, bi)).filter(|_| sends);
             StepInfo {
@@ -469,6 +518,8 @@ pub fn predict_below(
                 chunks: step.src.or(step.dst).map_or(0, |s| u64::from(s.count)),
                 fused,
                 accesses,
+                copies,
+                factor,
                 sends,
                 // A slice's time at its block's rate, and over a connection no less than
                 // at the links' rate.
@@ -501,7 +552,7 @@ pub fn predict_below(
             Some((_, n)) if n > 1 && bytes >= n as u64 * SPLIT_MIN_BYTES => n as f64,
             _ => 1.0,
         };
-        let work_factor = st.accesses / 2.0 / parts;
+        let work_factor = st.factor / parts;
         Slices {
             n,
             cost: slice_us
@@ -545,8 +596,8 @@ pub fn predict_below(
             };
             let count = count as f64;
             moved += count * bytes as f64 * info[i].accesses;
-            // The cores' share: the bytes its slices copy, at the copy rate.
-            work += count * bytes as f64 / (copy_work_gbps * 1e3);
+            // The cores' share: the copies its slices make, at the copy rate.
+            work += count * bytes as f64 * info[i].copies / (copy_work_gbps * 1e3);
             in_turn[block_last[i]] += count * sl.n as f64 * sl.cost;
         }
     }

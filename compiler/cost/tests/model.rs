@@ -1060,3 +1060,48 @@ fn host_copies_run_at_the_rate_for_the_memory_a_call_takes() {
     // A call through memory: the reference rate.
     assert_eq!(price(64 << 20, &host), price(64 << 20, &flat));
 }
+
+/// The host backend stages its steps (`Profile::staged_steps`): every message is copied
+/// into its link and out again, and a receive that reduces or forwards goes through a
+/// temporary, so a ring all-reduce's reduce-and-forward costs the cores several copies of
+/// its bytes, not one. On 8 ranks sharing 2 cores, a 64 MiB ring (buffers past the
+/// caches) costs at least every step's staged accesses at the copy rate over the cores,
+/// and little more; priced as the GPU kernels touch memory it would cost about half.
+#[test]
+fn staged_steps_cost_the_cores_every_copy_the_host_makes() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let ring = plan(&ps, "ring_allreduce");
+    let bytes: u64 = 64 << 20;
+    let call = Call {
+        bytes,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct: false,
+        together: false,
+    };
+    let gpu_like = host_profile(50.0, 25.0, 27.0, 3.7);
+    let staged = Profile {
+        staged_steps: true,
+        ..gpu_like.clone()
+    };
+    // Every step's accesses (to the call's buffers and to the staging alike, no cache
+    // table), 2 per copy, at 7 GB/s over 2 cores.
+    let chunk = bytes / u64::from(ring.in_chunks);
+    let copies: f64 = ring
+        .ranks
+        .iter()
+        .flat_map(|r| &r.blocks)
+        .flat_map(|b| &b.steps)
+        .map(|s| {
+            let (buf, cached) = braid_cost::sim::staged_accesses(s.kind);
+            let chunks = s.src.or(s.dst).map_or(0, |x| u64::from(x.count));
+            (buf + cached) / 2.0 * (chunks * chunk) as f64
+        })
+        .sum();
+    let bound = copies / (7.0 * 1e3) / 2.0;
+    let p = predict(ring, &t, &staged, &call).unwrap().total_us;
+    assert!(p >= bound && p <= bound * 1.05, "{p} against {bound}");
+    let q = predict(ring, &t, &gpu_like, &call).unwrap().total_us;
+    assert!(q < p * 0.6, "{q} against {p}");
+}

@@ -2,6 +2,12 @@
 //! every candidate's predicted time with why it won, lost or was excluded. The first
 //! line is exactly `selected: PLAN xREPLICAS PROTOCOL`; `--trace FILE.json` writes the
 //! selected plan's predicted timeline as a Chrome trace.
+//!
+//! It prices the call as the runtime would in this environment: with the profile
+//! `BRAID_PROFILE` names (unless `--profile`), among the plans `BRAID_ALGO` / `NCCL_ALGO`
+//! allow (the others are listed as excluded, with the variable), with the protocol, the
+//! replicas and the block budget `BRAID_PROTO` / `NCCL_PROTO`, `BRAID_CHANNELS` and
+//! `BRAID_MAX_CTAS` / `NCCL_MAX_CTAS` force, where the options do not say otherwise.
 
 use crate::error::CliError;
 use crate::{sizes, topo_arg};
@@ -31,21 +37,27 @@ pub struct ExplainArgs {
     /// Write the selected plan's predicted timeline (Chrome trace JSON) to this file.
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<PathBuf>,
-    /// The model's constants (a profile file; default: the documented defaults).
+    /// The model's constants (a profile file; default: the one BRAID_PROFILE names, as
+    /// the runtime reads it, else the documented defaults).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Price every plan with this many replicas (default: each plan's best).
+    /// Price every plan with this many replicas (default: BRAID_CHANNELS, else each
+    /// plan's best).
     #[arg(long, value_parser = sizes::parse_positive)]
     pub replicas: Option<u32>,
-    /// Price every plan with this protocol: simple or ll (default: each plan's best).
+    /// Price every plan with this protocol: simple, ll or ll128 (default: the one
+    /// BRAID_PROTO / NCCL_PROTO forces, else each plan's best).
     #[arg(long)]
     pub proto: Option<String>,
-    /// Thread blocks one rank may use at once, as the runtime grants them (half the GPU's
-    /// multiprocessors, shared by the ranks on it, unless BRAID_MAX_CTAS says otherwise;
-    /// 66 is one rank on a 132-SM H100/H200).
-    #[arg(long, default_value_t = 66, value_parser = sizes::parse_positive)]
-    pub blocks: u32,
+    /// Thread blocks one rank may use at once, as the runtime grants them (default:
+    /// BRAID_MAX_CTAS / NCCL_MAX_CTAS, else 66: half of a 132-SM H100/H200, one rank on
+    /// it).
+    #[arg(long, value_parser = sizes::parse_positive)]
+    pub blocks: Option<u32>,
 }
+
+/// The block budget without `--blocks` or `BRAID_MAX_CTAS`.
+const DEFAULT_BLOCKS: u32 = 66;
 
 pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
     let collective = Collective::from_name(&args.collective).ok_or_else(|| {
@@ -70,6 +82,10 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             "error: --size must be at least one element".into(),
         ));
     }
+    // What the environment forces on the runtime's choice, read as the runtime reads it.
+    let policy = braid_runtime::policy::Policy::from_env()
+        .map_err(|e| CliError::Usage(format!("error: {e}")))?;
+    let topo = topo_arg::load(&args.topo)?;
     let profile = match &args.profile {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| {
@@ -78,9 +94,10 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             Profile::from_json(&text)
                 .map_err(|e| CliError::Input(format!("error: --profile {}: {e}", p.display())))?
         }
-        None => Profile::default(),
+        None => Profile::from_env(&topo.fingerprint())
+            .map_err(|e| CliError::Input(format!("error: {e}")))?,
     };
-    let topo = topo_arg::load(&args.topo)?;
+    let blocks = args.blocks.or(policy.max_blocks).unwrap_or(DEFAULT_BLOCKS);
     let n = topo.n_ranks();
     let root = match (collective.is_rooted(), args.root) {
         (true, r) => {
@@ -106,7 +123,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
     let user = registry.entries();
     let library = braid_library::Library::new(topo.clone());
     let shipped = library.plans(collective, root);
-    let mut cands: Vec<Candidate> = user
+    let mut all: Vec<Candidate> = user
         .iter()
         .map(|(p, origin)| Candidate {
             plan: p,
@@ -116,16 +133,20 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             },
         })
         .collect();
-    cands.extend(shipped.iter().map(|p| Candidate {
+    all.extend(shipped.iter().map(|p| Candidate {
         plan: p,
         origin: "shipped".into(),
     }));
-    if cands.is_empty() {
+    if all.is_empty() {
         return Err(CliError::Runtime(format!(
             "error: no plan for {collective} on {}",
             args.topo
         )));
     }
+    // The plans BRAID_ALGO / NCCL_ALGO leave out are not priced.
+    let (cands, filtered): (Vec<Candidate>, Vec<Candidate>) = all
+        .into_iter()
+        .partition(|c| policy.algo.as_ref().is_none_or(|f| f.allows(&c.plan.name)));
     // LL128 where the profile's stress tests passed on the links the topology's ranks
     // use (never across nodes).
     let link = if profile.one_gpu() {
@@ -133,7 +154,9 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
     } else {
         braid_cost::LinkKind::Peer
     };
-    let ll128 = topo.n_nodes() <= 1 && braid_cost::ll128_allowed(&profile.ll128, &[link]);
+    let ll128 = topo.n_nodes() <= 1
+        && !policy.no_ll128
+        && braid_cost::ll128_allowed(&profile.ll128, &[link]);
     let req = Request {
         collective,
         root,
@@ -144,7 +167,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         ll128,
     };
     let proto = match args.proto.as_deref() {
-        None => None,
+        None => policy.protocol.filter(|&p| p != Protocol::Auto),
         Some(v) => match braid_runtime::policy::parse_protocol(v) {
             Ok(Protocol::Auto) | Err(_) => {
                 return Err(CliError::Usage(format!(
@@ -154,10 +177,11 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             Ok(p) => Some(p),
         },
     };
+    let replicas = args.replicas.or(policy.replicas);
     // The runtime's own pricing and choice (runtime/core/src/selection.rs): every replica
     // count within the block budget and every protocol, near ties to the fewest blocks.
     let target = braid_runtime::policy::Target {
-        block_budget: args.blocks,
+        block_budget: blocks,
         size_replicas: true,
         ll: true,
         ll128,
@@ -167,14 +191,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
     };
     let plans: Vec<&braid_plan::Plan> = cands.iter().map(|c| c.plan).collect();
     let options = braid_runtime::selection::price(
-        &topo,
-        &profile,
-        &plans,
-        &req,
-        args.replicas,
-        proto,
-        &target,
-        None,
+        &topo, &profile, &plans, &req, replicas, proto, &target, None,
     );
     let pick = braid_runtime::selection::pick;
     // Why candidate `i` has no priced choice: the model's reason, else the block budget.
@@ -184,21 +201,25 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             &topo,
             &profile,
             &req,
-            args.replicas,
+            replicas,
             proto,
         )
         .into_iter()
         .find_map(|r| r.result.err())
-        .unwrap_or_else(|| {
-            format!(
-                "it needs more than the {} thread blocks of --blocks",
-                args.blocks
-            )
-        })
+        .unwrap_or_else(|| format!("it needs more than the {blocks} thread blocks a rank may use"))
     };
+    let left_out = policy
+        .algo
+        .as_ref()
+        .map_or_else(String::new, |f| format!("{} leaves it out", f.source));
     let Some((best_us, best_i, best_r, best_p, _)) = pick(&options) else {
         let why: Vec<String> = (0..cands.len())
             .map(|i| format!("  {}: {}", cands[i].plan.name, why_not(i)))
+            .chain(
+                filtered
+                    .iter()
+                    .map(|c| format!("  {}: {left_out}", c.plan.name)),
+            )
             .collect();
         return Err(CliError::Runtime(format!(
             "error: no plan can serve this call:\n{}",
@@ -257,6 +278,12 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             c.origin
         ));
     }
+    for c in &filtered {
+        out.push_str(&format!(
+            "  {:<48} {:>12} ---  excluded: {} ({})\n",
+            c.plan.name, "-", left_out, c.origin
+        ));
+    }
     eprintln!(
         "note: predicted by the cost model (constants: {}; docs/costmodel.md) for {collective} of {} bytes of {} on {} ({n} ranks), {}; each plan with the replica count and protocol the runtime would run it with (within {} thread blocks per rank; near ties to the fewest blocks){}",
         profile.source,
@@ -264,7 +291,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         args.dtype.name(),
         args.topo,
         if mode == Mode::InPlace { "in place" } else { "out of place" },
-        args.blocks,
+        blocks,
         if req.direct_reads() {
             "; the ranks share one GPU (as the profile was measured), so receivers that may read their senders' input directly, and chains of such reductions run as one pass, are priced so (docs/cuda.md)"
         } else {

@@ -361,20 +361,23 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         })
         .collect();
     // What one block moves: 2 ranks, 64 MiB, one hop; the chain pipelines its chunks, so
-    // the time is the bytes over one block's rate plus the fixed costs.
+    // the time is the bytes over one block's rate plus the fixed costs. Its buffers (in
+    // and out on 2 ranks) take 256 MiB, the copy table's reference below, against which
+    // the model prices a step over a link at every other size.
     let big = 16 << 20; // f32 elements: 64 MiB
     let tb = us(chain_time(ranks, 2, big, args.iters.min(5))?);
     let gbps = (big as f64 * 4.0) / ((tb - call - block - hop).max(1.0) * 1e3);
-    // What one thread copies locally (a block's copies and reductions that cross no link).
-    let copy = braid_runtime::bench::copy_rate(big * 4, 1) / 1e9;
-    // How much faster copies run where a call's buffers fit the caches: one thread's
-    // copies through 4 to 256 MiB, against 256 MiB (about what the 64 MiB copy above
-    // streams through: 128 MiB read and written).
+    // What one thread copies locally (a block's copies and reductions that cross no link),
+    // through 4 to 256 MiB of memory: the rate through the largest is `copy_gbps` (from
+    // memory, past every cache), the others are its scale where a call's buffers fit the
+    // caches. One measurement serves both, so a call is never priced against two
+    // references.
     let rates: Vec<f64> = COPY_SCALE_MIB
         .iter()
         .map(|&mib| braid_runtime::bench::footprint_copy_rate((mib as usize) << 20))
         .collect();
     let reference = rates[rates.len() - 1];
+    let copy = reference / 1e9;
     let copy_scale: Vec<CopyScale> = COPY_SCALE_MIB
         .iter()
         .zip(&rates)
@@ -467,11 +470,14 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         rank_us: 0.0,
         flat_arg_us: Vec::new(),
         copy_scale,
+        // The host executor copies each message into its link and out of it, through a
+        // temporary where it reduces or forwards.
+        staged_steps: true,
         ll128: Vec::new(),
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 128 MiB ({} against 256) (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}) (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
         profile
             .block_work_us
             .iter()

@@ -500,3 +500,146 @@ fn a_one_gpu_profile_prices_a_rooted_call_alike_in_both_modes() {
         inplace.stderr
     );
 }
+
+/// `braid explain` prices a call as the runtime would in this environment: among the
+/// plans `BRAID_ALGO` / `NCCL_ALGO` allow (the others listed as excluded, naming the
+/// variable), with the protocol `BRAID_PROTO` forces, with the profile `BRAID_PROFILE`
+/// names (one measured on another topology refused, as the runtime refuses it).
+#[test]
+fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
+    let args = [
+        "explain",
+        "allreduce",
+        "--size",
+        "64M",
+        "--topo",
+        "nvswitch:8",
+    ];
+    let out = braid(&args, &[("BRAID_ALGO", "^ring")]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let first = out.stdout.lines().next().unwrap();
+    assert!(!first.contains("ring"), "{}", out.stdout);
+    for ring in ["ring_allreduce", "bidirectional_ring_allreduce"] {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(ring))
+            .unwrap_or_else(|| panic!("{ring} is listed: {}", out.stdout));
+        assert!(
+            line.contains("excluded: BRAID_ALGO=^ring leaves it out"),
+            "{line}"
+        );
+    }
+    // Without the variable a ring is priced like the rest.
+    let free = braid(&args, &[]);
+    assert!(
+        free.stdout
+            .lines()
+            .any(|l| l.starts_with("  ring_allreduce x") && l.contains(" us ")),
+        "{}",
+        free.stdout
+    );
+    // NCCL's name for it, allowing only the trees.
+    let trees = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "8",
+            "--topo",
+            "nvswitch:4",
+        ],
+        &[("NCCL_ALGO", "tree")],
+    );
+    assert_eq!(trees.code, 0, "{}", trees.stderr);
+    assert!(
+        trees.stdout.starts_with("selected: tree_allreduce")
+            || trees
+                .stdout
+                .starts_with("selected: double_binary_tree_allreduce"),
+        "{}",
+        trees.stdout
+    );
+    // Nothing allowed: an error that names the variable for every plan.
+    let none = braid(&args, &[("BRAID_ALGO", "no_such_plan")]);
+    assert_ne!(none.code, 0, "{}", none.stdout);
+    assert!(
+        none.stderr
+            .contains("ring_allreduce: BRAID_ALGO=no_such_plan leaves it out"),
+        "{}",
+        none.stderr
+    );
+    // The protocol: an 8-byte call on 2 ranks runs LL unless BRAID_PROTO says Simple.
+    let small = [
+        "explain",
+        "allreduce",
+        "--size",
+        "8",
+        "--topo",
+        "nvswitch:2",
+    ];
+    let ll = braid(&small, &[]);
+    assert!(
+        ll.stdout.lines().next().unwrap().ends_with(" ll"),
+        "{}",
+        ll.stdout
+    );
+    let simple = braid(&small, &[("BRAID_PROTO", "simple")]);
+    assert_eq!(simple.code, 0, "{}", simple.stderr);
+    assert!(
+        simple.stdout.lines().next().unwrap().ends_with(" simple"),
+        "{}",
+        simple.stdout
+    );
+    // The profile: measured for nvswitch:4, used there, refused on nvswitch:8.
+    let dir = std::env::temp_dir().join(format!("braid-explain-env-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("host4.profile");
+    let path = file.to_str().unwrap();
+    let tune = braid(
+        &["tune", "--topo", "nvswitch:4", "-n", "1", "-o", path],
+        &[],
+    );
+    assert_eq!(tune.code, 0, "{}", tune.stderr);
+    let used = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "1M",
+            "--topo",
+            "nvswitch:4",
+        ],
+        &[("BRAID_PROFILE", path)],
+    );
+    assert_eq!(used.code, 0, "{}", used.stderr);
+    assert!(
+        used.stderr.contains("constants: braid tune, host backend"),
+        "{}",
+        used.stderr
+    );
+    let refused = braid(&args, &[("BRAID_PROFILE", path)]);
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("BRAID_PROFILE=")
+            && refused.stderr.contains("measured on topology"),
+        "{}",
+        refused.stderr
+    );
+    // An explicit --profile wins over the variable.
+    let explicit = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "1M",
+            "--topo",
+            "nvswitch:4",
+            "--profile",
+            path,
+        ],
+        &[("BRAID_PROFILE", "/nonexistent/braid.profile")],
+    );
+    assert_eq!(explicit.code, 0, "{}", explicit.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -24,6 +24,20 @@ pub struct Output {
 pub fn braid(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_braid"));
     cmd.args(args).current_dir(root()).env_remove("BRAID_DEBUG");
+    // What the runtime (and `braid explain`) read from the environment: only what a test
+    // passes.
+    for var in [
+        "BRAID_PROFILE",
+        "BRAID_ALGO",
+        "NCCL_ALGO",
+        "BRAID_PROTO",
+        "NCCL_PROTO",
+        "BRAID_CHANNELS",
+        "BRAID_MAX_CTAS",
+        "NCCL_MAX_CTAS",
+    ] {
+        cmd.env_remove(var);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
