@@ -170,20 +170,7 @@ fn across_nodes_trees_or_hierarchical_plans_win_small_messages() {
 fn the_timeline_has_every_step_once_and_receives_after_their_sends() {
     let (t, ps) = plans("nvswitch:4", Collective::Allreduce);
     let ring = plan(&ps, "ring_allreduce");
-    let pred = predict(
-        ring,
-        &t,
-        &Profile::default(),
-        &Call {
-            bytes: 1 << 20,
-            elem: 4,
-            protocol: Protocol::Simple,
-            replicas: 1,
-            direct: false,
-            together: false,
-        },
-    )
-    .unwrap();
+    let pred = predict(ring, &t, &Profile::default(), &simple_call(1 << 20)).unwrap();
     let steps: usize = ring
         .ranks
         .iter()
@@ -379,14 +366,7 @@ fn a_ranks_blocks_start_one_after_another() {
     assert_eq!(root[copy_block].steps[0].kind, braid_plan::StepKind::Copy);
     let mut profile = Profile::default();
     profile.block_us.simple = 10.0;
-    let call = Call {
-        bytes: 4,
-        elem: 4,
-        protocol: Protocol::Simple,
-        replicas: 1,
-        direct: false,
-        together: false,
-    };
+    let call = simple_call(4);
     let timeline = predict(direct, &t, &profile, &call).unwrap().timeline;
     let copy = timeline
         .iter()
@@ -948,6 +928,18 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
     assert!(checked > 500, "{checked} options checked");
 }
 
+/// A call of `bytes` of f32 with Simple, one replica, no direct reads.
+fn simple_call(bytes: u64) -> Call {
+    Call {
+        bytes,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct: false,
+        together: false,
+    }
+}
+
 /// A host profile on 2 cores (Simple): a call's, a block start's and a message's cost
 /// (µs), a block's rate over a link (GB/s), and local copies at 7 GB/s.
 fn host_profile(call: f64, block: f64, hop: f64, block_gbps: f64) -> Profile {
@@ -974,14 +966,7 @@ fn host_profile(call: f64, block: f64, hop: f64, block_gbps: f64) -> Profile {
 fn host_block_starts_cost_the_cores_by_the_blocks_a_call_starts() {
     let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
     let mut host = host_profile(24.0, 60.0, 48.0, 4.0);
-    let call = Call {
-        bytes: 8,
-        elem: 4,
-        protocol: Protocol::Simple,
-        replicas: 1,
-        direct: false,
-        together: false,
-    };
+    let call = simple_call(8);
     let price = |name: &str, p: &Profile| predict(plan(&ps, name), &t, p, &call).unwrap().total_us;
     let flat = host.clone();
     host.block_work_us = vec![
@@ -1026,14 +1011,7 @@ fn host_copies_run_at_the_rate_for_the_memory_a_call_takes() {
     let mut host = host_profile(50.0, 25.0, 27.0, 3.7);
     let ring = plan(&ps, "ring_allreduce");
     let price = |bytes: u64, p: &Profile| {
-        let call = Call {
-            bytes,
-            elem: 4,
-            protocol: Protocol::Simple,
-            replicas: 1,
-            direct: false,
-            together: false,
-        };
+        let call = simple_call(bytes);
         predict(ring, &t, p, &call).unwrap().total_us
     };
     let flat = host.clone();
@@ -1072,14 +1050,7 @@ fn staged_steps_cost_the_cores_every_copy_the_host_makes() {
     let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
     let ring = plan(&ps, "ring_allreduce");
     let bytes: u64 = 64 << 20;
-    let call = Call {
-        bytes,
-        elem: 4,
-        protocol: Protocol::Simple,
-        replicas: 1,
-        direct: false,
-        together: false,
-    };
+    let call = simple_call(bytes);
     let gpu_like = host_profile(50.0, 25.0, 27.0, 3.7);
     let staged = Profile {
         staged_steps: true,
