@@ -211,7 +211,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
     let left_out = policy
         .algo
         .as_ref()
-        .map_or_else(String::new, |f| format!("{} leaves it out", f.source));
+        .map_or_else(String::new, |f| format!("{} excludes it", f.source));
     let Some((best_us, best_i, best_r, best_p, _)) = pick(&options) else {
         let why: Vec<String> = (0..cands.len())
             .map(|i| format!("  {}: {}", cands[i].plan.name, why_not(i)))
@@ -283,6 +283,11 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             "  {:<48} {:>12} ---  excluded: {} ({})\n",
             c.plan.name, "-", left_out, c.origin
         ));
+    }
+    if policy.rules_only {
+        eprintln!(
+            "note: BRAID_SELECT=rules: the runtime in this environment chooses by its rules, not by the prices below"
+        );
     }
     eprintln!(
         "note: predicted by the cost model (constants: {}; docs/costmodel.md) for {collective} of {} bytes of {} on {} ({n} ranks), {}; each plan with the replica count and protocol the runtime would run it with (within {} thread blocks per rank; near ties to the fewest blocks){}",

@@ -526,7 +526,7 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
             .find(|l| l.split_whitespace().next() == Some(ring))
             .unwrap_or_else(|| panic!("{ring} is listed: {}", out.stdout));
         assert!(
-            line.contains("excluded: BRAID_ALGO=^ring leaves it out"),
+            line.contains("excluded: BRAID_ALGO=^ring excludes it"),
             "{line}"
         );
     }
@@ -565,7 +565,7 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
     assert_ne!(none.code, 0, "{}", none.stdout);
     assert!(
         none.stderr
-            .contains("ring_allreduce: BRAID_ALGO=no_such_plan leaves it out"),
+            .contains("ring_allreduce: BRAID_ALGO=no_such_plan excludes it"),
         "{}",
         none.stderr
     );
@@ -591,6 +591,15 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
         "{}",
         simple.stdout
     );
+    // Where the runtime does not choose by the model, explain says so.
+    let rules = braid(&small, &[("BRAID_SELECT", "rules")]);
+    assert_eq!(rules.code, 0, "{}", rules.stderr);
+    assert!(
+        rules.stderr.contains("BRAID_SELECT=rules"),
+        "{}",
+        rules.stderr
+    );
+    assert!(!ll.stderr.contains("BRAID_SELECT"), "{}", ll.stderr);
     // The profile: measured for nvswitch:4, used there, refused on nvswitch:8.
     let dir = std::env::temp_dir().join(format!("braid-explain-env-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -35,6 +35,7 @@ pub fn braid(args: &[&str], env: &[(&str, &str)]) -> Output {
         "BRAID_CHANNELS",
         "BRAID_MAX_CTAS",
         "NCCL_MAX_CTAS",
+        "BRAID_SELECT",
     ] {
         cmd.env_remove(var);
     }
