@@ -56,20 +56,12 @@ enum Ranks {
     Procs,
 }
 
-/// The one plan a micro-benchmark runs: a shipped one by name, or one compiled here.
-enum Bench<'a> {
-    Shipped(&'static str),
-    Compiled(&'a Arc<braid_plan::Verified>),
-}
+/// The one plan a micro-benchmark runs, compiled here.
+type Bench<'a> = &'a Arc<braid_plan::Verified>;
 
 /// Replicas of the direct broadcast timed beside it for what a block's start costs the
 /// cores (up to 120 blocks on 8 ranks).
 const REPLICATED: [u32; 3] = [2, 4, 8];
-
-/// The median time per call of a chain broadcast of `count` f32 on `n` ranks.
-fn chain_time(ranks: Ranks, n: u32, count: usize, iters: u32) -> Result<Duration, CliError> {
-    broadcast_time(ranks, Bench::Shipped("chain_broadcast"), n, count, iters)
-}
 
 /// The footprints (MiB) `braid tune` times a thread's copies through for `copy_scale`; the
 /// last is the reference.
@@ -132,28 +124,16 @@ fn broadcast_time(
     n: u32,
     count: usize,
     iters: u32,
+    mode: Mode,
 ) -> Result<Duration, CliError> {
     if ranks == Ranks::Procs {
-        return broadcast_time_procs(bench, n, count, iters);
+        return broadcast_time_procs(bench, n, count, iters, mode);
     }
     let registry = Registry::new();
-    match bench {
-        Bench::Shipped(name) => {
-            let topo = braid_topo::Topology::from_arg(&format!("nvswitch:{n}")).expect("a preset");
-            crate::plans::register_shipped(
-                &registry,
-                &braid_library::Library::new(topo),
-                Collective::Broadcast,
-                Some(0),
-                name,
-                &format!("nvswitch:{n}"),
-            )?;
-        }
-        Bench::Compiled(plan) => registry.add_verified(
-            plan.clone(),
-            braid_runtime::registry::Origin::User("braid tune".into()),
-        ),
-    }
+    registry.add_verified(
+        bench.clone(),
+        braid_runtime::registry::Origin::User("braid tune".into()),
+    );
     let comms = Communicator::create_local(
         n,
         Arc::new(registry),
@@ -167,7 +147,7 @@ fn broadcast_time(
             op: RedOp::Sum,
             root: Some(0),
         },
-        mode: Mode::OutOfPlace,
+        mode,
         warmup: 3,
         iters,
         runs: 5,
@@ -190,6 +170,7 @@ fn broadcast_time_procs(
     n: u32,
     count: usize,
     iters: u32,
+    mode: Mode,
 ) -> Result<Duration, CliError> {
     let rt = |what: String| CliError::Runtime(format!("error: braid tune --procs: {what}"));
     let dir = std::env::temp_dir().join(format!("braid-tune-{}", std::process::id()));
@@ -203,7 +184,10 @@ fn broadcast_time_procs(
         "broadcast",
         "--procs",
         "--mode",
-        "outofplace",
+        match mode {
+            Mode::InPlace => "inplace",
+            Mode::OutOfPlace => "outofplace",
+        },
         "-w",
         "3",
         "--runs",
@@ -221,17 +205,10 @@ fn broadcast_time_procs(
     .arg(&report)
     // The plan is forced: the model has nothing to choose.
     .env_remove("BRAID_PROFILE");
-    match &bench {
-        Bench::Shipped(name) => {
-            cmd.args(["--algo", name]);
-        }
-        Bench::Compiled(plan) => {
-            let file = dir.join("plan.json");
-            std::fs::write(&file, plan.to_json_pretty())
-                .map_err(|e| rt(format!("{}: {e}", file.display())))?;
-            cmd.arg("--plan").arg(file);
-        }
-    }
+    let file = dir.join("plan.json");
+    std::fs::write(&file, bench.to_json_pretty())
+        .map_err(|e| rt(format!("{}: {e}", file.display())))?;
+    cmd.arg("--plan").arg(file);
     let out = cmd
         .output()
         .map_err(|e| rt(format!("starting braid perf: {e}")))?;
@@ -315,32 +292,36 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     for _ in 0..REPEATS {
         t2s.push(broadcast_time(
             ranks,
-            Bench::Compiled(&chain2),
+            &chain2,
             2,
             1,
             args.iters,
+            Mode::OutOfPlace,
         )?);
         t8s.push(broadcast_time(
             ranks,
-            Bench::Compiled(&chain8),
+            &chain8,
             8,
             1,
             args.iters,
+            Mode::OutOfPlace,
         )?);
         tds.push(broadcast_time(
             ranks,
-            Bench::Compiled(&direct),
+            &direct,
             8,
             1,
             args.iters,
+            Mode::OutOfPlace,
         )?);
         for (t, plan) in tms.iter_mut().zip(&many) {
             t.push(broadcast_time(
                 ranks,
-                Bench::Compiled(plan),
+                plan,
                 8,
                 1,
                 args.iters,
+                Mode::OutOfPlace,
             )?);
         }
     }
@@ -360,12 +341,22 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             }
         })
         .collect();
-    // What one block moves: 2 ranks, 64 MiB, one hop; the chain pipelines its chunks, so
-    // the time is the bytes over one block's rate plus the fixed costs. Its buffers (in
-    // and out on 2 ranks) take 256 MiB, the copy table's reference below, against which
-    // the model prices a step over a link at every other size.
-    let big = 16 << 20; // f32 elements: 64 MiB
-    let tb = us(chain_time(ranks, 2, big, args.iters.min(5))?);
+    // What one block moves: the chain of one chunk on 2 ranks, 128 MiB, one hop, in place;
+    // the chain pipelines the chunk slice by slice, so the time is the bytes over one
+    // block's rate plus the fixed costs. In place, because out of place the root first
+    // copies its input to its output and its sends wait for that copy (the plan orders
+    // them so for both modes): a block's rate would then include a local copy of every
+    // byte. Its buffers (one a rank) take 256 MiB, the copy table's reference below,
+    // against which the model prices a step over a link at every other size.
+    let big = 32 << 20; // f32 elements: 128 MiB
+    let tb = us(broadcast_time(
+        ranks,
+        &chain2,
+        2,
+        big,
+        args.iters.min(5),
+        Mode::InPlace,
+    )?);
     let gbps = (big as f64 * 4.0) / ((tb - call - block - hop).max(1.0) * 1e3);
     // What one thread copies locally (a block's copies and reductions that cross no link),
     // through 4 to 256 MiB of memory: the rate through the largest is `copy_gbps` (from
@@ -477,7 +468,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}) (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 64 MiB on 2 ranks {tb:.0} us)",
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}) (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 128 MiB on 2 ranks, in place, {tb:.0} us)",
         profile
             .block_work_us
             .iter()
