@@ -507,15 +507,14 @@ fn a_one_gpu_profile_prices_a_rooted_call_alike_in_both_modes() {
 /// names (one measured on another topology refused, as the runtime refuses it).
 #[test]
 fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
-    let args = [
-        "explain",
-        "allreduce",
-        "--size",
-        "64M",
-        "--topo",
-        "nvswitch:8",
-    ];
-    let out = braid(&args, &[("BRAID_ALGO", "^ring")]);
+    // An all-reduce of `size` on `topo`.
+    let explain = |size: &str, topo: &str, env: &[(&str, &str)]| {
+        braid(
+            &["explain", "allreduce", "--size", size, "--topo", topo],
+            env,
+        )
+    };
+    let out = explain("64M", "nvswitch:8", &[("BRAID_ALGO", "^ring")]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let first = out.stdout.lines().next().unwrap();
     assert!(!first.contains("ring"), "{}", out.stdout);
@@ -531,7 +530,7 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
         );
     }
     // Without the variable a ring is priced like the rest.
-    let free = braid(&args, &[]);
+    let free = explain("64M", "nvswitch:8", &[]);
     assert!(
         free.stdout
             .lines()
@@ -540,17 +539,7 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
         free.stdout
     );
     // NCCL's name for it, allowing only the trees.
-    let trees = braid(
-        &[
-            "explain",
-            "allreduce",
-            "--size",
-            "8",
-            "--topo",
-            "nvswitch:4",
-        ],
-        &[("NCCL_ALGO", "tree")],
-    );
+    let trees = explain("8", "nvswitch:4", &[("NCCL_ALGO", "tree")]);
     assert_eq!(trees.code, 0, "{}", trees.stderr);
     assert!(
         trees.stdout.starts_with("selected: tree_allreduce")
@@ -561,7 +550,7 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
         trees.stdout
     );
     // Nothing allowed: an error that names the variable for every plan.
-    let none = braid(&args, &[("BRAID_ALGO", "no_such_plan")]);
+    let none = explain("64M", "nvswitch:8", &[("BRAID_ALGO", "no_such_plan")]);
     assert_ne!(none.code, 0, "{}", none.stdout);
     assert!(
         none.stderr
@@ -570,21 +559,13 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
         none.stderr
     );
     // The protocol: an 8-byte call on 2 ranks runs LL unless BRAID_PROTO says Simple.
-    let small = [
-        "explain",
-        "allreduce",
-        "--size",
-        "8",
-        "--topo",
-        "nvswitch:2",
-    ];
-    let ll = braid(&small, &[]);
+    let ll = explain("8", "nvswitch:2", &[]);
     assert!(
         ll.stdout.lines().next().unwrap().ends_with(" ll"),
         "{}",
         ll.stdout
     );
-    let simple = braid(&small, &[("BRAID_PROTO", "simple")]);
+    let simple = explain("8", "nvswitch:2", &[("BRAID_PROTO", "simple")]);
     assert_eq!(simple.code, 0, "{}", simple.stderr);
     assert!(
         simple.stdout.lines().next().unwrap().ends_with(" simple"),
@@ -592,7 +573,7 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
         simple.stdout
     );
     // Where the runtime does not choose by the model, explain says so.
-    let rules = braid(&small, &[("BRAID_SELECT", "rules")]);
+    let rules = explain("8", "nvswitch:2", &[("BRAID_SELECT", "rules")]);
     assert_eq!(rules.code, 0, "{}", rules.stderr);
     assert!(
         rules.stderr.contains("BRAID_SELECT=rules"),
@@ -610,24 +591,14 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
         &[],
     );
     assert_eq!(tune.code, 0, "{}", tune.stderr);
-    let used = braid(
-        &[
-            "explain",
-            "allreduce",
-            "--size",
-            "1M",
-            "--topo",
-            "nvswitch:4",
-        ],
-        &[("BRAID_PROFILE", path)],
-    );
+    let used = explain("1M", "nvswitch:4", &[("BRAID_PROFILE", path)]);
     assert_eq!(used.code, 0, "{}", used.stderr);
     assert!(
         used.stderr.contains("constants: braid tune, host backend"),
         "{}",
         used.stderr
     );
-    let refused = braid(&args, &[("BRAID_PROFILE", path)]);
+    let refused = explain("64M", "nvswitch:8", &[("BRAID_PROFILE", path)]);
     assert_ne!(refused.code, 0, "{}", refused.stdout);
     assert!(
         refused.stderr.contains("BRAID_PROFILE=")
