@@ -497,7 +497,8 @@ pub fn predict_below(
             // a send costs half a copy at the copy rate and half at the rate in the
             // caches: a step over a link is priced against that. Else its accesses over
             // a copy's 2 (the cores' share of it one copy).
-            let over_link = conns.contains_key(&(ri, bi)) && step.kind.sends() && !skipped;
+            let sends = step.kind.sends() && !skipped;
+            let over_link = sends && conns.contains_key(&(ri, bi));
             let (copies, factor) = match fused {
                 None if profile.staged_steps => {
                     let cost = |(b, c): (f64, f64)| b / 2.0 / scale + c / 2.0 / cached;
@@ -511,7 +512,6 @@ pub fn predict_below(
                 }
                 _ => (1.0 / scale, accesses / 2.0),
             };
-            let sends = step.kind.sends() && !skipped;
             let conn = conns.get(&(ri, bi)).filter(|_| sends);
             StepInfo {
                 skipped,
