@@ -233,8 +233,8 @@ pub struct Profile {
     pub copy_scale: Vec<CopyScale>,
     /// The backend stages its steps as the host backend does: every message is copied
     /// into its link and out of it, and a receive that reduces or forwards goes through a
-    /// temporary, so a step costs its block and the cores the copies
-    /// [`crate::sim::staged_copies`] counts. false: a step touches memory as the GPU
+    /// temporary, so a step costs its block and the cores the accesses
+    /// [`crate::sim::staged_accesses`] counts. false: a step touches memory as the GPU
     /// kernels do (its [`crate::sim::memory_accesses`] over a copy's 2; the cores' share
     /// of a slice, where they are few, one copy of its bytes).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

@@ -56,9 +56,6 @@ enum Ranks {
     Procs,
 }
 
-/// The one plan a micro-benchmark runs, compiled here.
-type Bench<'a> = &'a Arc<braid_plan::Verified>;
-
 /// Replicas of the direct broadcast timed beside it for what a block's start costs the
 /// cores (up to 120 blocks on 8 ranks).
 const REPLICATED: [u32; 3] = [2, 4, 8];
@@ -120,7 +117,7 @@ fn direct_plan(n: u32, replicas: u32) -> Result<Arc<braid_plan::Verified>, CliEr
 /// `bench`'s plan.
 fn broadcast_time(
     ranks: Ranks,
-    bench: Bench,
+    bench: &Arc<braid_plan::Verified>,
     n: u32,
     count: usize,
     iters: u32,
@@ -166,7 +163,7 @@ fn broadcast_time(
 /// [`broadcast_time`] with one process per rank: `braid perf --procs` (this executable)
 /// runs the calls and reports their median time.
 fn broadcast_time_procs(
-    bench: Bench,
+    bench: &Arc<braid_plan::Verified>,
     n: u32,
     count: usize,
     iters: u32,
@@ -184,10 +181,7 @@ fn broadcast_time_procs(
         "broadcast",
         "--procs",
         "--mode",
-        match mode {
-            Mode::InPlace => "inplace",
-            Mode::OutOfPlace => "outofplace",
-        },
+        mode.name(),
         "-w",
         "3",
         "--runs",
