@@ -118,6 +118,22 @@ impl Op {
     pub fn is_transfer(&self) -> bool {
         self.srcs.iter().any(|s| s.rank != self.dst.rank)
     }
+
+    /// Whether this is a copy of locations onto themselves in `layout` (a broadcast root's
+    /// `out <- in` in place). Such a copy changes nothing, every executor skips it, and the
+    /// plan verifier reads it as touching nothing: it neither orders nor is ordered in that
+    /// mode.
+    pub fn is_identity_in(&self, layout: &crate::Layout) -> bool {
+        let ([src], OpKind::Copy) = (self.srcs.as_slice(), self.kind) else {
+            return false;
+        };
+        src.rank == self.dst.rank
+            && src.len() == self.dst.len()
+            && (0..src.len()).all(|i| {
+                let at = |r: &Ref| layout.loc(r.buf, r.rank, r.lo + i);
+                at(src).is_some() && at(src) == at(&self.dst)
+            })
+    }
 }
 
 impl fmt::Display for Op {

@@ -40,10 +40,26 @@ impl MoveGraph {
     }
 }
 
-/// Builds the move edges of `moves` from `flow`, deciding conflicts in `layout` (the
-/// layout of `flow`'s mode).
-pub fn build(moves: &Moves, flow: &Dataflow, layout: &Layout) -> MoveGraph {
+/// Builds the move edges of `moves` from each dataflow graph, deciding its conflicts in
+/// the layout given with it (the layout of its mode): the union orders what each mode
+/// needs ordered. One graph is enough unless a copy is the identity in one mode (see
+/// [`crate::flow_mode`]).
+pub fn build(moves: &Moves, flows: &[(&Dataflow, &Layout)]) -> MoveGraph {
     let mut edges = Vec::new();
+    for &(flow, layout) in flows {
+        add_edges(moves, flow, layout, &mut edges);
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    let mut out = vec![Vec::new(); moves.len()];
+    for (i, e) in edges.iter().enumerate() {
+        out[e.from as usize].push(i as u32);
+    }
+    MoveGraph { edges, out }
+}
+
+/// The move edges of one mode's graph.
+fn add_edges(moves: &Moves, flow: &Dataflow, layout: &Layout, edges: &mut Vec<MoveEdge>) {
     let link = |from: u32, to: u32, edges: &mut Vec<MoveEdge>| {
         let (a, b) = (moves.get(from), moves.get(to));
         for rank in a.ranks() {
@@ -59,7 +75,7 @@ pub fn build(moves: &Moves, flow: &Dataflow, layout: &Layout) -> MoveGraph {
     for range in &moves.of_op {
         for a in range.clone() {
             for b in a + 1..range.end {
-                link(a, b, &mut edges);
+                link(a, b, edges);
             }
         }
     }
@@ -67,15 +83,8 @@ pub fn build(moves: &Moves, flow: &Dataflow, layout: &Layout) -> MoveGraph {
         let (oa, ob) = (e.source().index(), e.target().index());
         for a in moves.of_op[oa].clone() {
             for b in moves.of_op[ob].clone() {
-                link(a, b, &mut edges);
+                link(a, b, edges);
             }
         }
     }
-    edges.sort_unstable();
-    edges.dedup();
-    let mut out = vec![Vec::new(); moves.len()];
-    for (i, e) in edges.iter().enumerate() {
-        out[e.from as usize].push(i as u32);
-    }
-    MoveGraph { edges, out }
 }

@@ -79,7 +79,22 @@ pub fn lower(
     let modes = check_inputs(prog, flow, topo, opts)?;
     let moves = moves::split(prog);
     let flow_layout = layout(prog, flow.mode);
-    let graph = graph::build(&moves, flow, &flow_layout);
+    // A copy that is the identity in `flow`'s mode has no edges there; the other mode's
+    // graph orders it where it does copy.
+    let others: Vec<(Dataflow, Layout)> =
+        if prog.ops.iter().any(|op| op.is_identity_in(&flow_layout)) {
+            modes
+                .iter()
+                .filter(|&m| m != flow.mode)
+                .map(|m| (Dataflow::build(prog, m), layout(prog, m)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+    let flows: Vec<(&Dataflow, &Layout)> = std::iter::once((flow, &flow_layout))
+        .chain(others.iter().map(|(f, l)| (f, l)))
+        .collect();
+    let graph = graph::build(&moves, &flows);
     let live = opts.fuse.then(|| {
         let layouts: Vec<Layout> = modes.iter().map(|m| layout(prog, m)).collect();
         liveness::Liveness::new(&moves, &layouts)

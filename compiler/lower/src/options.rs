@@ -66,7 +66,9 @@ impl std::fmt::Debug for LowerOptions<'_> {
 ///
 /// In-place aliasing only ever merges locations, so every pair of operations that conflict
 /// out of place also conflicts in place: the in-place graph orders everything the
-/// out-of-place one does, and a plan scheduled on it is race-free in both modes.
+/// out-of-place one does, except around a copy that is the identity in place (a broadcast
+/// root's `out <- in`), which has no edges there. [`crate::lower`] adds the out-of-place
+/// graph's edges for a program that has one, so its plan is race-free in both modes.
 pub fn flow_mode(modes: ModeSet) -> Mode {
     if modes.in_place {
         Mode::InPlace

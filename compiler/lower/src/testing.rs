@@ -47,6 +47,6 @@ pub fn program(n: u32, chunks: u32, scratch: u32, ops: Vec<Op>) -> OpProgram {
 pub fn analyse(prog: &OpProgram) -> (Moves, MoveGraph) {
     let flow = Dataflow::build(prog, Mode::OutOfPlace);
     let moves = moves::split(prog);
-    let g = graph::build(&moves, &flow, &layout(prog, Mode::OutOfPlace));
+    let g = graph::build(&moves, &[(&flow, &layout(prog, Mode::OutOfPlace))]);
     (moves, g)
 }

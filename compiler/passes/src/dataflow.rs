@@ -1,6 +1,7 @@
 //! The dataflow graph: chunk operations as nodes, dependencies on physical chunk locations
-//! as edges. Any schedule that respects these edges computes what the sequential program
-//! computes; lowering schedules this graph onto the topology.
+//! as edges. Any schedule that respects these edges, skipping the copies of locations onto
+//! themselves, computes what the sequential program computes; lowering schedules this
+//! graph onto the topology.
 
 use crate::verify::layout;
 use braid_ir::{Mode, OpId, OpProgram};
@@ -42,7 +43,9 @@ pub struct Stats {
 impl Dataflow {
     /// Builds the graph from read/write sets: each location remembers its last writer
     /// and the readers since, so the graph has no redundant transitive WAW/WAR edges
-    /// beyond one per location.
+    /// beyond one per location. A copy of locations onto themselves in `mode`
+    /// ([`braid_ir::Op::is_identity_in`]) gets no edges: the schedules of this graph are
+    /// meant for executors that skip it.
     pub fn build(prog: &OpProgram, mode: Mode) -> Dataflow {
         let layout = layout(prog, mode);
         let mut graph = DiGraph::with_capacity(prog.ops.len(), prog.ops.len() * 2);
@@ -58,6 +61,11 @@ impl Dataflow {
             (r.lo..r.hi).map(move |c| layout.loc(r.buf, r.rank, c).expect("in bounds").index())
         };
         for (i, op) in prog.ops.iter().enumerate() {
+            if op.is_identity_in(layout) {
+                // Changes nothing in this mode and is skipped there: no edges, so a read
+                // of these locations after it is not held up by it.
+                continue;
+            }
             preds.clear();
             let add = |from: u32, dep: Dep, preds: &mut HashMap<u32, Dep>| {
                 if from != i as u32 {
