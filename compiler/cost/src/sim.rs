@@ -410,27 +410,6 @@ pub fn predict_below(
         let prev_tile = (ids[i].2 == 0 && k > 0).then(|| unit(block_last[i], k - 1));
         preds[i].iter().map(move |&j| unit(j, k)).chain(prev_tile)
     };
-    let mut waiting: Vec<usize> = (0..n_units)
-        .map(|u| preds[u % steps].len() + usize::from(ids[u % steps].2 == 0 && u >= steps))
-        .collect();
-    // Ready units, earliest start first, so that what a rank's proxy does is simulated
-    // in time order. The key is the start time's bits (non-negative floats order as
-    // their bits do).
-    // Of units ready at once, the earlier step (then tile) first: the heap holds that
-    // order's index (`tie`), which gives the unit back (`untie`).
-    let tie = |u: usize| (u % steps) * tiles + u / steps;
-    let untie = |t: usize| unit(t / tiles, t % tiles);
-    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> = (0..n_units)
-        .filter(|&u| waiting[u] == 0)
-        .map(|u| std::cmp::Reverse((0, tie(u))))
-        .collect();
-    let mut end = vec![0f64; n_units];
-    // When each slice of a sending unit reaches its receiver.
-    let mut arrivals: Vec<Arrivals> = vec![Arrivals::default(); n_units];
-    // Each step's start (its first tile's) and end (its last tile's).
-    let mut span: Vec<(f64, f64)> = vec![(0.0, 0.0); ids.len()];
-    let mut order = Vec::with_capacity(ids.len());
-    let mut done = 0;
     let slice_us = profile.slice_us.get(proto);
     let block_us = profile.block_us.get(proto);
     // What a block's start costs the cores (where few share the blocks), by the blocks
@@ -618,6 +597,29 @@ pub fn predict_below(
     if bound >= limit {
         return Ok(Priced::Above(bound));
     }
+    // The simulation's state, made only for a call the bound did not put above its limit.
+    let mut waiting: Vec<usize> = (0..n_units)
+        .map(|u| preds[u % steps].len() + usize::from(ids[u % steps].2 == 0 && u >= steps))
+        .collect();
+    // Ready units, earliest start first, so that what a rank's proxy does is simulated
+    // in time order. The key is the start time's bits (non-negative floats order as
+    // their bits do).
+    // Of units ready at once, the earlier step (then tile) first: the heap holds that
+    // order's index (`tie`), which gives the unit back (`untie`).
+    let tie = |u: usize| (u % steps) * tiles + u / steps;
+    let untie = |t: usize| unit(t / tiles, t % tiles);
+    let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<(u64, usize)>> = (0..n_units)
+        .filter(|&u| waiting[u] == 0)
+        .map(|u| std::cmp::Reverse((0, tie(u))))
+        .collect();
+    let mut end = vec![0f64; n_units];
+    // When each slice of a sending unit reaches its receiver.
+    // (Kept for the units that have some, until their receive takes them: few at a time.)
+    let mut arrivals: HashMap<usize, Arrivals> = HashMap::default();
+    // Each step's start (its first tile's) and end (its last tile's).
+    let mut span: Vec<(f64, f64)> = vec![(0.0, 0.0); ids.len()];
+    let mut order = Vec::with_capacity(ids.len());
+    let mut done = 0;
     while let Some(std::cmp::Reverse((_, t))) = ready.pop() {
         let u = untie(t);
         done += 1;
@@ -644,7 +646,7 @@ pub fn predict_below(
         }
         let start = t;
         // Only this receive reads its message's arrivals.
-        let incoming = matched_unit.map(|j| std::mem::take(&mut arrivals[j]));
+        let incoming = matched_unit.map(|j| arrivals.remove(&j).unwrap_or_default());
         let out = if st.skipped {
             if let Some(l) = incoming.as_ref().and_then(Arrivals::last) {
                 t = t.max(l);
@@ -661,7 +663,9 @@ pub fn predict_below(
             out
         };
         end[u] = t;
-        arrivals[u] = out;
+        if !matches!(&out, Arrivals::Listed(v) if v.is_empty()) {
+            arrivals.insert(u, out);
+        }
         if k == 0 {
             span[i].0 = start;
         }
@@ -679,7 +683,7 @@ pub fn predict_below(
                 let at = unit_preds(s)
                     .map(|j| {
                         if Some(j) == ms {
-                            arrivals[j].first().unwrap_or(end[j])
+                            arrivals.get(&j).and_then(Arrivals::first).unwrap_or(end[j])
                         } else {
                             end[j]
                         }

@@ -13,6 +13,9 @@
 //! cut its message into a different number of slices than the receiver (the receiver
 //! takes the arrival of the same share), the slices are listed one by one as before.
 
+/// A message's arrival lines `(p, q)`: a few, kept inline.
+pub type Lines = smallvec::SmallVec<[(f64, f64); 4]>;
+
 /// When each slice of a message reaches its receiver.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Arrivals {
@@ -20,7 +23,7 @@ pub enum Arrivals {
     Ramp {
         len: usize,
         first: f64,
-        lines: Vec<(f64, f64)>,
+        lines: Lines,
     },
     /// Every slice's arrival.
     Listed(Vec<f64>),
@@ -128,7 +131,7 @@ pub fn run(
     // per line p + q·j of the arrivals, max over 1 <= j <= x of p + q·j + (x - j + 1)·step:
     // at j = 1 where q <= step (a line of slope step), at j = x where q > step (slope q).
     let step = s.cost + if net_in { np } else { 0.0 } + if s.net { np } else { 0.0 };
-    let mut lines: Vec<(f64, f64)> = Vec::with_capacity(lines_in.len() + 1);
+    let mut lines = Lines::new();
     lines.push((t0, step));
     for &(p, q) in lines_in {
         lines.push(if q <= step {
@@ -172,7 +175,7 @@ pub fn run(
 
 /// Drops lines that another one covers on every slice `1..n`, and of lines of one slope
 /// keeps the highest.
-fn prune(mut lines: Vec<(f64, f64)>, n: usize) -> Vec<(f64, f64)> {
+fn prune(mut lines: Lines, n: usize) -> Lines {
     let last = (n.max(2) - 1) as f64;
     let covers = |a: (f64, f64), b: (f64, f64)| {
         a.0 + a.1 >= b.0 + b.1 && a.0 + a.1 * last >= b.0 + b.1 * last
@@ -329,7 +332,7 @@ mod tests {
         let a = Arrivals::Ramp {
             len: 100,
             first: 3.0,
-            lines: vec![(3.0, 3.0)],
+            lines: Lines::from_slice(&[(3.0, 3.0)]),
         };
         let s = plain(100, 1.0, false, 0.0);
         let (end, _) = run(&s, 0.0, Some(&a), &mut 0.0);
@@ -341,7 +344,7 @@ mod tests {
         let a = Arrivals::Ramp {
             len: 10,
             first: 1.0,
-            lines: vec![(1.0, 1.0)],
+            lines: Lines::from_slice(&[(1.0, 1.0)]),
         };
         let s = plain(20, 0.1, true, 0.0);
         let (_, out) = run(&s, 0.0, Some(&a), &mut 0.0);
