@@ -32,19 +32,40 @@ pub fn price_near(
     profile: &Profile,
     within: f64,
 ) -> Vec<Option<Result<f64, String>>> {
-    let price = |o: &Offer, limit: f64| sim::predict_below(o.plan, topo, profile, &o.call, limit);
+    // Each plan's wiring, made once for all its options with direct reads and once for
+    // those without (or the error that says it cannot be priced).
+    type Made<'a> = (&'a Plan, bool, Result<sim::Wired<'a>, String>);
+    let mut wired: Vec<Made> = Vec::new();
+    let mut wired_of = Vec::with_capacity(offers.len());
+    for o in offers {
+        let found = wired
+            .iter()
+            .position(|(p, d, _)| std::ptr::eq(*p, o.plan) && *d == o.call.direct);
+        wired_of.push(found.unwrap_or_else(|| {
+            wired.push((
+                o.plan,
+                o.call.direct,
+                sim::Wired::new(o.plan, topo, o.call.direct),
+            ));
+            wired.len() - 1
+        }));
+    }
+    let price = |i: usize, limit: f64| match &wired[wired_of[i]].2 {
+        Ok(w) => w.price(profile, &offers[i].call, limit),
+        Err(e) => Err(e.clone()),
+    };
     let mut results: Vec<Option<Result<f64, String>>> = vec![None; offers.len()];
     let mut order: Vec<(f64, usize)> = Vec::with_capacity(offers.len());
     let large = offers.iter().any(|o| o.call.bytes >= SORT_MIN_BYTES);
     if offers.len() < 2 || !large {
         order.extend((0..offers.len()).map(|i| (f64::NEG_INFINITY, i)));
     } else {
-        for (i, o) in offers.iter().enumerate() {
-            match price(o, f64::NEG_INFINITY) {
+        for (i, result) in results.iter_mut().enumerate() {
+            match price(i, f64::NEG_INFINITY) {
                 Ok(Priced::Above(b)) => order.push((b, i)),
                 // A flat launch is priced outright.
-                Ok(Priced::Predicted(p)) => results[i] = Some(Ok(p.total_us)),
-                Err(e) => results[i] = Some(Err(e)),
+                Ok(Priced::Predicted(p)) => *result = Some(Ok(p.total_us)),
+                Err(e) => *result = Some(Err(e)),
             }
         }
         order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -60,7 +81,7 @@ pub fn price_near(
         if bound > limit {
             break;
         }
-        results[i] = match price(&offers[i], limit) {
+        results[i] = match price(i, limit) {
             Ok(Priced::Predicted(p)) => {
                 fastest = fastest.min(p.total_us);
                 Some(Ok(p.total_us))

@@ -229,62 +229,217 @@ pub fn predict_below(
     call: &Call,
     limit: f64,
 ) -> Result<Priced, String> {
-    let n = plan.n_ranks;
-    if n > topo.n_ranks() {
-        return Err(format!(
-            "the plan has {n} ranks, the topology {}",
-            topo.n_ranks()
-        ));
+    Wired::new(plan, topo, call.direct)?.price(profile, call, limit)
+}
+
+/// A connection as the topology routes it, before any call shares its links.
+struct Route<'a> {
+    /// Its sender's end (rank, block).
+    sender: (usize, usize),
+    path: &'a braid_topo::Path,
+    hops: Vec<(u32, u32)>,
+    net: bool,
+}
+
+/// What pricing a plan on a topology needs that no replica count, protocol, size or
+/// profile changes: its wiring, its direct pairs and chains (for calls with or without
+/// direct reads), its connections' routes, and its steps in order with what each waits
+/// for. [`predict_below`] makes one per call; pricing many options of one plan
+/// ([`crate::near::price_near`]) makes it once.
+pub struct Wired<'a> {
+    plan: &'a Plan,
+    /// Receivers read their senders' `in` where the plan allows ([`Call::direct`]).
+    direct_reads: bool,
+    direct: braid_plan::direct::Direct,
+    /// Chains run as one pass: each head with the operands it reads and the blocks that
+    /// may share its pass (1: the head alone), and the links.
+    heads: HashMap<(u32, u32, u32), (usize, usize)>,
+    links: FxHashSet<(u32, u32, u32)>,
+    /// Directed links and their bandwidths, and how many of the plan's connections (one
+    /// replica) cross each.
+    link_gbps: std::collections::HashMap<(u32, u32), f64>,
+    crossing: HashMap<(u32, u32), u32>,
+    routes: Vec<Route<'a>>,
+    /// Every step (rank, block, step), rank by rank, block by block, and each block's
+    /// first step's place in that list.
+    ids: Vec<(usize, usize, usize)>,
+    first_of: Vec<Vec<usize>>,
+    /// What each step waits for, and the send it takes its message from.
+    preds: Vec<Vec<usize>>,
+    matched: Vec<Option<usize>>,
+}
+
+impl<'a> Wired<'a> {
+    /// `Err` when the plan does not fit the topology or its connections name steps it
+    /// does not have.
+    pub fn new(plan: &'a Plan, topo: &'a Topology, direct_reads: bool) -> Result<Self, String> {
+        let n = plan.n_ranks;
+        if n > topo.n_ranks() {
+            return Err(format!(
+                "the plan has {n} ranks, the topology {}",
+                topo.n_ranks()
+            ));
+        }
+        let wiring = braid_plan::wiring::links(plan);
+        let direct = if direct_reads {
+            braid_plan::direct::direct_over(plan, &wiring)
+        } else {
+            braid_plan::direct::Direct::default()
+        };
+        let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
+        let mut heads: HashMap<(u32, u32, u32), (usize, usize)> = HashMap::default();
+        let mut links: FxHashSet<(u32, u32, u32)> = Default::default();
+        for c in braid_plan::direct::chains(plan, &direct) {
+            let (hb, hs) = c.steps[0];
+            let ops = c.operands(plan);
+            if ops <= FUSE_MAX {
+                let sharing = if c.splits { c.steps.len() } else { 1 };
+                heads.insert((c.rank, hb, hs), (ops, sharing));
+                links.extend(c.steps[1..].iter().map(|&(b, s)| (c.rank, b, s)));
+            }
+        }
+        let hops =
+            |s: u32, r: u32| -> Vec<(u32, u32)> { topo.path(s, r).hops_directed().collect() };
+        let mut crossing: HashMap<(u32, u32), u32> = HashMap::default();
+        for l in &wiring {
+            for h in hops(l.sender_rank, l.receiver_rank) {
+                *crossing.entry(h).or_insert(0) += 1;
+            }
+        }
+        let routes = wiring
+            .iter()
+            .filter_map(|l| {
+                let (Some(s), Some(_)) = (l.sender, l.receiver) else {
+                    return None;
+                };
+                Some(Route {
+                    sender: s,
+                    path: topo.path(l.sender_rank, l.receiver_rank),
+                    hops: hops(l.sender_rank, l.receiver_rank),
+                    net: topo.node_of(l.sender_rank) != topo.node_of(l.receiver_rank),
+                })
+            })
+            .collect();
+        // Steps in an order every input is ready by: Kahn's algorithm over block order,
+        // dependencies, and send -> matching receive.
+        let ids: Vec<(usize, usize, usize)> = plan
+            .ranks
+            .iter()
+            .enumerate()
+            .flat_map(|(ri, r)| {
+                r.blocks
+                    .iter()
+                    .enumerate()
+                    .flat_map(move |(bi, b)| (0..b.steps.len()).map(move |si| (ri, bi, si)))
+            })
+            .collect();
+        // Each block's first step's place in `ids` (steps are listed rank by rank, block
+        // by block): a step's place is its block's plus its index.
+        let mut first_of: Vec<Vec<usize>> = Vec::with_capacity(plan.ranks.len());
+        let mut next = 0;
+        for r in &plan.ranks {
+            first_of.push(
+                r.blocks
+                    .iter()
+                    .map(|b| {
+                        let at = next;
+                        next += b.steps.len();
+                        at
+                    })
+                    .collect(),
+            );
+        }
+        let index = |ri: usize, bi: usize, si: usize| -> Option<usize> {
+            let steps = plan.ranks.get(ri)?.blocks.get(bi)?.steps.len();
+            (si < steps).then(|| first_of[ri][bi] + si)
+        };
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
+        // The send step each receiving step takes its message from.
+        let mut matched: Vec<Option<usize>> = vec![None; ids.len()];
+        for l in &wiring {
+            let (Some((sr, sb)), Some((rr, rb))) = (l.sender, l.receiver) else {
+                continue;
+            };
+            for (&s, &r) in l.sends.iter().zip(&l.recvs) {
+                if direct.recvs.contains_key(&at(rr, rb, r)) {
+                    // The receiver reads the sender's `in`: it waits for nothing of the
+                    // send.
+                    continue;
+                }
+                let (Some(si), Some(ri)) = (index(sr, sb, s), index(rr, rb, r)) else {
+                    return Err("a connection's send or receive is not a step of the plan".into());
+                };
+                preds[ri].push(si);
+                matched[ri] = Some(si);
+            }
+        }
+        for (i, &(ri, bi, si)) in ids.iter().enumerate() {
+            if si > 0 {
+                preds[i].push(i - 1);
+            }
+            for d in &plan.ranks[ri].blocks[bi].steps[si].deps {
+                if let Some(j) = index(ri, d.block as usize, d.step as usize) {
+                    preds[i].push(j);
+                }
+            }
+        }
+        Ok(Wired {
+            plan,
+            direct_reads,
+            direct,
+            heads,
+            links,
+            link_gbps: topo.directed_bandwidths(),
+            crossing,
+            routes,
+            ids,
+            first_of,
+            preds,
+            matched,
+        })
     }
+
+    /// [`predict_below`] of `call` on this plan; `call.direct` must be what this was made
+    /// for.
+    pub fn price(&self, profile: &Profile, call: &Call, limit: f64) -> Result<Priced, String> {
+        debug_assert_eq!(call.direct, self.direct_reads);
+        price(self, profile, call, limit)
+    }
+}
+
+/// [`Wired::price`].
+fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced, String> {
+    let Wired {
+        plan,
+        direct,
+        heads,
+        links,
+        ids,
+        first_of,
+        preds,
+        matched,
+        ..
+    } = w;
+    let plan: &Plan = plan;
+    let n = plan.n_ranks;
     let proto = call.protocol;
     let replicas = call.replicas.max(1);
     let chunk = chunk_bytes(plan, call.bytes, call.elem).div_ceil(u64::from(replicas));
-    let wiring = braid_plan::wiring::links(plan);
-    let direct = if call.direct {
-        braid_plan::direct::direct_over(plan, &wiring)
-    } else {
-        braid_plan::direct::Direct::default()
-    };
-    if let Some(p) = crate::flat::predict(plan, profile, call, &direct) {
+    if let Some(p) = crate::flat::predict(plan, profile, call, direct) {
         return Ok(Priced::Predicted(p));
     }
     let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
-    // Chains run as one pass: each head with the operands it reads and the blocks that
-    // may share its pass (1: the head alone), and the links.
-    let mut heads: HashMap<(u32, u32, u32), (usize, usize)> = HashMap::default();
-    let mut links: FxHashSet<(u32, u32, u32)> = Default::default();
-    for c in braid_plan::direct::chains(plan, &direct) {
-        let (hb, hs) = c.steps[0];
-        let ops = c.operands(plan);
-        if ops <= FUSE_MAX {
-            let sharing = if c.splits { c.steps.len() } else { 1 };
-            heads.insert((c.rank, hb, hs), (ops, sharing));
-            links.extend(c.steps[1..].iter().map(|&(b, s)| (c.rank, b, s)));
-        }
-    }
-
-    // Directed links and how many connections of the call cross each.
-    let link_gbps = topo.directed_bandwidths();
-    let hops = |s: u32, r: u32| -> Vec<(u32, u32)> { topo.path(s, r).hops_directed().collect() };
-    let mut crossing: HashMap<(u32, u32), u32> = HashMap::default();
-    for l in &wiring {
-        for h in hops(l.sender_rank, l.receiver_rank) {
-            *crossing.entry(h).or_insert(0) += replicas;
-        }
-    }
     let eff = profile.efficiency.get(proto);
     let block = profile.block_gbps.get(proto);
     let mut conns: HashMap<(usize, usize), Conn> = HashMap::default(); // keyed by sender end
-    for l in &wiring {
-        let (Some(s), Some(_)) = (l.sender, l.receiver) else {
-            continue;
-        };
-        let path = topo.path(l.sender_rank, l.receiver_rank);
-        let share = hops(l.sender_rank, l.receiver_rank)
+    for r in &w.routes {
+        let path = r.path;
+        let share = r
+            .hops
             .iter()
             .map(|h| {
-                link_gbps.get(h).copied().unwrap_or(path.bandwidth_gbps)
-                    / f64::from(crossing[h].max(1))
+                w.link_gbps.get(h).copied().unwrap_or(path.bandwidth_gbps)
+                    / f64::from((w.crossing[h] * replicas).max(1))
             })
             .fold(f64::INFINITY, f64::min);
         let share = if profile.shared_gbps.get(proto) > 0.0 {
@@ -297,76 +452,13 @@ pub fn predict_below(
             path.bandwidth_gbps
         };
         conns.insert(
-            s,
+            r.sender,
             Conn {
                 link_gbps: share * eff,
                 latency_us: path.latency_us + profile.hop_us.get(path.class, proto),
-                net: topo.node_of(l.sender_rank) != topo.node_of(l.receiver_rank),
+                net: r.net,
             },
         );
-    }
-
-    // Steps in an order every input is ready by: Kahn's algorithm over block order,
-    // dependencies, and send -> matching receive.
-    let ids: Vec<(usize, usize, usize)> = plan
-        .ranks
-        .iter()
-        .enumerate()
-        .flat_map(|(ri, r)| {
-            r.blocks
-                .iter()
-                .enumerate()
-                .flat_map(move |(bi, b)| (0..b.steps.len()).map(move |si| (ri, bi, si)))
-        })
-        .collect();
-    // Each block's first step's place in `ids` (steps are listed rank by rank, block by
-    // block): a step's place is its block's plus its index.
-    let mut first_of: Vec<Vec<usize>> = Vec::with_capacity(plan.ranks.len());
-    let mut next = 0;
-    for r in &plan.ranks {
-        first_of.push(
-            r.blocks
-                .iter()
-                .map(|b| {
-                    let at = next;
-                    next += b.steps.len();
-                    at
-                })
-                .collect(),
-        );
-    }
-    let index = |ri: usize, bi: usize, si: usize| -> Option<usize> {
-        let steps = plan.ranks.get(ri)?.blocks.get(bi)?.steps.len();
-        (si < steps).then(|| first_of[ri][bi] + si)
-    };
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
-    // The send step each receiving step takes its message from.
-    let mut matched: Vec<Option<usize>> = vec![None; ids.len()];
-    for l in &wiring {
-        let (Some((sr, sb)), Some((rr, rb))) = (l.sender, l.receiver) else {
-            continue;
-        };
-        for (&s, &r) in l.sends.iter().zip(&l.recvs) {
-            if direct.recvs.contains_key(&at(rr, rb, r)) {
-                // The receiver reads the sender's `in`: it waits for nothing of the send.
-                continue;
-            }
-            let (Some(si), Some(ri)) = (index(sr, sb, s), index(rr, rb, r)) else {
-                return Err("a connection's send or receive is not a step of the plan".into());
-            };
-            preds[ri].push(si);
-            matched[ri] = Some(si);
-        }
-    }
-    for (i, &(ri, bi, si)) in ids.iter().enumerate() {
-        if si > 0 {
-            preds[i].push(i - 1);
-        }
-        for d in &plan.ranks[ri].blocks[bi].steps[si].deps {
-            if let Some(j) = index(ri, d.block as usize, d.step as usize) {
-                preds[i].push(j);
-            }
-        }
     }
     // A tiled plan (MSCCL's model) runs its blocks' steps once per tile of the share,
     // each tile of a chunk one FIFO slot (the profile's slice): step `s` of tile `k`

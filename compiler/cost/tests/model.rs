@@ -1081,3 +1081,53 @@ fn staged_steps_cost_the_cores_every_copy_the_host_makes() {
     let q = predict(ring, &t, &gpu_like, &call).unwrap().total_us;
     assert!(q < p * 0.6, "{q} against {p}");
 }
+
+/// Options priced together, as the runtime's selection prices them (each plan's wiring
+/// made once for its calls with direct reads and once for those without), cost what each
+/// costs priced alone; and direct reads change some plan's price, so a wiring shared
+/// across the two kinds of call would show.
+#[test]
+fn options_priced_together_cost_what_each_costs_alone() {
+    use braid_cost::near::{price_near, Offer};
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let profile = Profile::default();
+    for bytes in [8u64, 1 << 20, 64 << 20] {
+        let mut offers = Vec::new();
+        for p in &ps {
+            for direct in [false, true] {
+                for replicas in [1, 2] {
+                    for protocol in [Protocol::Simple, Protocol::Ll] {
+                        offers.push(Offer {
+                            plan: p,
+                            call: Call {
+                                bytes,
+                                elem: 4,
+                                protocol,
+                                replicas,
+                                direct,
+                                together: direct,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        let together = price_near(&offers, &t, &profile, f64::INFINITY);
+        let mut direct_differs = false;
+        for (o, got) in offers.iter().zip(&together) {
+            let alone = predict(o.plan, &t, &profile, &o.call).unwrap().total_us;
+            let got = got.clone().expect("every option priced").unwrap();
+            assert_eq!(got, alone, "{} {bytes} B {:?}", o.plan.name, o.call);
+            let other = Call {
+                direct: !o.call.direct,
+                together: !o.call.direct,
+                ..o.call
+            };
+            direct_differs |= predict(o.plan, &t, &profile, &other).unwrap().total_us != alone;
+        }
+        assert!(
+            direct_differs,
+            "{bytes} B: no plan priced differently with direct reads"
+        );
+    }
+}
