@@ -399,10 +399,16 @@ impl<'a> Wired<'a> {
         })
     }
 
-    /// [`predict_below`] of `call` on this plan; `call.direct` must be what this was made
-    /// for.
+    /// [`predict_below`] of `call` on this plan; `Err` also when `call.direct` is not the
+    /// kind of call this was made for.
     pub fn price(&self, profile: &Profile, call: &Call, limit: f64) -> Result<Priced, String> {
-        debug_assert_eq!(call.direct, self.direct_reads);
+        if call.direct != self.direct_reads {
+            return Err(format!(
+                "a call with direct reads {} priced on a wiring made for calls {} them",
+                if call.direct { "on" } else { "off" },
+                if self.direct_reads { "with" } else { "without" }
+            ));
+        }
         price(self, profile, call, limit)
     }
 }
