@@ -260,13 +260,16 @@ pub struct Wired<'a> {
     link_gbps: std::collections::HashMap<(u32, u32), f64>,
     crossing: HashMap<(u32, u32), u32>,
     routes: Vec<Route<'a>>,
-    /// Every step (rank, block, step), rank by rank, block by block, and each block's
-    /// first step's place in that list.
+    /// Every step (rank, block, step), rank by rank, block by block.
     ids: Vec<(usize, usize, usize)>,
-    first_of: Vec<Vec<usize>>,
     /// What each step waits for, and the send it takes its message from.
     preds: Vec<Vec<usize>>,
     matched: Vec<Option<usize>>,
+    /// Per step: its block's last step, and for a block's last step its first (`MAX`
+    /// for the others); what each step is waited for by.
+    block_last: Vec<usize>,
+    block_first: Vec<usize>,
+    step_succs: Vec<Vec<usize>>,
 }
 
 impl<'a> Wired<'a> {
@@ -383,6 +386,23 @@ impl<'a> Wired<'a> {
                 }
             }
         }
+        // Per step: its block's last step, and for a block's last step its first (a block's
+        // first step of tile `k` waits for its last of tile `k - 1`).
+        let mut block_last = vec![0usize; ids.len()];
+        let mut block_first = vec![usize::MAX; ids.len()];
+        for (i, &(ri, bi, si)) in ids.iter().enumerate() {
+            let last = first_of[ri][bi] + plan.ranks[ri].blocks[bi].steps.len() - 1;
+            block_last[i] = last;
+            if si == 0 {
+                block_first[last] = i;
+            }
+        }
+        let mut step_succs: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
+        for (i, p) in preds.iter().enumerate() {
+            for &j in p {
+                step_succs[j].push(i);
+            }
+        }
         Ok(Wired {
             plan,
             direct_reads,
@@ -393,9 +413,11 @@ impl<'a> Wired<'a> {
             crossing,
             routes,
             ids,
-            first_of,
             preds,
             matched,
+            block_last,
+            block_first,
+            step_succs,
         })
     }
 
@@ -421,9 +443,11 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         heads,
         links,
         ids,
-        first_of,
         preds,
         matched,
+        block_last,
+        block_first,
+        step_succs,
         ..
     } = w;
     let plan: &Plan = plan;
@@ -480,23 +504,6 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         (1, chunk)
     };
     let tile_bytes = |k: usize| per_tile.min(chunk.saturating_sub(k as u64 * per_tile));
-    // Per step: its block's last step, and for a block's last step its first (a block's
-    // first step of tile `k` waits for its last of tile `k - 1`).
-    let mut block_last = vec![0usize; ids.len()];
-    let mut block_first = vec![usize::MAX; ids.len()];
-    for (i, &(ri, bi, si)) in ids.iter().enumerate() {
-        let last = first_of[ri][bi] + plan.ranks[ri].blocks[bi].steps.len() - 1;
-        block_last[i] = last;
-        if si == 0 {
-            block_first[last] = i;
-        }
-    }
-    let mut step_succs: Vec<Vec<usize>> = vec![Vec::new(); ids.len()];
-    for (i, p) in preds.iter().enumerate() {
-        for &j in p {
-            step_succs[j].push(i);
-        }
-    }
     // Units tile by tile: the simulation goes through the tiles roughly in order, so
     // what it touches next lies close by.
     let steps = ids.len();
