@@ -18,6 +18,23 @@ pub const COPY_SOURCE: &str = include_str!("../../../kernels_templates/roofline_
 const COPY_ENTRY: &str = "braid_roofline_copy";
 const THREADS: u32 = 512;
 
+/// The largest copy timed as it is. A larger one is timed at this size and its time scaled
+/// by the bytes: this far past every cache a copy runs at its full rate, so its time grows
+/// with its bytes, and the roofline then never allocates a path's whole traffic twice (a
+/// one-shot all-reduce of 1 GiB on 8 ranks of one GPU moves 56 GiB, more than the GPU
+/// holds).
+pub const TIMED_MAX: usize = 1 << 30;
+
+/// The bytes to time for a copy of `bytes`, and the factor that scales that copy's time
+/// to `bytes`'.
+pub fn timed(bytes: usize) -> (usize, f64) {
+    if bytes <= TIMED_MAX {
+        (bytes, 1.0)
+    } else {
+        (TIMED_MAX, bytes as f64 / TIMED_MAX as f64)
+    }
+}
+
 /// One copy's time both ways.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CopyTime {
@@ -69,7 +86,8 @@ impl Copier {
 
     /// The time to copy `bytes` from GPU `src` to GPU `dst` (the same GPU: device to
     /// device), each way: `iters` copies back to back between two events, the median of
-    /// `runs` such runs. Zero bytes take no time.
+    /// `runs` such runs. Zero bytes take no time; more than [`TIMED_MAX`] are timed at
+    /// that size and scaled ([`timed`]).
     pub fn time(
         &mut self,
         src: usize,
@@ -91,6 +109,7 @@ impl Copier {
                 kernel: Duration::ZERO,
             });
         }
+        let (bytes, scale) = timed(bytes);
         let (func, sms) = self.kernel(src)?;
         let (cs, cd) = (&self.ctxs[src], &self.ctxs[dst]);
         if src != dst {
@@ -127,8 +146,8 @@ impl Copier {
             Ok(())
         };
         let t = CopyTime {
-            engine: time_on(&stream, &engine, iters, runs)?,
-            kernel: time_on(&stream, &kernel, iters, runs)?,
+            engine: time_on(&stream, &engine, iters, runs)?.mul_f64(scale),
+            kernel: time_on(&stream, &kernel, iters, runs)?.mul_f64(scale),
         };
         stream.synchronize()?;
         Ok(t)
@@ -192,4 +211,23 @@ fn time_on(
     }
     per.sort();
     Ok(per[per.len() / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_past_the_largest_timed_are_scaled_from_it() {
+        assert_eq!(timed(0), (0, 1.0));
+        assert_eq!(timed(TIMED_MAX), (TIMED_MAX, 1.0));
+        // A one-shot all-reduce of 1 GiB on 8 ranks of one GPU: every rank's input to
+        // each of the 7 others.
+        let (b, scale) = timed(56 << 30);
+        assert_eq!(b, TIMED_MAX);
+        assert_eq!(scale, 56.0);
+        let (b, scale) = timed(TIMED_MAX + TIMED_MAX / 2);
+        assert_eq!(b, TIMED_MAX);
+        assert_eq!(scale, 1.5);
+    }
 }
