@@ -18,6 +18,10 @@
 //! - A block starts when its thread wakes (`block_us`, 0 on GPUs): a rank's call wakes
 //!   its blocks one after another, the `b`-th `(b + 1) * block_us` into the call, and a
 //!   block whose first step waits for another block's is woken again when that ends.
+//!   Where one process issues the calls of ranks that share a GPU, each rank's blocks
+//!   start after its own launch: rank `r` beyond the first two `(r - 1) * rank_us` into
+//!   the call ([`Profile::ranks_us`]), so a plan whose later ranks wait for messages
+//!   anyway hides it and one whose every rank waits for every other pays all of it.
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
 //!   (a start cost per block, `block_work_us` by the blocks it starts or else
@@ -451,7 +455,6 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         ..
     } = w;
     let plan: &Plan = plan;
-    let n = plan.n_ranks;
     let proto = call.protocol;
     let replicas = call.replicas.max(1);
     let chunk = chunk_bytes(plan, call.bytes, call.elem).div_ceil(u64::from(replicas));
@@ -660,12 +663,18 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     let per_step: Vec<(Slices, Slices)> = (0..steps)
         .map(|i| (slices_of(i, 0), slices_of(i, tiles - 1)))
         .collect();
+    // Where one process issues the ranks' launches one after another (ranks sharing a
+    // GPU), a rank's blocks start only once its own launch is issued: the ranks beyond
+    // the first two (whose launch `call_us` includes) each after one more `rank_us`. A
+    // plan whose later ranks wait anyway (a chain) hides it; one whose every rank waits
+    // for every other (a ring) pays all of it.
+    let issued = |r: usize| profile.ranks_us(proto, r as u32 + 1);
     for i in 0..steps {
         if ids[i].2 == 0 {
             // The block starts: on the host a thread wakes, once for the cores, and after
             // the rank's earlier blocks' threads (they are woken one after another).
             work += block_work_us;
-            in_turn[block_last[i]] += block_us * (ids[i].1 + 1) as f64;
+            in_turn[block_last[i]] += block_us * (ids[i].1 + 1) as f64 + issued(ids[i].0);
         }
         if info[i].skipped {
             continue;
@@ -697,7 +706,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     };
     let launch = profile.launch_block_us.get(proto)
         * launched_blocks(plan, replicas, profile.shared_gbps.get(proto) > 0.0) as f64;
-    let fixed = profile.call_us.get(proto) + profile.ranks_us(proto, n) + launch;
+    let fixed = profile.call_us.get(proto) + launch;
     let bound = fixed + in_turn.iter().copied().fold(busy.max(shared), f64::max);
     if bound >= limit {
         return Ok(Priced::Above(bound));
@@ -742,7 +751,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             // rank's earlier blocks (the rank's call wakes them one after another), and,
             // where it waited for another block's step (`t > 0`: with `block_us > 0`
             // every step ends after 0), again after that step.
-            let woken = block_us * (ids[i].1 + 1) as f64;
+            let woken = block_us * (ids[i].1 + 1) as f64 + issued(ids[i].0);
             t = if t > 0.0 {
                 woken.max(t + block_us)
             } else {
