@@ -57,3 +57,22 @@ for sel in sorted(glob.glob(os.path.join(out, "*.selected.json"))):
               f"as selected {r['time_us']:.1f} us; best measured {best_at[s]:.1f} us (x{ratio:.2f})")
     print(f"selection, {c}: within 5% of the best measured plan at {within}/{n} sizes; "
           f"at most x{worst_fixed:.2f} the best fixed plan ({fixed})")
+# How well the machine repeats itself: the selected choice timed twice, once in the plans'
+# sweep and once as the selection (two invocations, minutes apart), where both ran it.
+# The model is scored against one of the two; their difference is the noise it cannot
+# beat.
+again = []
+for sel in sorted(glob.glob(os.path.join(out, "*.selected.json"))):
+    c = os.path.basename(sel).split(".")[0]
+    swept = {}
+    for f in glob.glob(os.path.join(out, f"{c}.plan.*.json")):
+        for r in rows(f):
+            swept[(r["plan"], r["replicas"], r["protocol"], r["size"])] = r["time_us"]
+    for r in rows(sel):
+        t = swept.get((r["plan"], r["replicas"], r["protocol"], r["size"]))
+        if t:
+            again.append(abs(r["time_us"] - t) / t)
+if again:
+    print(f"the same choice timed twice (plans' sweep, selection): median difference "
+          f"{statistics.median(again)*100:.0f}%, max {max(again)*100:.0f}%, above 15%: "
+          f"{sum(x > 0.15 for x in again)}/{len(again)}")
