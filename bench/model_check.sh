@@ -15,6 +15,10 @@
 #   RANKS=N               ranks (default 4)
 #   COLLECTIVES="..."     default: allreduce allgather reduce_scatter
 #   MIN=8 MAX=1G FACTOR=8 the sweep; ITERS=10, WARMUP=2, RUNS=3
+#   ROUNDS=1              sweeps of every plan and the selection, one after another; with
+#                         more, each row's time is the median of its rounds (each round
+#                         in OUT_DIR/roundK/), so a slow minute of the machine moves one
+#                         round of one plan, not the comparison
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-bench/model-$(date +%Y%m%d-%H%M%S)}"
@@ -38,27 +42,33 @@ cat "$out/tune.err"
 export BRAID_PROFILE="$profile"
 sweep=(--backend "$backend" --topo "$topo" -e "${MAX:-1G}" -f "${FACTOR:-8}"
     -n "${ITERS:-10}" -w "${WARMUP:-2}" --runs "${RUNS:-3}" --predict "${procs[@]}")
-for c in ${COLLECTIVES:-allreduce allgather reduce_scatter}; do
-    # The smallest call: MIN bytes (default 8), at least one f32 element per rank where
-    # the buffer is split among the ranks.
-    min="${MIN:-8}"
-    case "$c" in allgather | reduce_scatter | alltoall) [ "$min" -ge $((ranks * 4)) ] || min=$((ranks * 4)) ;; esac
-    # Every shipped plan the model can price for this collective on this topology.
-    plans=$("$braid" explain "$c" --size 1M --topo "$topo" --profile "$profile" |
-        awk 'NR > 1 && / us / { print $1 }' | sort -u)
-    for p in $plans; do
-        "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --algo "$p" --json "$out/$c.plan.$p.json" \
-            >"$out/$c.plan.$p.txt" 2>&1 || echo "$c $p: failed (see $out/$c.plan.$p.txt)"
+rounds="${ROUNDS:-1}"
+for round in $(seq 1 "$rounds"); do
+    dest="$out"
+    if [ "$rounds" -gt 1 ]; then dest="$out/round$round"; mkdir -p "$dest"; fi
+    for c in ${COLLECTIVES:-allreduce allgather reduce_scatter}; do
+        # The smallest call: MIN bytes (default 8), at least one f32 element per rank where
+        # the buffer is split among the ranks.
+        min="${MIN:-8}"
+        case "$c" in allgather | reduce_scatter | alltoall) [ "$min" -ge $((ranks * 4)) ] || min=$((ranks * 4)) ;; esac
+        # Every shipped plan the model can price for this collective on this topology.
+        plans=$("$braid" explain "$c" --size 1M --topo "$topo" --profile "$profile" |
+            awk 'NR > 1 && / us / { print $1 }' | sort -u)
+        for p in $plans; do
+            "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --algo "$p" --json "$dest/$c.plan.$p.json" \
+                >"$dest/$c.plan.$p.txt" 2>&1 || echo "$c $p: failed (see $dest/$c.plan.$p.txt)"
+        done
+        # The imported MSCCL algorithms for this collective and rank count (in place: how
+        # MSCCL's programs are written).
+        for x in tests/msccl/corpus/msccl-tools-examples/*.xml; do
+            name=$(basename "$x" .xml)
+            case "$name" in "$c"_*_"${ranks}"r_*|"$c"_*_"${ranks}"r) ;; *) continue ;; esac
+            "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode inplace --plan "$x" --json "$dest/$c.xml.$name.json" \
+                >"$dest/$c.xml.$name.txt" 2>&1 || echo "$c $name: did not run (see $dest/$c.xml.$name.txt)"
+        done
+        "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --json "$dest/$c.selected.json" >"$dest/$c.selected.txt" 2>&1 ||
+            echo "$c selection: failed (see $dest/$c.selected.txt)"
     done
-    # The imported MSCCL algorithms for this collective and rank count (in place: how
-    # MSCCL's programs are written).
-    for x in tests/msccl/corpus/msccl-tools-examples/*.xml; do
-        name=$(basename "$x" .xml)
-        case "$name" in "$c"_*_"${ranks}"r_*|"$c"_*_"${ranks}"r) ;; *) continue ;; esac
-        "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode inplace --plan "$x" --json "$out/$c.xml.$name.json" \
-            >"$out/$c.xml.$name.txt" 2>&1 || echo "$c $name: did not run (see $out/$c.xml.$name.txt)"
-    done
-    "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --json "$out/$c.selected.json" >"$out/$c.selected.txt" 2>&1 ||
-        echo "$c selection: failed (see $out/$c.selected.txt)"
 done
+if [ "$rounds" -gt 1 ]; then python3 bench/model_merge.py "$out"; fi
 python3 bench/model_summary.py "$out" | tee "$out/summary.txt"
