@@ -668,13 +668,16 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     // the first two (whose launch `call_us` includes) each after one more `rank_us`. A
     // plan whose later ranks wait anyway (a chain) hides it; one whose every rank waits
     // for every other (a ring) pays all of it.
-    let issued = |r: usize| profile.ranks_us(proto, r as u32 + 1);
+    // When step `i`'s block wakes, if it is the block's first: after the rank's earlier
+    // blocks' threads on the host, and after the rank's launch.
+    let woken =
+        |i: usize| block_us * (ids[i].1 + 1) as f64 + profile.ranks_us(proto, ids[i].0 as u32 + 1);
     for i in 0..steps {
         if ids[i].2 == 0 {
             // The block starts: on the host a thread wakes, once for the cores, and after
             // the rank's earlier blocks' threads (they are woken one after another).
             work += block_work_us;
-            in_turn[block_last[i]] += block_us * (ids[i].1 + 1) as f64 + issued(ids[i].0);
+            in_turn[block_last[i]] += woken(i);
         }
         if info[i].skipped {
             continue;
@@ -751,11 +754,10 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             // rank's earlier blocks (the rank's call wakes them one after another), and,
             // where it waited for another block's step (`t > 0`: with `block_us > 0`
             // every step ends after 0), again after that step.
-            let woken = block_us * (ids[i].1 + 1) as f64 + issued(ids[i].0);
             t = if t > 0.0 {
-                woken.max(t + block_us)
+                woken(i).max(t + block_us)
             } else {
-                woken
+                woken(i)
             };
         }
         let start = t;
