@@ -1,53 +1,61 @@
 #!/usr/bin/env python3
 # Re-prices a bench/model_check.sh run (its OUT_DIR) with another build or profile,
-# without a GPU: the model's error over every all-reduce plan row measured there, and
-# the selection at each size against the best measured plan, as `braid explain` would
-# choose with BLOCKS thread blocks per rank (the runtime's grant: half the GPU's 66 among
-# the ranks on it).
+# without a GPU: the model's error over every shipped plan's row measured there (each with
+# the replicas and protocol it ran), and the selection at each size against the best
+# measured plan, as `braid explain` would choose.
 #
-# Usage: bench/model_reprice.py OUT_DIR TOPO BLOCKS BRAID PROFILE
-import glob, json, statistics, subprocess, sys
+# Usage: bench/model_reprice.py OUT_DIR TOPO BRAID PROFILE [BLOCKS]
+#   BLOCKS: thread blocks one rank may use (`braid explain --blocks`; default: explain's)
+import glob, json, os, re, statistics, subprocess, sys
 
 
-def explain(braid, prof, topo, size, blocks, extra=()):
-    args = [braid, "explain", "allreduce", "--size", str(size), "--topo", topo,
-            "--profile", prof, "--blocks", str(blocks), *extra]
-    return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+def main(d, topo, braid, prof, blocks=None):
+    cache = {}
 
+    def explain(coll, size, extra=()):
+        key = (coll, size, *extra)
+        if key not in cache:
+            args = [braid, "explain", coll, "--size", str(size), "--topo", topo, "--profile", prof]
+            if blocks:
+                args += ["--blocks", str(blocks)]
+            out = subprocess.run([*args, *extra], capture_output=True, text=True, check=True).stdout
+            sel, prices = None, {}
+            for line in out.splitlines():
+                m = re.match(r"selected: (\S+) x(\d+) (\S+)", line)
+                if m:
+                    sel = (m.group(1), int(m.group(2)), m.group(3))
+                m = re.match(r"\s+(\S+) x(\d+) (\S+)\s+([\d.]+) us", line)
+                if m:
+                    prices[(m.group(1), int(m.group(2)), m.group(3))] = float(m.group(4))
+            cache[key] = (sel, prices)
+        return cache[key]
 
-def price(out, plan):
-    for line in out.splitlines()[1:]:
-        f = line.split()
-        if f and f[0] == plan and "us" in f:
-            return float(f[f.index("us") - 1])
-    return None
-
-
-def main(d, topo, blocks, braid, prof):
-    errs, per_choice, best = [], {}, {}
-    for f in sorted(glob.glob(d + "/allreduce.plan.*.json")):
+    errs, measured = [], {}
+    for f in sorted(glob.glob(os.path.join(d, "*.plan.*.json"))):
+        coll = json.load(open(f))["collective"]
         for r in json.load(open(f))["rows"]:
-            plan, s = r["plan"], r["size"]
-            per_choice[(plan, r["replicas"], r["protocol"], s)] = r["time_us"]
-            best[s] = min(best.get(s, float("inf")), r["time_us"])
-            p = price(explain(braid, prof, topo, s, blocks,
-                              ["--replicas", str(r["replicas"]), "--proto", r["protocol"]]), plan)
+            choice, s = (r["plan"], r["replicas"], r["protocol"]), r["size"]
+            measured.setdefault((coll, s), {})[choice] = r["time_us"]
+            p = explain(coll, s, ("--replicas", str(r["replicas"]), "--proto", r["protocol"]))[1].get(choice)
             if p is not None:
-                errs.append((abs(p - r["time_us"]) / r["time_us"], plan, s))
+                errs.append((abs(p - r["time_us"]) / r["time_us"], coll, r["plan"], s, r["time_us"], p))
     a = [e[0] for e in errs]
-    worst = max(errs)
-    print(f"error: median {statistics.median(a) * 100:.0f}%, max {worst[0] * 100:.0f}% "
-          f"({worst[1]} at {worst[2]} B), within 15%: {sum(x <= 0.15 for x in a)}/{len(a)}, "
-          f"above 35%: {sum(x > 0.35 for x in a)}")
-    ok = 0
-    for s in sorted(best):
-        sel = explain(braid, prof, topo, s, blocks).splitlines()[0].split()
-        plan, rep, proto = sel[1], int(sel[2][1:]), sel[3]
-        t = per_choice.get((plan, rep, proto, s))
-        ok += t is not None and t <= best[s] * 1.05
-        ratio = "not measured" if t is None else f"x{t / best[s]:.2f} the best"
-        print(f"  {s:>10} B: {plan} x{rep} {proto}, {ratio}")
-    print(f"selection within 5% of the best measured plan: {ok}/{len(best)} sizes")
+    print(f"error: median {statistics.median(a) * 100:.0f}%, within 15%: "
+          f"{sum(x <= 0.15 for x in a)}/{len(a)}, above 35%: {sum(x > 0.35 for x in a)}")
+    for e in sorted(errs, reverse=True):
+        if e[0] > 0.35:
+            print(f"  {e[1]} {e[2]} at {e[3]} B: measured {e[4]:.1f} us, predicted {e[5]:.1f}")
+    ok = n = 0
+    for (coll, s), m in sorted(measured.items()):
+        sel = explain(coll, s)[0]
+        best = min(m.values())
+        t = m.get(sel)
+        n += 1
+        ok += t is not None and t <= best * 1.05
+        if t is None or t > best * 1.05:
+            ratio = "not measured" if t is None else f"x{t / best:.2f} the best"
+            print(f"  {coll} {s} B: {sel[0]} x{sel[1]} {sel[2]}, {ratio}")
+    print(f"selection within 5% of the best measured plan: {ok}/{n} sizes")
 
 
 if __name__ == "__main__":
