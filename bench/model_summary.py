@@ -76,3 +76,36 @@ if again:
     print(f"the same choice timed twice (plans' sweep, selection): median difference "
           f"{statistics.median(again)*100:.0f}%, max {max(again)*100:.0f}%, above 15%: "
           f"{sum(x > 0.15 for x in again)}/{len(again)}")
+# Where the run has rounds (ROUNDS=K, each in roundK/): what selection by measurement
+# would reach on this machine. Each round's fastest choice at each size (as an autotuner
+# that timed every plan once would pick), timed by the other rounds (their median): how
+# often it is within 5 % of their fastest. The model's selection above is scored the
+# same way against the rounds' medians; it cannot be asked to order plans more finely
+# than the machine repeats them.
+def choices(d):
+    m = {}
+    for f in glob.glob(os.path.join(d, "*.plan.*.json")):
+        j = json.load(open(f))
+        for r in j["rows"]:
+            m.setdefault((j["collective"], r["size"]), {})[(r["plan"], r["replicas"], r["protocol"])] = r["time_us"]
+    return m
+rounds = [choices(d) for d in sorted(glob.glob(os.path.join(out, "round*")))]
+if len(rounds) > 1:
+    ok = n = 0
+    worst = 1.0
+    for key in rounds[0]:
+        for k, mine in enumerate(rounds):
+            others = [o[key] for j, o in enumerate(rounds) if j != k and key in o]
+            if key not in mine or not others:
+                continue
+            pick = min(mine[key], key=mine[key].get)
+            med = {c: statistics.median(o[c] for o in others) for c in mine[key] if all(c in o for o in others)}
+            if pick not in med:
+                continue
+            ratio = med[pick] / min(med.values())
+            n += 1
+            ok += ratio <= 1.05
+            worst = max(worst, ratio)
+    if n:
+        print(f"selection by measurement (each round's fastest choice, timed by the other rounds): "
+              f"within 5% of their fastest at {ok}/{n} ({100 * ok / n:.0f}%), at most x{worst:.2f}")
