@@ -50,6 +50,13 @@ impl Request {
         self.direct && (self.mode == Mode::OutOfPlace || self.collective.is_rooted())
     }
 
+    /// Whether the call's prices skip the copies onto themselves of an in-place call
+    /// ([`Call::in_place`]): where every rank knows the call is in place, which of a rooted
+    /// collective only the root does (as for [`Request::direct_reads`]).
+    pub fn in_place(&self) -> bool {
+        self.mode == Mode::InPlace && !self.collective.is_rooted()
+    }
+
     /// The call this request makes of a plan run with `replicas` and `protocol`.
     pub fn call(&self, replicas: u32, protocol: Protocol) -> Call {
         Call {
@@ -59,6 +66,7 @@ impl Request {
             replicas,
             direct: self.direct_reads(),
             together: self.direct,
+            in_place: self.in_place(),
         }
     }
 }

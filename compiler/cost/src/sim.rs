@@ -92,6 +92,10 @@ pub struct Call {
     /// The ranks run in one launch (whether or not the call is out of place): a call in
     /// place may still run as a flat launch ([`crate::flat`]).
     pub together: bool,
+    /// Every rank's call is in place: its copies onto themselves
+    /// ([`braid_plan::direct::copies_onto_itself_in_place`], a broadcast root's own copy,
+    /// an all-gather's own chunk) cost nothing, as the backends skip them.
+    pub in_place: bool,
 }
 
 /// When one step of one block ran, in the simulation (µs from the call's start).
@@ -569,7 +573,10 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         .enumerate()
         .map(|(i, &(ri, bi, si))| {
             let step = &plan.ranks[ri].blocks[bi].steps[si];
-            let skipped = direct.sends.contains(&at(ri, bi, si)) || links.contains(&at(ri, bi, si));
+            let skipped = direct.sends.contains(&at(ri, bi, si))
+                || links.contains(&at(ri, bi, si))
+                || (call.in_place
+                    && braid_plan::direct::copies_onto_itself_in_place(plan, ri, step));
             // The step's memory accesses per byte (a chain's head reads every operand
             // once and writes the destination once). A block moves bytes at a rate per
             // access: its rate was measured on copies (2 accesses per byte), so a step

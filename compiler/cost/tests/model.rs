@@ -37,6 +37,7 @@ fn time(p: &braid_plan::Plan, t: &Topology, bytes: u64, protocol: Protocol, repl
             replicas,
             direct: false,
             together: false,
+            in_place: false,
         },
     )
     .unwrap()
@@ -275,6 +276,7 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
             replicas,
             direct: false,
             together: false,
+            in_place: false,
         };
         predict(ring, &t, profile, &call).unwrap().total_us
     };
@@ -323,6 +325,7 @@ fn each_launched_block_adds_its_cost() {
             replicas,
             direct: false,
             together: false,
+            in_place: false,
         };
         predict(ring, &t, profile, &call).unwrap().total_us
     };
@@ -410,6 +413,7 @@ fn direct_reads_skip_the_sends_and_their_memory_traffic() {
         replicas: 1,
         direct,
         together: direct,
+        in_place: false,
     };
     let fifo = predict(oop, &t, &profile, &call(false)).unwrap();
     let direct = predict(oop, &t, &profile, &call(true)).unwrap();
@@ -481,6 +485,7 @@ fn direct_chains_run_as_one_pass() {
         replicas: 1,
         direct,
         together: direct,
+        in_place: false,
     };
     let fused = predict(oop, &t, &profile, &call(true, bytes, Protocol::Simple)).unwrap();
     let chains = braid_plan::direct::chains(oop, &braid_plan::direct::direct(oop));
@@ -591,6 +596,69 @@ fn rooted_collectives_are_priced_alike_in_both_modes() {
     }
 }
 
+/// In place, an all-gather's copy of each rank's own chunk is a copy onto itself (NCCL
+/// puts an in-place `in` at the rank's place in `out`), which the backends skip: priced
+/// so, the call costs that copy less where the cores or the shared memory count it, and
+/// the steps that wait for it start earlier. A rooted collective keeps its root's copy
+/// (the other ranks cannot know the root's mode, and every rank must price alike).
+#[test]
+fn in_place_an_all_gathers_own_copy_costs_nothing() {
+    let (t, ps) = plans("nvswitch:4", Collective::Allgather);
+    let mut profile = Profile::default();
+    profile.shared_gbps.simple = 100.0;
+    let bytes = 64u64 << 20;
+    let price = |name: &str, in_place: bool| {
+        let call = Call {
+            bytes,
+            elem: 4,
+            protocol: Protocol::Simple,
+            replicas: 1,
+            direct: false,
+            together: false,
+            in_place,
+        };
+        predict(plan(&ps, name), &t, &profile, &call)
+            .unwrap()
+            .total_us
+    };
+    for name in ["ring_allgather", "direct_allgather"] {
+        let (out, inp) = (price(name, false), price(name, true));
+        // Out of place each rank's copy of its chunk (a quarter of the buffer, read and
+        // written) goes through the shared memory too: 4 * 2 * bytes / 4 in all.
+        let copies_us = 2.0 * bytes as f64 / (100.0 * 1e3);
+        assert!(inp < out, "{name}: in place {inp} us, out of place {out}");
+        assert!(
+            out - inp <= copies_us * 1.001,
+            "{name}: in place saves {} us, more than the copies' {copies_us}",
+            out - inp
+        );
+    }
+    let req = |c: Collective, mode: Mode| Request {
+        collective: c,
+        root: c.is_rooted().then_some(0),
+        mode,
+        bytes,
+        elem: 4,
+        direct: false,
+        ll128: false,
+    };
+    assert!(
+        req(Collective::Allgather, Mode::InPlace)
+            .call(1, Protocol::Simple)
+            .in_place
+    );
+    assert!(
+        !req(Collective::Allgather, Mode::OutOfPlace)
+            .call(1, Protocol::Simple)
+            .in_place
+    );
+    assert!(
+        !req(Collective::Broadcast, Mode::InPlace)
+            .call(1, Protocol::Simple)
+            .in_place
+    );
+}
+
 /// A call whose every rank's plan is a flat program ([`braid_plan::flat`]) and whose ranks
 /// launch together on one GPU is priced as a flat launch where the profile has a price
 /// for one: its launch plus its passes' bytes at the shared memory rate, whatever the
@@ -608,6 +676,7 @@ fn flat_launches_cost_their_launch_and_traffic() {
         replicas,
         direct,
         together: direct,
+        in_place: false,
     };
     let direct_bc = plan(&ps, "direct_broadcast");
     let big = 256u64 << 20;
@@ -684,6 +753,7 @@ fn a_flat_launch_costs_the_larger_of_the_hosts_and_the_gpus_shares() {
         replicas: 1,
         direct: true,
         together: true,
+        in_place: false,
     };
     let profile = Profile::shared_gpu();
     let host = profile.flat_call_us + profile.ranks_us(Protocol::Simple, 8);
@@ -719,6 +789,7 @@ fn a_flat_launch_pays_for_its_kernel_argument() {
         replicas: 1,
         direct: true,
         together: true,
+        in_place: false,
     };
     let shared = Profile::shared_gpu();
     let mut free = shared.clone();
@@ -761,6 +832,7 @@ fn each_rank_of_a_shared_launch_adds_its_cost() {
         replicas: 1,
         direct,
         together: direct,
+        in_place: false,
     };
     for (name, direct) in [("one_shot_oop_allreduce", true), ("ring_allreduce", false)] {
         let p = plan(&ps, name);
@@ -798,6 +870,7 @@ fn a_chain_hides_the_stagger_of_its_ranks_launches_and_a_ring_pays_it() {
         replicas: 1,
         direct: false,
         together: false,
+        in_place: false,
     };
     let cost = |c: Collective, name: &str, rank_us: f64| {
         let (t, ps) = plans("nvswitch:8", c);
@@ -926,6 +999,7 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
                                 replicas: r,
                                 direct: false,
                                 together: false,
+                                in_place: false,
                             };
                             let price = predict(p, &t, &profile, &call).unwrap().total_us;
                             let Priced::Above(bound) =
@@ -971,6 +1045,7 @@ fn simple_call(bytes: u64) -> Call {
         replicas: 1,
         direct: false,
         together: false,
+        in_place: false,
     }
 }
 
@@ -1135,6 +1210,7 @@ fn options_priced_together_cost_what_each_costs_alone() {
                                 replicas,
                                 direct,
                                 together: direct,
+                                in_place: false,
                             },
                         });
                     }
@@ -1150,6 +1226,7 @@ fn options_priced_together_cost_what_each_costs_alone() {
             let other = Call {
                 direct: !o.call.direct,
                 together: !o.call.direct,
+                in_place: false,
                 ..o.call
             };
             direct_differs |= predict(o.plan, &t, &profile, &other).unwrap().total_us != alone;

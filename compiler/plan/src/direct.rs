@@ -13,7 +13,7 @@
 //! pair into the same slices, and leaving a pair out of the FIFO on both ends keeps every
 //! other slice where it was.
 
-use crate::plan::{Plan, StepKind};
+use crate::plan::{Plan, Slice, Step, StepKind};
 use crate::wiring::Link;
 use braid_ir::{Buf, Collective};
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,6 +81,32 @@ pub fn identity_in_place(plan: &Plan, rank: usize) -> bool {
                         })
                 }
             })
+}
+
+/// Whether `step` of rank index `rank` copies bytes onto themselves when the call is in
+/// place, `in` and `out` aliased as NCCL aliases them: one buffer where they have as many
+/// chunks, a rank's `in` at its own place in `out` where `out` has `N` times its chunks
+/// (an all-gather), its `out` at its own place in `in` where `in` has (a reduce-scatter).
+/// The backends skip such a copy (a broadcast root's own copy, an all-gather's own chunk).
+pub fn copies_onto_itself_in_place(plan: &Plan, rank: usize, step: &Step) -> bool {
+    let (StepKind::Copy, Some(src), Some(dst), Some(rp)) =
+        (step.kind, step.src, step.dst, plan.ranks.get(rank))
+    else {
+        return false;
+    };
+    let (n, ic, oc, r) = (plan.n_ranks, plan.in_chunks, plan.out_chunks, rp.rank);
+    // A chunk's place in the larger of the two buffers, which the smaller lies within.
+    let place = |s: Slice| -> Option<u64> {
+        let at = u64::from(s.offset);
+        match s.buf {
+            Buf::Scratch => None,
+            Buf::In if n > 1 && oc == n * ic => Some(u64::from(r * ic) + at),
+            Buf::Out if n > 1 && ic == n * oc => Some(u64::from(r * oc) + at),
+            Buf::In | Buf::Out if ic == oc || n == 1 || oc == n * ic || ic == n * oc => Some(at),
+            _ => None,
+        }
+    };
+    src.count == dst.count && place(src).is_some() && place(src) == place(dst)
 }
 
 /// The pairs of `plan` that qualify (see the module docs).

@@ -262,3 +262,48 @@ fn only_a_broadcast_roots_copies_are_the_identity_in_place() {
         "in and out differ in size"
     );
 }
+
+/// The copies an in-place call skips: a broadcast root's own copy, an all-gather rank's
+/// copy of its `in` to its own place in `out` (where NCCL puts an in-place `in`); not a
+/// copy to another rank's place, nor anything a reduce-scatter or an all-reduce copies
+/// between chunks of different places.
+#[test]
+fn in_place_the_copies_onto_themselves_are_a_roots_own_and_an_all_gathers_own_chunk() {
+    use braid_plan::direct::copies_onto_itself_in_place as onto_itself;
+    let copies = |plan: &braid_plan::Plan| -> Vec<(usize, bool)> {
+        plan.ranks
+            .iter()
+            .enumerate()
+            .flat_map(|(r, rp)| {
+                rp.blocks
+                    .iter()
+                    .flat_map(move |b| b.steps.iter().map(move |s| (r, s)))
+            })
+            .filter(|(_, s)| s.kind == StepKind::Copy)
+            .map(|(r, s)| (r, onto_itself(plan, r, s)))
+            .collect()
+    };
+    let bc = shipped("direct_broadcast", Collective::Broadcast, 4);
+    assert_eq!(copies(&bc), vec![(0, true)], "the root's copy of in to out");
+    for n in [2, 4] {
+        let ag = shipped("ring_allgather", Collective::Allgather, n);
+        let c = copies(&ag);
+        assert_eq!(c.len(), n as usize, "each rank copies its own chunk: {c:?}");
+        assert!(c.iter().all(|&(_, itself)| itself), "{c:?}");
+    }
+    // Rank 1's copy of its `in` to rank 0's place in `out` lands elsewhere.
+    let mut ag = shipped("ring_allgather", Collective::Allgather, 4);
+    let step = ag.ranks[1]
+        .blocks
+        .iter_mut()
+        .flat_map(|b| &mut b.steps)
+        .find(|s| s.kind == StepKind::Copy)
+        .unwrap();
+    assert_eq!(step.dst.unwrap().buf, Buf::Out);
+    step.dst.as_mut().unwrap().offset = 0;
+    let step = step.clone();
+    assert!(!onto_itself(&ag, 1, &step));
+    // Without a copy, nothing is skipped.
+    let ar = shipped("one_shot_oop_allreduce", Collective::Allreduce, 4);
+    assert!(copies(&ar).is_empty());
+}

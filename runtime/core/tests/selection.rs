@@ -354,6 +354,7 @@ fn a_near_tie_between_flat_launches_goes_to_the_smaller_grid() {
         replicas: 1,
         direct: true,
         together: true,
+        in_place: false,
     };
     let grid = |name: &str| {
         let p = plans.iter().find(|p| p.name == name).unwrap();

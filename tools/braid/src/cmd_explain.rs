@@ -312,6 +312,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             replicas: best_r,
             direct: req.direct_reads(),
             together: req.direct,
+            in_place: req.in_place(),
         };
         let pred = braid_cost::predict(plan, &topo, &profile, &call)
             .map_err(|e| CliError::Runtime(format!("error: {e}")))?;

@@ -511,6 +511,9 @@ fn predict_row(
         replicas: plan.channels.max(1),
         direct,
         together,
+        // What ran: every rank's mode is this row's (one process drives them all), so a
+        // rooted collective's in-place root skips its own copy here too.
+        in_place: r.mode == mode_name(Mode::InPlace),
     };
     // As the runtime prices it: ranks of one launch without a measured profile with the
     // built-in constants for a shared GPU.

@@ -249,6 +249,7 @@ fn model_with(b: &Bench, topo: &Topology, profile: &Profile, direct: bool) -> f6
         replicas: b.replicas,
         direct,
         together: direct,
+        in_place: false,
     };
     predict(&b.plan, topo, profile, &call).map_or(f64::INFINITY, |p| p.total_us)
 }
