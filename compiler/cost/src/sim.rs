@@ -568,6 +568,8 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         net: bool,
         net_in: bool,
     }
+    // Where the call is in place, the layout its copies onto themselves are found in.
+    let in_place = call.in_place.then(|| plan.layout(braid_ir::Mode::InPlace));
     let info: Vec<StepInfo> = ids
         .iter()
         .enumerate()
@@ -575,8 +577,9 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             let step = &plan.ranks[ri].blocks[bi].steps[si];
             let skipped = direct.sends.contains(&at(ri, bi, si))
                 || links.contains(&at(ri, bi, si))
-                || (call.in_place
-                    && braid_plan::direct::copies_onto_itself_in_place(plan, ri, step));
+                || in_place.as_ref().is_some_and(|l| {
+                    braid_plan::direct::copies_onto_itself_in_place(plan, l, ri, step)
+                });
             // The step's memory accesses per byte (a chain's head reads every operand
             // once and writes the destination once). A block moves bytes at a rate per
             // access: its rate was measured on copies (2 accesses per byte), so a step

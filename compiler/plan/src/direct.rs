@@ -15,7 +15,7 @@
 
 use crate::plan::{Plan, Slice, Step, StepKind};
 use crate::wiring::Link;
-use braid_ir::{Buf, Collective};
+use braid_ir::{Buf, Collective, Layout};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A step of a plan: (rank, block, step), each an index.
@@ -84,29 +84,21 @@ pub fn identity_in_place(plan: &Plan, rank: usize) -> bool {
 }
 
 /// Whether `step` of rank index `rank` copies bytes onto themselves when the call is in
-/// place, `in` and `out` aliased as NCCL aliases them: one buffer where they have as many
-/// chunks, a rank's `in` at its own place in `out` where `out` has `N` times its chunks
-/// (an all-gather), its `out` at its own place in `in` where `in` has (a reduce-scatter).
-/// The backends skip such a copy (a broadcast root's own copy, an all-gather's own chunk).
-pub fn copies_onto_itself_in_place(plan: &Plan, rank: usize, step: &Step) -> bool {
+/// place, `in` and `out` aliased as NCCL aliases them (`Layout::loc` of the in-place
+/// layout: one buffer for an all-reduce, a rank's `in` at its own place in `out` for an
+/// all-gather, ...). The backends skip such a copy (a broadcast root's own copy, an
+/// all-gather's own chunk). The same question for a whole layout is
+/// `braid_ir::Op::is_identity_in`; `layout` is `plan.layout(Mode::InPlace)`, made once
+/// by callers that ask for many steps.
+pub fn copies_onto_itself_in_place(plan: &Plan, layout: &Layout, rank: usize, step: &Step) -> bool {
     let (StepKind::Copy, Some(src), Some(dst), Some(rp)) =
         (step.kind, step.src, step.dst, plan.ranks.get(rank))
     else {
         return false;
     };
-    let (n, ic, oc, r) = (plan.n_ranks, plan.in_chunks, plan.out_chunks, rp.rank);
-    // A chunk's place in the larger of the two buffers, which the smaller lies within.
-    let place = |s: Slice| -> Option<u64> {
-        let at = u64::from(s.offset);
-        match s.buf {
-            Buf::Scratch => None,
-            Buf::In if n > 1 && oc == n * ic => Some(u64::from(r * ic) + at),
-            Buf::Out if n > 1 && ic == n * oc => Some(u64::from(r * oc) + at),
-            Buf::In | Buf::Out if ic == oc || n == 1 || oc == n * ic || ic == n * oc => Some(at),
-            _ => None,
-        }
-    };
-    src.count == dst.count && place(src).is_some() && place(src) == place(dst)
+    let loc = |s: Slice, i: u32| layout.loc(s.buf, rp.rank, s.offset + i);
+    src.count == dst.count
+        && (0..src.count).all(|i| loc(src, i).is_some() && loc(src, i) == loc(dst, i))
 }
 
 /// The pairs of `plan` that qualify (see the module docs).

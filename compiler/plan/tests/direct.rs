@@ -4,7 +4,7 @@
 mod common;
 use common::shipped;
 
-use braid_ir::{Buf, Collective};
+use braid_ir::{Buf, Collective, Mode};
 use braid_plan::direct::direct;
 use braid_plan::StepKind;
 
@@ -280,7 +280,7 @@ fn in_place_the_copies_onto_themselves_are_a_roots_own_and_an_all_gathers_own_ch
                     .flat_map(move |b| b.steps.iter().map(move |s| (r, s)))
             })
             .filter(|(_, s)| s.kind == StepKind::Copy)
-            .map(|(r, s)| (r, onto_itself(plan, r, s)))
+            .map(|(r, s)| (r, onto_itself(plan, &plan.layout(Mode::InPlace), r, s)))
             .collect()
     };
     let bc = shipped("direct_broadcast", Collective::Broadcast, 4);
@@ -302,7 +302,7 @@ fn in_place_the_copies_onto_themselves_are_a_roots_own_and_an_all_gathers_own_ch
     assert_eq!(step.dst.unwrap().buf, Buf::Out);
     step.dst.as_mut().unwrap().offset = 0;
     let step = step.clone();
-    assert!(!onto_itself(&ag, 1, &step));
+    assert!(!onto_itself(&ag, &ag.layout(Mode::InPlace), 1, &step));
     // Without a copy, nothing is skipped.
     let ar = shipped("one_shot_oop_allreduce", Collective::Allreduce, 4);
     assert!(copies(&ar).is_empty());
