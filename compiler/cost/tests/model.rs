@@ -44,6 +44,20 @@ fn time(p: &braid_plan::Plan, t: &Topology, bytes: u64, protocol: Protocol, repl
     .total_us
 }
 
+/// A call of `bytes` of f32 in the simple protocol on `replicas`, its ranks each in its
+/// own launch.
+fn simple(bytes: u64, replicas: u32, in_place: bool) -> Call {
+    Call {
+        bytes,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas,
+        direct: false,
+        together: false,
+        in_place,
+    }
+}
+
 /// The shipped plans `ps` as candidates.
 fn shipped(ps: &[Arc<Verified>]) -> Vec<Candidate<'_>> {
     ps.iter()
@@ -269,16 +283,9 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
     let ring = plan(&ps, "ring_allreduce");
     let bytes = 256u64 << 20;
     let price = |profile: &Profile, replicas: u32| {
-        let call = Call {
-            bytes,
-            elem: 4,
-            protocol: Protocol::Simple,
-            replicas,
-            direct: false,
-            together: false,
-            in_place: false,
-        };
-        predict(ring, &t, profile, &call).unwrap().total_us
+        predict(ring, &t, profile, &simple(bytes, replicas, false))
+            .unwrap()
+            .total_us
     };
     let free = Profile::default();
     let mut shared = Profile::default();
@@ -608,16 +615,7 @@ fn in_place_an_all_gathers_own_copy_costs_nothing() {
     profile.shared_gbps.simple = 100.0;
     let bytes = 64u64 << 20;
     let price = |name: &str, in_place: bool| {
-        let call = Call {
-            bytes,
-            elem: 4,
-            protocol: Protocol::Simple,
-            replicas: 1,
-            direct: false,
-            together: false,
-            in_place,
-        };
-        predict(plan(&ps, name), &t, &profile, &call)
+        predict(plan(&ps, name), &t, &profile, &simple(bytes, 1, in_place))
             .unwrap()
             .total_us
     };
