@@ -3,7 +3,8 @@
 # `braid tune` (micro-benchmarks only), then time every shipped plan of each collective
 # over the size sweep with `braid perf --predict` (the model's time for the plan, replicas
 # and protocol that ran, beside the measured one), an imported MSCCL algorithm where one
-# fits the rank count (a plan no micro-benchmark resembles), and the runtime's own
+# fits the rank count and the programs `braid synth` writes for the topology (plans no
+# micro-benchmark resembles, the latter run as a user's plan files), and the runtime's own
 # selection; then summarise: the model's error, and the selection against the best
 # measured plan at each size and against the best fixed plan.
 #
@@ -42,6 +43,16 @@ cat "$out/tune.err"
 export BRAID_PROFILE="$profile"
 sweep=(--backend "$backend" --topo "$topo" -e "${MAX:-1G}" -f "${FACTOR:-8}"
     -n "${ITERS:-10}" -w "${WARMUP:-2}" --runs "${RUNS:-3}" --predict "${procs[@]}")
+# Programs no micro-benchmark resembles beside the imported MSCCL ones: what `braid synth`
+# writes for this topology (bandwidth and latency), run as a user's plan files are.
+mkdir -p "$out/synth"
+for c in ${COLLECTIVES:-allreduce allgather reduce_scatter}; do
+    for o in bandwidth latency; do
+        "$braid" synth "$c" --topo "$topo" --objective "$o" -o "$out/synth/$c.$o.braid" \
+            --plan "$out/synth/$c.$o.json" 2>"$out/synth/$c.$o.err" ||
+            echo "$c: braid synth --objective $o wrote nothing (see $out/synth/$c.$o.err)"
+    done
+done
 rounds="${ROUNDS:-1}"
 for round in $(seq 1 "$rounds"); do
     dest="$out"
@@ -65,6 +76,12 @@ for round in $(seq 1 "$rounds"); do
             case "$name" in "$c"_*_"${ranks}"r_*|"$c"_*_"${ranks}"r) ;; *) continue ;; esac
             "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode inplace --plan "$x" --json "$dest/$c.xml.$name.json" \
                 >"$dest/$c.xml.$name.txt" 2>&1 || echo "$c $name: did not run (see $dest/$c.xml.$name.txt)"
+        done
+        for o in bandwidth latency; do
+            [ -f "$out/synth/$c.$o.json" ] || continue
+            "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --plan "$out/synth/$c.$o.json" \
+                --json "$dest/$c.synth.$o.json" >"$dest/$c.synth.$o.txt" 2>&1 ||
+                echo "$c synth $o: did not run (see $dest/$c.synth.$o.txt)"
         done
         "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --json "$dest/$c.selected.json" >"$dest/$c.selected.txt" 2>&1 ||
             echo "$c selection: failed (see $dest/$c.selected.txt)"

@@ -14,7 +14,8 @@ def errors(kind):
             if r.get("model_error") is not None:
                 e.append((abs(r["model_error"]), os.path.basename(f), r["size"], r["time_us"], r["predicted_us"]))
     return e
-for kind, what in (("plan", "shipped plans"), ("xml", "imported MSCCL algorithms")):
+for kind, what in (("plan", "shipped plans"), ("xml", "imported MSCCL algorithms"),
+                   ("synth", "programs braid synth wrote (run as a user's plan files)")):
     e = errors(kind)
     if not e:
         continue
