@@ -16,6 +16,10 @@
 #   RANKS=N               ranks (default 4)
 #   COLLECTIVES="..."     default: allreduce allgather reduce_scatter
 #   MIN=8 MAX=1G FACTOR=8 the sweep; ITERS=10, WARMUP=2, RUNS=3
+#   INTERLEAVE=1          time the shipped plans and the selection size by size: at
+#                         each size every one of them (in an order turned each round)
+#                         before the next size, so a slow while of the machine falls on
+#                         the choices of one size alike instead of on one plan's sweep
 #   ROUNDS=1              sweeps of every plan and the selection, one after another; with
 #                         more, each row's time is the median of its rounds (each round
 #                         in OUT_DIR/roundK/), so a slow minute of the machine moves one
@@ -41,8 +45,9 @@ else
 fi
 cat "$out/tune.err"
 export BRAID_PROFILE="$profile"
-sweep=(--backend "$backend" --topo "$topo" -e "${MAX:-1G}" -f "${FACTOR:-8}"
-    -n "${ITERS:-10}" -w "${WARMUP:-2}" --runs "${RUNS:-3}" --predict "${procs[@]}")
+timing=(--backend "$backend" --topo "$topo" -n "${ITERS:-10}" -w "${WARMUP:-2}"
+    --runs "${RUNS:-3}" --predict "${procs[@]}")
+sweep=("${timing[@]}" -e "${MAX:-1G}" -f "${FACTOR:-8}")
 # Programs no micro-benchmark resembles beside the imported MSCCL ones: what `braid synth`
 # writes for this topology (bandwidth and latency), run as a user's plan files are.
 mkdir -p "$out/synth"
@@ -53,6 +58,36 @@ for c in ${COLLECTIVES:-allreduce allgather reduce_scatter}; do
             echo "$c: braid synth --objective $o wrote nothing (see $out/synth/$c.$o.err)"
     done
 done
+# Bytes of a size as `braid perf` reads it (8, 64K, 16M, 1G).
+bytes_of() {
+    case "$1" in
+    *K) echo $((${1%K} << 10)) ;;
+    *M) echo $((${1%M} << 20)) ;;
+    *G) echo $((${1%G} << 30)) ;;
+    *) echo "$1" ;;
+    esac
+}
+# INTERLEAVE=1: collective C's shipped plans and its selection from MIN, size by size,
+# into DEST (bench/model_join.py joins each choice's sizes into one report).
+interleaved() {
+    local c="$1" min="$2" dest="$3" round="$4"
+    shift 4
+    local choices=("$@" "(selected)") parts="$dest/parts" max s k i n
+    mkdir -p "$parts"
+    max=$(bytes_of "${MAX:-1G}")
+    n=${#choices[@]}
+    for ((s = min; s <= max; s *= ${FACTOR:-8})); do
+        for ((k = 0; k < n; k++)); do
+            i=$(((k + round + s % 7) % n))
+            local p="${choices[$i]}" what=(--algo "${choices[$i]}") name="$c.plan.${choices[$i]}"
+            if [ "$p" = "(selected)" ]; then what=(); name="$c.selected"; fi
+            "$braid" perf "$c" "${timing[@]}" -b "$s" -e "$s" --mode outofplace "${what[@]}" \
+                --json "$parts/$name.$s.json" >>"$parts/$name.txt" 2>&1 ||
+                echo "$c $p at $s B: failed (see $parts/$name.txt)"
+        done
+    done
+    python3 bench/model_join.py "$parts" "$dest"
+}
 rounds="${ROUNDS:-1}"
 for round in $(seq 1 "$rounds"); do
     dest="$out"
@@ -65,6 +100,10 @@ for round in $(seq 1 "$rounds"); do
         # Every shipped plan the model can price for this collective on this topology.
         plans=$("$braid" explain "$c" --size 1M --topo "$topo" --profile "$profile" |
             awk 'NR > 1 && / us / { print $1 }' | sort -u)
+        if [ "${INTERLEAVE:-0}" = 1 ]; then
+            interleaved "$c" "$min" "$dest" "$round" $plans
+            plans=""
+        fi
         for p in $plans; do
             "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --algo "$p" --json "$dest/$c.plan.$p.json" \
                 >"$dest/$c.plan.$p.txt" 2>&1 || echo "$c $p: failed (see $dest/$c.plan.$p.txt)"
@@ -83,6 +122,7 @@ for round in $(seq 1 "$rounds"); do
                 --json "$dest/$c.synth.$o.json" >"$dest/$c.synth.$o.txt" 2>&1 ||
                 echo "$c synth $o: did not run (see $dest/$c.synth.$o.txt)"
         done
+        [ "${INTERLEAVE:-0}" = 1 ] ||
         "$braid" perf "$c" "${sweep[@]}" -b "$min" --mode outofplace --json "$dest/$c.selected.json" >"$dest/$c.selected.txt" 2>&1 ||
             echo "$c selection: failed (see $dest/$c.selected.txt)"
     done
