@@ -17,7 +17,8 @@
 //!   reaches the peer after the path's latency plus the protocol's per-message latency.
 //! - A block starts when its thread wakes (`block_us`, 0 on GPUs): a rank's call wakes
 //!   its blocks one after another, the `b`-th `(b + 1) * block_us` into the call, and a
-//!   block whose first step waits for another block's is woken again when that ends.
+//!   block whose step (its first or a later one) waits for another block's is woken again
+//!   when that ends.
 //!   Where one process issues the calls of ranks that share a GPU, each rank's blocks
 //!   start after its own launch: rank `r` beyond the first two `(r - 1) * rank_us` into
 //!   the call ([`Profile::ranks_us`]), so a plan whose later ranks wait for messages
@@ -755,10 +756,17 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         let ri = ids[i].0;
         let st = &info[i];
         let matched_unit = matched[i].map(|j| unit(j, k));
-        let mut t = unit_preds(u)
-            .filter(|&j| Some(j) != matched_unit)
-            .map(|j| end[j])
-            .fold(0f64, f64::max);
+        // What the step waits for in its own block (the step before) and in others.
+        let (mut own, mut other) = (0f64, 0f64);
+        for j in unit_preds(u).filter(|&j| Some(j) != matched_unit) {
+            let (rj, bj, _) = ids[j % steps];
+            if (rj, bj) == (ri, ids[i].1) {
+                own = own.max(end[j]);
+            } else {
+                other = other.max(end[j]);
+            }
+        }
+        let mut t = own.max(other);
         if si == 0 && k == 0 {
             // The block starts when its thread has woken: on the host after those of the
             // rank's earlier blocks (the rank's call wakes them one after another), and,
@@ -769,6 +777,10 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             } else {
                 woken(i)
             };
+        } else if other > own {
+            // A later step whose block waited for another block's step: its thread slept
+            // and is woken again when that step ends.
+            t = other + block_us;
         }
         let start = t;
         // Only this receive reads its message's arrivals.

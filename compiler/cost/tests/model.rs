@@ -185,7 +185,7 @@ fn across_nodes_trees_or_hierarchical_plans_win_small_messages() {
 fn the_timeline_has_every_step_once_and_receives_after_their_sends() {
     let (t, ps) = plans("nvswitch:4", Collective::Allreduce);
     let ring = plan(&ps, "ring_allreduce");
-    let pred = predict(ring, &t, &Profile::default(), &simple_call(1 << 20)).unwrap();
+    let pred = predict(ring, &t, &Profile::default(), &simple(1 << 20, 1, false)).unwrap();
     let steps: usize = ring
         .ranks
         .iter()
@@ -377,7 +377,7 @@ fn a_ranks_blocks_start_one_after_another() {
     assert_eq!(root[copy_block].steps[0].kind, braid_plan::StepKind::Copy);
     let mut profile = Profile::default();
     profile.block_us.simple = 10.0;
-    let call = simple_call(4);
+    let call = simple(4, 1, false);
     let timeline = predict(direct, &t, &profile, &call).unwrap().timeline;
     let copy = timeline
         .iter()
@@ -398,6 +398,54 @@ fn a_ranks_blocks_start_one_after_another() {
             );
             assert!(s.start_us < copy.start_us, "{s:?}");
         }
+    }
+}
+
+/// A later step of a block that waits for another block's step sleeps on the host as a
+/// first step does, and is woken `block_us` after that step ends: a two-shot all-reduce's
+/// second sends wait for the reductions in other blocks. Without `block_us` (GPUs) the
+/// step starts as soon as both are done.
+#[test]
+fn a_later_step_waiting_for_another_blocks_step_is_woken_after_it() {
+    let (t, ps) = plans("nvswitch:4", Collective::Allreduce);
+    let two = plan(&ps, "two_shot_allreduce");
+    for wake in [10.0, 0.0] {
+        let mut profile = Profile::default();
+        profile.block_us.simple = wake;
+        let timeline = predict(two, &t, &profile, &simple(4096, 1, false))
+            .unwrap()
+            .timeline;
+        let at = |r: usize, b: usize, s: usize| {
+            timeline
+                .iter()
+                .find(|x| (x.rank, x.block, x.step) == (r as u32, b as u32, s as u32))
+                .unwrap()
+        };
+        let mut checked = 0;
+        for (ri, rp) in two.ranks.iter().enumerate() {
+            for (bi, b) in rp.blocks.iter().enumerate() {
+                for (si, s) in b.steps.iter().enumerate().skip(1) {
+                    let own = at(ri, bi, si - 1).end_us;
+                    let other = s
+                        .deps
+                        .iter()
+                        .map(|d| at(ri, d.block as usize, d.step as usize).end_us)
+                        .fold(0.0, f64::max);
+                    // (A receive waits for its message too: sends only.)
+                    if other > own + 1e-9 && !s.kind.receives() {
+                        let me = at(ri, bi, si);
+                        assert!(
+                            (me.start_us - (other + wake)).abs() < 1e-9,
+                            "wake {wake}: rank {ri} block {bi} step {si} starts {} after its \
+                             dependency ended {other}",
+                            me.start_us
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 0, "wake {wake}: no send waited for another block");
     }
 }
 
@@ -1034,19 +1082,6 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
     assert!(checked > 500, "{checked} options checked");
 }
 
-/// A call of `bytes` of f32 with Simple, one replica, no direct reads.
-fn simple_call(bytes: u64) -> Call {
-    Call {
-        bytes,
-        elem: 4,
-        protocol: Protocol::Simple,
-        replicas: 1,
-        direct: false,
-        together: false,
-        in_place: false,
-    }
-}
-
 /// A host profile on 2 cores (Simple): a call's, a block start's and a message's cost
 /// (µs), a block's rate over a link (GB/s), and local copies at 7 GB/s.
 fn host_profile(call: f64, block: f64, hop: f64, block_gbps: f64) -> Profile {
@@ -1073,7 +1108,7 @@ fn host_profile(call: f64, block: f64, hop: f64, block_gbps: f64) -> Profile {
 fn host_block_starts_cost_the_cores_by_the_blocks_a_call_starts() {
     let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
     let mut host = host_profile(24.0, 60.0, 48.0, 4.0);
-    let call = simple_call(8);
+    let call = simple(8, 1, false);
     let price = |name: &str, p: &Profile| predict(plan(&ps, name), &t, p, &call).unwrap().total_us;
     let flat = host.clone();
     host.block_work_us = vec![
@@ -1118,7 +1153,7 @@ fn host_copies_run_at_the_rate_for_the_memory_a_call_takes() {
     let mut host = host_profile(50.0, 25.0, 27.0, 3.7);
     let ring = plan(&ps, "ring_allreduce");
     let price = |bytes: u64, p: &Profile| {
-        let call = simple_call(bytes);
+        let call = simple(bytes, 1, false);
         predict(ring, &t, p, &call).unwrap().total_us
     };
     let flat = host.clone();
@@ -1157,7 +1192,7 @@ fn staged_steps_cost_the_cores_every_copy_the_host_makes() {
     let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
     let ring = plan(&ps, "ring_allreduce");
     let bytes: u64 = 64 << 20;
-    let call = simple_call(bytes);
+    let call = simple(bytes, 1, false);
     let gpu_like = host_profile(50.0, 25.0, 27.0, 3.7);
     let staged = Profile {
         staged_steps: true,
