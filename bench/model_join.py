@@ -5,18 +5,14 @@
 #
 # Usage: bench/model_join.py PARTS DEST
 import glob, json, os, sys
+from perf_reports import load_all
 parts, dest = sys.argv[1], sys.argv[2]
 groups = {}
 for f in glob.glob(os.path.join(parts, "*.json")):
     name, size = os.path.basename(f)[: -len(".json")].rsplit(".", 1)
     groups.setdefault(name, []).append((int(size), f))
 for name, files in groups.items():
-    docs = []
-    for _, f in sorted(files):
-        try:
-            docs.append(json.load(open(f)))
-        except ValueError:
-            pass
+    docs = load_all(f for _, f in sorted(files))
     if not docs:
         continue
     joined = docs[0]

@@ -6,18 +6,12 @@
 #
 # Usage: bench/model_merge.py OUT_DIR
 import glob, json, os, statistics, sys
+from perf_reports import load_all
 out = sys.argv[1]
 rounds = sorted(glob.glob(os.path.join(out, "round*")), key=lambda d: int(d.split("round")[-1]))
 names = sorted({os.path.basename(f) for d in rounds for f in glob.glob(os.path.join(d, "*.json"))})
 for name in names:
-    per_round = []
-    for d in rounds:
-        f = os.path.join(d, name)
-        if os.path.exists(f):
-            try:
-                per_round.append(json.load(open(f)))
-            except ValueError:
-                pass
+    per_round = load_all(os.path.join(d, name) for d in rounds)
     if not per_round:
         continue
     first = per_round[0]
