@@ -264,6 +264,9 @@ pub struct Wired<'a> {
     /// may share its pass (1: the head alone), and the links.
     heads: HashMap<(u32, u32, u32), (usize, usize)>,
     links: FxHashSet<(u32, u32, u32)>,
+    /// The copies onto themselves of an in-place call, skipped where it is one
+    /// ([`Call::in_place`], [`braid_plan::direct::copies_onto_itself_in_place`]).
+    in_place_copies: FxHashSet<(u32, u32, u32)>,
     /// Directed links and their bandwidths, and how many of the plan's connections (one
     /// replica) cross each.
     link_gbps: std::collections::HashMap<(u32, u32), f64>,
@@ -361,6 +364,15 @@ impl<'a> Wired<'a> {
                     .collect(),
             );
         }
+        let layout = plan.layout(braid_ir::Mode::InPlace);
+        let in_place_copies = ids
+            .iter()
+            .filter(|&&(ri, bi, si)| {
+                let step = &plan.ranks[ri].blocks[bi].steps[si];
+                braid_plan::direct::copies_onto_itself_in_place(plan, &layout, ri, step)
+            })
+            .map(|&(ri, bi, si)| (ri as u32, bi as u32, si as u32))
+            .collect();
         let index = |ri: usize, bi: usize, si: usize| -> Option<usize> {
             let steps = plan.ranks.get(ri)?.blocks.get(bi)?.steps.len();
             (si < steps).then(|| first_of[ri][bi] + si)
@@ -418,6 +430,7 @@ impl<'a> Wired<'a> {
             direct,
             heads,
             links,
+            in_place_copies,
             link_gbps: topo.directed_bandwidths(),
             crossing,
             routes,
@@ -451,6 +464,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         direct,
         heads,
         links,
+        in_place_copies,
         ids,
         preds,
         matched,
@@ -569,8 +583,6 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         net: bool,
         net_in: bool,
     }
-    // Where the call is in place, the layout its copies onto themselves are found in.
-    let in_place = call.in_place.then(|| plan.layout(braid_ir::Mode::InPlace));
     let info: Vec<StepInfo> = ids
         .iter()
         .enumerate()
@@ -578,9 +590,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             let step = &plan.ranks[ri].blocks[bi].steps[si];
             let skipped = direct.sends.contains(&at(ri, bi, si))
                 || links.contains(&at(ri, bi, si))
-                || in_place.as_ref().is_some_and(|l| {
-                    braid_plan::direct::copies_onto_itself_in_place(plan, l, ri, step)
-                });
+                || (call.in_place && in_place_copies.contains(&at(ri, bi, si)));
             // The step's memory accesses per byte (a chain's head reads every operand
             // once and writes the destination once). A block moves bytes at a rate per
             // access: its rate was measured on copies (2 accesses per byte), so a step
