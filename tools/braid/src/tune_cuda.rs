@@ -1,8 +1,8 @@
 //! `braid tune --backend cuda`: the cost model's constants measured on this machine's
 //! GPUs, per protocol, with micro-benchmarks only: chain broadcasts (the shipped
 //! `chain_broadcast`, one replica unless said) timed back to back between CUDA events
-//! as `braid perf` times (in 7 groups of runs a tenth of a second apart: the quietest
-//! group's median), each checked right, with the step times the GPU records
+//! as `braid perf` times (in up to 7 groups of runs a tenth of a second of untimed calls
+//! apart: the quietest group's median), each checked right, with the step times the GPU records
 //! (`BRAID_TRACE`'s record) read back.
 //!
 //! | constant | micro-benchmark | how |
@@ -174,13 +174,12 @@ fn measure_plan(
         ));
     }
     let flat_before = comms[0].stats().flat_launches;
-    let mut groups = Vec::with_capacity(GROUPS as usize);
-    for g in 0..GROUPS {
-        if g > 0 {
-            std::thread::sleep(GROUP_GAP);
-        }
-        groups.push(p.time_runs(3, iters, 5, graph).map_err(rt)?);
-    }
+    let groups = time_groups(
+        Pace::TUNE,
+        || p.time_runs(3, iters, 5, graph),
+        || p.time_runs(0, iters, 1, graph).map(drop),
+    )
+    .map_err(rt)?;
     let us = quietest(&groups).as_secs_f64() * 1e6;
     // A flat launch's time must be one: a call that fell back to the interpreter would
     // price flat launches at the interpreter's cost.
@@ -216,9 +215,52 @@ fn measure_plan(
     })
 }
 
-/// Groups of timed runs each micro-benchmark takes, [`GROUP_GAP`] apart ([`quietest`]).
-const GROUPS: u32 = 7;
-const GROUP_GAP: std::time::Duration = std::time::Duration::from_millis(100);
+/// How a micro-benchmark's groups of timed runs are spread ([`time_groups`]).
+#[derive(Clone, Copy)]
+struct Pace {
+    /// Groups at most.
+    groups: u32,
+    /// Untimed calls between two groups, for this long.
+    gap: std::time::Duration,
+    /// No further group once the timed runs have taken this long together: runs that
+    /// long each span any moment that slows the host, which their median then leaves out.
+    span: std::time::Duration,
+}
+
+impl Pace {
+    const TUNE: Pace = Pace {
+        groups: 7,
+        gap: std::time::Duration::from_millis(100),
+        span: std::time::Duration::from_millis(500),
+    };
+}
+
+/// Groups of timed runs (`group`), for [`quietest`]: up to `pace.groups`, each after a
+/// tenth of a second of untimed calls (`busy`). The gap is filled, not slept: a host
+/// left idle for a tenth of a second slows its next calls (its cores clock down), and a
+/// flat launch, mostly the host's issuing, was timed 5.9 and 7.4 us after slept gaps
+/// where the sweeps of the same runs, which never idle, timed it 5.2-6.5 us.
+fn time_groups<E>(
+    pace: Pace,
+    mut group: impl FnMut() -> Result<Vec<std::time::Duration>, E>,
+    mut busy: impl FnMut() -> Result<(), E>,
+) -> Result<Vec<Vec<std::time::Duration>>, E> {
+    let mut groups = Vec::with_capacity(pace.groups as usize);
+    let mut timed = std::time::Duration::ZERO;
+    for g in 0..pace.groups {
+        if g > 0 && timed >= pace.span {
+            break;
+        }
+        let gap = std::time::Instant::now();
+        while gap.elapsed() < pace.gap {
+            busy()?;
+        }
+        let t = std::time::Instant::now();
+        groups.push(group()?);
+        timed += t.elapsed();
+    }
+    Ok(groups)
+}
 
 /// A micro-benchmark's time from its groups of runs: each group's median, and the least
 /// of those. A call of a few microseconds is timed in well under a millisecond, so one
@@ -554,7 +596,7 @@ fn slice_bytes(p: Protocol) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{quietest, solve, Bench};
+    use super::{quietest, solve, time_groups, Bench, Pace};
     use std::time::Duration;
 
     /// A chain of 3 ranks whose steps the GPU timed: the root's later steps take 2 µs, a
@@ -600,6 +642,48 @@ mod tests {
         ];
         assert_eq!(quietest(&groups), Duration::from_micros(5));
         assert_eq!(quietest(&groups[..1]), Duration::from_micros(8));
+    }
+
+    #[test]
+    fn groups_are_kept_apart_by_calls_not_sleep_and_long_runs_take_one_group() {
+        let pace = Pace {
+            groups: 4,
+            gap: Duration::from_millis(20),
+            span: Duration::from_millis(50),
+        };
+        let busy_calls = std::cell::Cell::new(0u32);
+        let busy = || -> Result<(), ()> {
+            busy_calls.set(busy_calls.get() + 1);
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        };
+        // Short groups: all of them, each after calls filling the gap.
+        let t = std::time::Instant::now();
+        let short = time_groups(pace, || Ok(vec![Duration::from_micros(5)]), busy).unwrap();
+        assert_eq!(short.len(), 4);
+        assert!(t.elapsed() >= 4 * pace.gap);
+        // Calls of 1 ms (or a few, on a loaded machine) fill each gap of 20.
+        assert!(busy_calls.get() >= 4 * 5, "{} calls", busy_calls.get());
+        // A group that alone takes longer than the span: no other, one gap before it.
+        busy_calls.set(0);
+        let long = time_groups(
+            pace,
+            || {
+                std::thread::sleep(Duration::from_millis(60));
+                Ok(vec![Duration::from_millis(12)])
+            },
+            busy,
+        )
+        .unwrap();
+        assert_eq!(long.len(), 1);
+        assert!(
+            (1..=25).contains(&busy_calls.get()),
+            "{} calls",
+            busy_calls.get()
+        );
+        // An error in the gap's calls ends the measurement with it.
+        let failed = time_groups(pace, || Ok(vec![Duration::from_micros(5)]), || Err(7));
+        assert_eq!(failed, Err(7));
     }
 
     #[test]
