@@ -165,6 +165,14 @@ pub struct Profile {
     /// that step ends.
     #[serde(default)]
     pub block_us: PerProtocol,
+    /// What a step that waits for another block's step of its rank pays beyond that
+    /// step's end, µs, where the backend's blocks poll rather than sleep (the GPU: the
+    /// step publishes its progress behind a fence, the waiting block's thread sees the
+    /// counter move and releases its block). `braid tune --backend cuda` times it on a
+    /// program whose local copies each wait for a receive in another block. 0: nothing
+    /// (the host backend's wake-up is `block_us`; profiles written before it).
+    #[serde(default)]
+    pub wait_us: PerProtocol,
     /// Blocks that run at once over all ranks (the host backend's cores); 0: every block
     /// runs on its own (GPU SMs). When fewer, a call takes at least its blocks' whole
     /// work divided by this.
@@ -355,6 +363,7 @@ impl Default for Profile {
                 ll128: None,
             },
             block_us: PerProtocol::default(),
+            wait_us: PerProtocol::default(),
             cores: 0,
             block_work_us: Vec::new(),
             copy_gbps: PerProtocol::default(),
@@ -597,6 +606,7 @@ impl Profile {
         pp("slice_us", &self.slice_us, false)?;
         pp("net_post_us", &self.net_post_us, false)?;
         pp("block_us", &self.block_us, false)?;
+        pp("wait_us", &self.wait_us, false)?;
         pp("copy_gbps", &self.copy_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
         pp("launch_block_us", &self.launch_block_us, false)?;

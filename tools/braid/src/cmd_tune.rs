@@ -440,6 +440,8 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             ll: block,
             ll128: None,
         },
+        // A wait for another block's step is a thread's wake-up here: `block_us`.
+        wait_us: PerProtocol::default(),
         cores,
         block_work_us: block_work,
         copy_gbps: PerProtocol {

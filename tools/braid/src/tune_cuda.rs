@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `slice_us` | 1 element on 8 ranks | the root's steps after its first, timed on the GPU (median) |
 //! | `hop_us` | 1 element on 8 ranks | a step ending on one rank, then on the next (median) |
+//! | `wait_us` | [`WAIT_PROBE`]: 8 chunks of 1 element on 2 ranks, a local copy of each waiting for its receive in another block | the copies' end beyond the receives', less a copy that waits for nothing (medians) |
 //! | `launch_block_us` | 1 element on 8 ranks, 1 and 12 replicas | the model reproduces the difference |
 //! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
 //! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
@@ -81,6 +82,53 @@ impl Bench {
     }
 }
 
+impl Bench {
+    /// What a local copy that waited for another block's step took beyond that step's
+    /// end, less what a copy that waits for nothing takes, µs (medians): the wait's own
+    /// cost. A copy counts as waiting where the step it waits for ended after its own
+    /// block was ready for it (its previous step's end, or the block's start).
+    fn wait_us(&self) -> Option<f64> {
+        let at = |r: usize, b: usize, s: usize| self.steps.get(r)?.get(b)?.get(s).copied();
+        let us = |ns: u64| ns as f64 / 1e3;
+        let (mut alone, mut waited) = (Vec::new(), Vec::new());
+        for (r, rank) in self.plan.ranks.iter().enumerate() {
+            for (b, block) in rank.blocks.iter().enumerate() {
+                for (s, step) in block.steps.iter().enumerate() {
+                    if step.kind != braid_plan::StepKind::Copy {
+                        continue;
+                    }
+                    let Some((start, end)) = at(r, b, s) else {
+                        continue;
+                    };
+                    if step.deps.is_empty() {
+                        // (A block's first step pays its block's start too.)
+                        if s > 0 {
+                            alone.push(us(end.saturating_sub(start)));
+                        }
+                        continue;
+                    }
+                    let other = step
+                        .deps
+                        .iter()
+                        .filter_map(|d| at(r, d.block as usize, d.step as usize).map(|x| x.1))
+                        .max();
+                    let ready = if s == 0 {
+                        Some(start)
+                    } else {
+                        at(r, b, s - 1).map(|x| x.1)
+                    };
+                    if let (Some(other), Some(ready)) = (other, ready) {
+                        if other > ready && end >= other {
+                            waited.push(us(end - other));
+                        }
+                    }
+                }
+            }
+        }
+        Some((median(waited)? - median(alone)?).max(0.0))
+    }
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -106,6 +154,37 @@ fn broadcast(n: u32, name: &str) -> Result<Arc<Verified>, CliError> {
         .into_iter()
         .find(|p| p.name == name)
         .ok_or_else(|| CliError::Runtime(format!("error: braid tune: no {name}")))
+}
+
+/// The program a wait for another block's step is timed on (2 ranks, root 0): the root
+/// sends its chunks one by one and copies each into its own output, one step each,
+/// waiting for nothing; rank 1 receives each into scratch, and a block of its own copies
+/// each into the output once it has arrived (a local copy waiting for a receive in
+/// another block). No shipped plan: written here for the measurement.
+const WAIT_PROBE: &str = "\
+algorithm tune_wait_probe : broadcast where N == 2 {
+    chunks 8;
+    scratch C;
+    for i in 0 .. C {
+        copy scratch[ROOT + 1][i .. i + 1] <- in[ROOT][i .. i + 1];
+        copy out[ROOT + 1][i .. i + 1] <- scratch[ROOT + 1][i .. i + 1];
+        copy out[ROOT][i .. i + 1] <- in[ROOT][i .. i + 1];
+    }
+}
+";
+
+/// Elements of [`WAIT_PROBE`]'s call: one a chunk.
+const WAIT_PROBE_CHUNKS: usize = 8;
+
+/// [`WAIT_PROBE`] compiled and verified for 2 ranks, root 0.
+fn wait_probe() -> Result<Arc<Verified>, CliError> {
+    let topo = Topology::from_arg("nvswitch:2").expect("a preset");
+    braid_library::compile_file("braid tune's wait probe", WAIT_PROBE, &topo)
+        .map_err(|e| CliError::Runtime(format!("error: braid tune: {e}")))?
+        .into_iter()
+        .find(|p| p.root == Some(0))
+        .map(Arc::new)
+        .ok_or_else(|| CliError::Runtime("error: braid tune: no wait probe for root 0".into()))
 }
 
 /// Times one micro-benchmark on this machine's GPUs (rank `r` on GPU `r % GPUs`).
@@ -371,6 +450,24 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         let hop = t8.hop_us().unwrap_or(0.0);
         set(&mut p.slice_us, proto, step);
         set(&mut p.hop_us.nvlink, proto, hop);
+        // A local copy's wait for a receive in another block of its rank, from the steps
+        // the GPU timed (one element a chunk).
+        progress(&format!(
+            "{pname}: a wait for another block's step, on 2 ranks"
+        ));
+        let tw = measure_plan(
+            &verdicts,
+            wait_probe()?,
+            2,
+            WAIT_PROBE_CHUNKS,
+            1,
+            proto,
+            iters,
+            false,
+            false,
+        )?;
+        let wait = tw.wait_us().unwrap_or(0.0);
+        set(&mut p.wait_us, proto, wait);
         set(&mut p.slice_bytes, proto, slice_bytes(proto));
         // What each block of a launch adds: the same chain with more replicas runs more
         // blocks doing the same steps (on empty ranges), and the difference of the two
@@ -458,7 +555,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             ts = Some(b);
         }
         notes.push(format!(
-            "{pname}: a call {call:.1} us, a step {step:.2} us, a message {hop:.2} us, a launched block {per_block:.3} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
+            "{pname}: a call {call:.1} us, a step {step:.2} us, a message {hop:.2} us, a wait for another block's step {wait:.2} us, a launched block {per_block:.3} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
             p.block_gbps.get(proto),
             if shared {
                 format!(", the GPU's memory {:.0} GB/s for all ranks", p.shared_gbps.get(proto))
@@ -625,6 +722,51 @@ mod tests {
         let none = Bench { steps: vec![], ..b };
         assert_eq!(none.step_us(), None);
         assert_eq!(none.hop_us(), None);
+    }
+
+    /// The wait probe's steps as the GPU might record them: the root's copies 1 µs each;
+    /// rank 1's receives end 3 µs apart and each copy ends 2.5 µs after its receive, so
+    /// 1.5 µs of it is the wait. Copies that were still busy when their receive ended
+    /// did not wait and say nothing of it.
+    #[test]
+    fn the_wait_is_what_a_waiting_copy_takes_beyond_its_receive_and_a_copy() {
+        let plan = super::wait_probe().unwrap();
+        let k = super::WAIT_PROBE_CHUNKS as u64;
+        let us = |x: f64| (x * 1e3) as u64;
+        let sends: Vec<(u64, u64)> = (0..k).map(|i| (us(i as f64), us(i as f64 + 1.0))).collect();
+        let copies: Vec<(u64, u64)> = (0..k).map(|i| (us(i as f64), us(i as f64 + 1.0))).collect();
+        let recvs: Vec<(u64, u64)> = (0..k).map(|i| (0, us(10.0 + 3.0 * i as f64))).collect();
+        let waiting: Vec<(u64, u64)> = (0..k).map(|i| (0, us(12.5 + 3.0 * i as f64))).collect();
+        let b = Bench {
+            count: k as usize,
+            replicas: 1,
+            protocol: braid_ir::Protocol::Simple,
+            plan: plan.clone(),
+            us: 50.0,
+            steps: vec![
+                vec![sends.clone(), copies.clone()],
+                vec![recvs.clone(), waiting],
+            ],
+        };
+        assert!(
+            (b.wait_us().unwrap() - 1.5).abs() < 1e-9,
+            "{:?}",
+            b.wait_us()
+        );
+        // Copies 4 µs after their receive: from the second on each is still busy with the
+        // one before when its receive ends; only the first waited (3 µs beyond a copy).
+        let late: Vec<(u64, u64)> = (0..k).map(|i| (0, us(14.0 + 4.0 * i as f64))).collect();
+        let b = Bench {
+            steps: vec![vec![sends, copies], vec![recvs, late]],
+            ..b
+        };
+        assert!(
+            (b.wait_us().unwrap() - 3.0).abs() < 1e-9,
+            "{:?}",
+            b.wait_us()
+        );
+        let none = Bench { steps: vec![], ..b };
+        assert_eq!(none.wait_us(), None);
     }
 
     #[test]
