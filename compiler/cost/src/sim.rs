@@ -18,8 +18,9 @@
 //! - A block starts when its thread wakes (`block_us`, 0 on GPUs): a rank's call wakes
 //!   its blocks one after another, the `b`-th `(b + 1) * block_us` into the call, and a
 //!   block whose step (its first or a later one) waits for another block's is woken again
-//!   when that ends; on a GPU, where blocks poll, such a step starts `wait_us` after the
-//!   step it waited for ends (the fence, the counter seen, the block released).
+//!   when that ends; on a GPU, where blocks poll, a step that waits for another block's
+//!   step starts no sooner than `wait_us` after that step ends (its progress published
+//!   behind a fence and seen), whether or not its own block was still busy then.
 //!   Where one process issues the calls of ranks that share a GPU, each rank's blocks
 //!   start after its own launch: rank `r` beyond the first two `(r - 1) * rank_us` into
 //!   the call ([`Profile::ranks_us`]), so a plan whose later ranks wait for messages
@@ -540,9 +541,8 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     };
     let slice_us = profile.slice_us.get(proto);
     let block_us = profile.block_us.get(proto);
-    // What a wait for another block's step adds beyond that step's end: a thread woken
-    // (the host) and a polled counter seen (the GPU).
-    let wait_us = block_us + profile.wait_us.get(proto);
+    // When another block's step is seen where blocks poll, after it ends.
+    let wait_us = profile.wait_us.get(proto);
     // What a block's start costs the cores (where few share the blocks), by the blocks
     // the call starts.
     let started = ids.iter().filter(|id| id.2 == 0).count() as u64 * u64::from(replicas);
@@ -772,12 +772,14 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         let matched_unit = matched[i].map(|j| unit(j, k));
         // What the step waits for in its own block (the step before) and in others.
         let (mut own, mut other) = (0f64, 0f64);
+        let mut waits = false;
         for j in unit_preds(u).filter(|&j| Some(j) != matched_unit) {
             let (rj, bj, _) = ids[j % steps];
             if (rj, bj) == (ri, ids[i].1) {
                 own = own.max(end[j]);
             } else {
                 other = other.max(end[j]);
+                waits = true;
             }
         }
         let mut t = own.max(other);
@@ -787,15 +789,20 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             // where it waited for another block's step (`t > 0`: with `block_us > 0`
             // every step ends after 0), again after that step.
             t = if t > 0.0 {
-                woken(i).max(t + wait_us)
+                woken(i).max(t + block_us)
             } else {
                 woken(i)
             };
         } else if other > own {
             // A later step whose block waited for another block's step: its thread slept
-            // and is woken again when that step ends (the host), or its block polled
-            // the step's published progress (the GPU).
-            t = other + wait_us;
+            // and is woken again when that step ends.
+            t = other + block_us;
+        }
+        if waits {
+            // Where blocks poll (the GPU), another block's step is seen `wait_us` after
+            // it ends, whether the block was still busy with its own step then or not
+            // (it reads the step's published progress either way).
+            t = t.max(other + wait_us);
         }
         let start = t;
         // Only this receive reads its message's arrivals.

@@ -450,58 +450,80 @@ fn a_later_step_waiting_for_another_blocks_step_is_woken_after_it() {
 }
 
 /// On a GPU (no thread to wake: `block_us` 0) a step that waits for another block's step
-/// starts `wait_us` after it, its block's first step included: the staged one-shot
-/// all-reduce's local block waits for its rank's send, then for its receive.
+/// starts no sooner than `wait_us` after it, whether its own block was still busy then or
+/// not, its block's first step included: the staged one-shot all-reduce's local block
+/// waits for its rank's send, then for its receive.
 #[test]
 fn a_step_waiting_for_another_blocks_step_on_a_gpu_starts_wait_us_after_it() {
     let (t, ps) = plans("nvswitch:2", Collective::Allreduce);
     let staged = plan(&ps, "one_shot_allreduce");
-    let mut totals = Vec::new();
-    for wait in [0.0, 3.0] {
-        let mut profile = Profile::default();
-        profile.wait_us.simple = wait;
-        let p = predict(staged, &t, &profile, &simple(4096, 1, false)).unwrap();
-        let at = |r: usize, b: usize, s: usize| {
-            p.timeline
-                .iter()
-                .find(|x| (x.rank, x.block, x.step) == (r as u32, b as u32, s as u32))
-                .unwrap()
+    // Through the FIFO, and with direct reads (ranks of one launch): then the receive is
+    // a local copy that ends as the block's own copy does, and the reduction still waits
+    // to see it.
+    for direct in [false, true] {
+        let call = Call {
+            direct,
+            together: direct,
+            ..simple(4096, 1, false)
         };
-        let mut checked = 0;
-        for (ri, rp) in staged.ranks.iter().enumerate() {
-            for (bi, b) in rp.blocks.iter().enumerate() {
-                for (si, s) in b.steps.iter().enumerate() {
-                    let own = if si == 0 {
-                        0.0
-                    } else {
-                        at(ri, bi, si - 1).end_us
-                    };
-                    let other = s
-                        .deps
-                        .iter()
-                        .map(|d| at(ri, d.block as usize, d.step as usize).end_us)
-                        .fold(0.0, f64::max);
-                    if other > own + 1e-9 && !s.kind.receives() {
-                        let me = at(ri, bi, si);
-                        assert!(
-                            (me.start_us - (other + wait)).abs() < 1e-9,
-                            "wait {wait}: rank {ri} block {bi} step {si} starts {} after its \
-                             dependency ended {other}",
-                            me.start_us
-                        );
-                        checked += 1;
+        let mut totals = Vec::new();
+        let mut busy_own = 0;
+        for wait in [0.0, 3.0] {
+            let mut profile = Profile::default();
+            profile.wait_us.simple = wait;
+            let p = predict(staged, &t, &profile, &call).unwrap();
+            let at = |r: usize, b: usize, s: usize| {
+                p.timeline
+                    .iter()
+                    .find(|x| (x.rank, x.block, x.step) == (r as u32, b as u32, s as u32))
+                    .unwrap()
+            };
+            let mut checked = 0;
+            for (ri, rp) in staged.ranks.iter().enumerate() {
+                for (bi, b) in rp.blocks.iter().enumerate() {
+                    for (si, s) in b.steps.iter().enumerate() {
+                        let own = if si == 0 {
+                            0.0
+                        } else {
+                            at(ri, bi, si - 1).end_us
+                        };
+                        let other = s
+                            .deps
+                            .iter()
+                            .map(|d| at(ri, d.block as usize, d.step as usize).end_us)
+                            .fold(0.0, f64::max);
+                        if !s.deps.is_empty() && !s.kind.receives() {
+                            let me = at(ri, bi, si);
+                            assert!(
+                                (me.start_us - own.max(other + wait)).abs() < 1e-9,
+                                "direct {direct}, wait {wait}: rank {ri} block {bi} step {si} \
+                                 starts {}, its own block's step ended {own}, its \
+                                 dependency {other}",
+                                me.start_us
+                            );
+                            checked += 1;
+                            busy_own += usize::from(wait > 0.0 && own >= other);
+                        }
                     }
                 }
             }
+            // Two waits a rank: the copy of its input for its send, the reduction for
+            // its receive.
+            assert_eq!(checked, 4, "direct {direct}, wait {wait}");
+            totals.push(p.total_us);
         }
-        // Two waits a rank: the copy of its input for its send, the reduction for its
-        // receive.
-        assert_eq!(checked, 4, "wait {wait}");
-        totals.push(p.total_us);
+        // The reduction's wait for the receive lies on the call's longest path (the
+        // copy's wait for the send ends before the receive does).
+        assert!(
+            (totals[1] - totals[0] - 3.0).abs() < 1e-6,
+            "direct {direct}: {totals:?}"
+        );
+        if direct {
+            // The reductions' blocks were busy with their copies until their receives
+            // ended (or later), and still waited to see them.
+            assert!(busy_own >= 2, "{busy_own}");
+        }
     }
-    // The reduction's wait for the receive lies on the call's longest path (the copy's
-    // wait for the send ends before the receive does).
-    assert!((totals[1] - totals[0] - 3.0).abs() < 1e-6, "{totals:?}");
 }
 
 /// Ranks of one launch, out of place: a one-shot all-reduce's sends cost nothing, its
