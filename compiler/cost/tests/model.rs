@@ -4,7 +4,7 @@
 //! one-shot and hierarchical plans win small ones, and across nodes.
 
 use braid_cost::profile::{BlockWork, CopyScale};
-use braid_cost::sim::collective_floor_us;
+use braid_cost::sim::{collective_floor_us, StepTime};
 use braid_cost::{predict, rank, Call, Candidate, Profile, Request};
 use braid_ir::{Collective, Mode, Protocol};
 use braid_library::Library;
@@ -56,6 +56,14 @@ fn simple(bytes: u64, replicas: u32, in_place: bool) -> Call {
         together: false,
         in_place,
     }
+}
+
+/// Step `s` of block `b` of rank `r` in a predicted timeline.
+fn step_at(timeline: &[StepTime], r: usize, b: usize, s: usize) -> &StepTime {
+    timeline
+        .iter()
+        .find(|x| (x.rank, x.block, x.step) == (r as u32, b as u32, s as u32))
+        .unwrap()
 }
 
 /// The shipped plans `ps` as candidates.
@@ -415,12 +423,7 @@ fn a_later_step_waiting_for_another_blocks_step_is_woken_after_it() {
         let timeline = predict(two, &t, &profile, &simple(4096, 1, false))
             .unwrap()
             .timeline;
-        let at = |r: usize, b: usize, s: usize| {
-            timeline
-                .iter()
-                .find(|x| (x.rank, x.block, x.step) == (r as u32, b as u32, s as u32))
-                .unwrap()
-        };
+        let at = |r, b, s| step_at(&timeline, r, b, s);
         let mut checked = 0;
         for (ri, rp) in two.ranks.iter().enumerate() {
             for (bi, b) in rp.blocks.iter().enumerate() {
@@ -472,12 +475,7 @@ fn a_step_waiting_for_another_blocks_step_on_a_gpu_starts_wait_us_after_it() {
             let mut profile = Profile::default();
             profile.wait_us.simple = wait;
             let p = predict(staged, &t, &profile, &call).unwrap();
-            let at = |r: usize, b: usize, s: usize| {
-                p.timeline
-                    .iter()
-                    .find(|x| (x.rank, x.block, x.step) == (r as u32, b as u32, s as u32))
-                    .unwrap()
-            };
+            let at = |r, b, s| step_at(&p.timeline, r, b, s);
             let mut checked = 0;
             for (ri, rp) in staged.ranks.iter().enumerate() {
                 for (bi, b) in rp.blocks.iter().enumerate() {
