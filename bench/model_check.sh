@@ -24,6 +24,11 @@
 #                         more, each row's time is the median of its rounds (each round
 #                         in OUT_DIR/roundK/), so a slow minute of the machine moves one
 #                         round of one plan, not the comparison
+#   TRACES="C:PLAN:SIZE ..." cuda: after the sweeps, each such call of a shipped plan run
+#                         once more with BRAID_TRACE (`braid run`, the replicas and
+#                         protocol its sweep ran) and predicted with `braid explain
+#                         --trace`, side by side in OUT_DIR/traces/ (bench/trace_compare.py;
+#                         bench/model_worst.py lists the rows furthest off)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-bench/model-$(date +%Y%m%d-%H%M%S)}"
@@ -129,3 +134,23 @@ for round in $(seq 1 "$rounds"); do
 done
 if [ "$rounds" -gt 1 ]; then python3 bench/model_merge.py "$out"; fi
 python3 bench/model_summary.py "$out" | tee "$out/summary.txt"
+# Step times of chosen calls, measured and predicted (the interpreter's: a call that runs
+# as a flat launch is run by the interpreter when BRAID_TRACE is set).
+for spec in ${TRACES:-}; do
+    IFS=: read -r c p s <<<"$spec"
+    mkdir -p "$out/traces"
+    b=$(bytes_of "$s")
+    read -r x proto < <(python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+r = [r for r in rows if r["size"] == int(sys.argv[2])] or rows
+print(r[0]["replicas"], r[0]["protocol"])' "$out/$c.plan.$p.json" "$b") || continue
+    t="$out/traces/$c.$p.$s"
+    BRAID_TRACE="$t.measured.json" BRAID_CHANNELS="$x" BRAID_PROTO="$proto" \
+        "$braid" run "algorithms/$p.braid" --topo "$topo" --backend "$backend" --size "$b" \
+        --iters 3 --mode outofplace >"$t.run.txt" 2>&1 || echo "$spec: did not run (see $t.run.txt)"
+    BRAID_ALGO="$p" "$braid" explain "$c" --size "$b" --topo "$topo" --profile "$profile" \
+        --replicas "$x" --proto "$proto" --trace "$t.predicted.json" >"$t.explain.txt" 2>&1 || true
+    [ -f "$t.measured.json" ] && [ -f "$t.predicted.json" ] &&
+        python3 bench/trace_compare.py "$t.measured.json" "$t.predicted.json" >"$t.txt"
+done
