@@ -2,8 +2,8 @@
 //! GPUs, per protocol, with micro-benchmarks only: chain broadcasts (the shipped
 //! `chain_broadcast`, one replica unless said) timed back to back between CUDA events
 //! as `braid perf` times (in up to 7 groups of runs a tenth of a second of untimed calls
-//! apart: the quietest group's median), each checked right, with the step times the GPU records
-//! (`BRAID_TRACE`'s record) read back.
+//! apart: the quietest group's median), each checked right, with the step times the GPU
+//! records (`BRAID_TRACE`'s record) read back.
 //!
 //! | constant | micro-benchmark | how |
 //! |---|---|---|
@@ -80,9 +80,7 @@ impl Bench {
         }
         median(d)
     }
-}
 
-impl Bench {
     /// What a local copy that waited for another block's step took beyond that step's
     /// end, less what a copy that waits for nothing takes, µs (medians): the wait's own
     /// cost. A copy counts as waiting where the step it waits for ended after its own
