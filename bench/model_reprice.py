@@ -6,10 +6,33 @@
 #
 # Usage: bench/model_reprice.py OUT_DIR TOPO BRAID PROFILE [BLOCKS]
 #   BLOCKS: thread blocks one rank may use (`braid explain --blocks`; default: explain's)
-import glob, json, os, re, statistics, subprocess, sys
+#   PROFILE_SET="NAME=VALUE ...": the profile with those constants set (a per-protocol
+#   one for every protocol), e.g. PROFILE_SET="wait_us=0" to price without a term
+import glob, json, os, re, statistics, subprocess, sys, tempfile
+
+
+def with_set(prof, spec):
+    """`prof`, or a copy of it with the constants `spec` names set."""
+    if not spec.strip():
+        return prof
+    p = json.load(open(prof))
+    for item in spec.split():
+        name, value = item.split("=", 1)
+        v = float(value)
+        if name in ("flat_call_us", "flat_gpu_us", "rank_us"):
+            p[name] = v
+        elif name == "cores":
+            p[name] = int(v)
+        else:
+            p[name] = {k: v for k in ("simple", "ll", "ll128")}
+    f = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump(p, f)
+    f.close()
+    return f.name
 
 
 def main(d, topo, braid, prof, blocks=None):
+    prof = with_set(prof, os.environ.get("PROFILE_SET", ""))
     cache = {}
 
     def explain(coll, size, extra=()):
