@@ -98,7 +98,7 @@ pub fn copies_onto_itself_in_place(plan: &Plan, layout: &Layout, rank: usize, st
     };
     let loc = |s: Slice, i: u32| layout.loc(s.buf, rp.rank, s.offset + i);
     src.count == dst.count
-        && (0..src.count).all(|i| loc(src, i).is_some() && loc(src, i) == loc(dst, i))
+        && (0..src.count).all(|i| matches!(loc(src, i), Some(l) if Some(l) == loc(dst, i)))
 }
 
 /// The pairs of `plan` that qualify (see the module docs).

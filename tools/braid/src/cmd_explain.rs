@@ -305,15 +305,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
     );
     if let Some(path) = &args.trace {
         let plan = cands[best_i].plan;
-        let call = braid_cost::Call {
-            bytes: args.size,
-            elem: args.dtype.size() as u64,
-            protocol: best_p,
-            replicas: best_r,
-            direct: req.direct_reads(),
-            together: req.direct,
-            in_place: req.in_place(),
-        };
+        let call = req.call(best_r, best_p);
         let pred = braid_cost::predict(plan, &topo, &profile, &call)
             .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
         crate::output::write_atomically(path, &braid_cost::trace::chrome_trace(best_name, &pred))?;
