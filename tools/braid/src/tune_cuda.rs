@@ -436,6 +436,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
     } else {
         &[Protocol::Simple, Protocol::Ll]
     };
+    let probe = wait_probe()?;
     for &proto in protocols {
         let pname = proto.name();
         progress(&format!("{pname}: 1 element on 2 and 8 ranks"));
@@ -455,7 +456,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         ));
         let tw = measure_plan(
             &verdicts,
-            wait_probe()?,
+            probe.clone(),
             2,
             WAIT_PROBE_CHUNKS,
             1,
