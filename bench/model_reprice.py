@@ -55,8 +55,9 @@ def main(d, topo, braid, prof, blocks=None):
 
     errs, measured = [], {}
     for f in sorted(glob.glob(os.path.join(d, "*.plan.*.json"))):
-        coll = json.load(open(f))["collective"]
-        for r in json.load(open(f))["rows"]:
+        doc = json.load(open(f))
+        coll = doc["collective"]
+        for r in doc["rows"]:
             choice, s = (r["plan"], r["replicas"], r["protocol"]), r["size"]
             measured.setdefault((coll, s), {})[choice] = r["time_us"]
             p = explain(coll, s, ("--replicas", str(r["replicas"]), "--proto", r["protocol"]))[1].get(choice)
