@@ -8,6 +8,7 @@
 
 pub mod bound;
 pub mod flat;
+pub mod memory;
 pub mod near;
 pub mod profile;
 pub mod sim;

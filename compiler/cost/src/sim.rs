@@ -31,8 +31,10 @@
 //!   `block_us`, and its slices) divided by the cores; where its ranks share one memory
 //!   (several on one GPU), at least the memory accesses all its steps make (each byte a
 //!   step moves, read or written 2 to 4 times: [`memory_accesses`]) over the profile's
-//!   shared rate, and the topology's links then bound no connection (they
-//!   are not what carries the data). Each block the GPU runs adds the profile's
+//!   shared rate, and each stretch of the call whose running steps ask more of the
+//!   memory than that rate lasts as long as the rate allows ([`crate::memory`]: a call
+//!   in phases pays each phase's demand, not their average); the topology's links then
+//!   bound no connection (they are not what carries the data). Each block the GPU runs adds the profile's
 //!   `launch_block_us`: every rank's blocks where the ranks share one GPU, else the
 //!   largest rank's, times the replicas ([`launched_blocks`]).
 //!
@@ -755,6 +757,8 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         .map(|u| std::cmp::Reverse((0, tie(u))))
         .collect();
     let mut end = vec![0f64; n_units];
+    // Each unit's start, for the memory's share ([`crate::memory`]).
+    let mut began = vec![0f64; n_units];
     // When each slice of a sending unit reaches its receiver.
     // (Kept for the units that have some, until their receive takes them: few at a time.)
     let mut arrivals: HashMap<usize, Arrivals> = HashMap::default();
@@ -823,6 +827,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             out
         };
         end[u] = t;
+        began[u] = start;
         if !matches!(&out, Arrivals::Listed(v) if v.is_empty()) {
             arrivals.insert(u, out);
         }
@@ -856,6 +861,27 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     if done != n_units {
         return Err("the plan's steps wait on each other in a cycle".into());
     }
+    // Where the ranks share one memory, each stretch of the call whose steps ask more of
+    // it than its shared rate lasts as long as that rate allows ([`crate::memory`]); the
+    // timeline is shown on that clock.
+    let traffic: Vec<crate::memory::Traffic> = if profile.shared_gbps.get(proto) > 0.0 {
+        (0..n_units)
+            .filter(|&u| !info[u % steps].skipped)
+            .map(|u| {
+                let (i, k) = (u % steps, u / steps);
+                crate::memory::Traffic {
+                    start: began[u],
+                    end: end[u],
+                    bytes: (tile_bytes(k) * info[i].chunks) as f64
+                        * info[i].accesses
+                        * f64::from(replicas),
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let stretch = crate::memory::Stretch::new(&traffic, profile.shared_gbps.get(proto));
     let timeline: Vec<StepTime> = order
         .into_iter()
         .map(|i| {
@@ -866,12 +892,12 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
                 block: b.id,
                 step: si as u32,
                 kind: kind_name(b.steps[si].kind),
-                start_us: span[i].0,
-                end_us: span[i].1,
+                start_us: stretch.at(span[i].0),
+                end_us: stretch.at(span[i].1),
             }
         })
         .collect();
-    let last = end.iter().copied().fold(0f64, f64::max);
+    let last = stretch.at(end.iter().copied().fold(0f64, f64::max));
     Ok(Priced::Predicted(Prediction {
         total_us: fixed + last.max(busy).max(shared),
         timeline,

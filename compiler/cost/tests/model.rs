@@ -318,6 +318,52 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
     assert_eq!(price(&shared, 2), price(&free, 2));
 }
 
+/// Ranks sharing one memory: a call in phases pays each phase's demand on it, not the
+/// average. The staged one-shot all-reduce on 2 ranks (direct reads) first receives and
+/// copies (4 accesses per byte a rank, two blocks at once), then reduces alone (3
+/// accesses, one block): with the memory's rate between the two phases' demands, the
+/// first phase is stretched and the second not, and the call costs more than both its
+/// unshared time and its whole traffic over the rate (the larger of which it cost before).
+#[test]
+fn a_call_in_phases_pays_each_phases_demand_on_a_shared_memory() {
+    let (t, ps) = plans("nvswitch:2", Collective::Allreduce);
+    let staged = plan(&ps, "one_shot_allreduce");
+    let bytes = 64u64 << 20;
+    let call = Call {
+        direct: true,
+        together: true,
+        ..simple(bytes, 1, false)
+    };
+    let free = Profile::default();
+    let block = free.block_gbps.simple;
+    let mut shared = Profile::default();
+    // Phase 1 asks 2 ranks x 2 blocks x 2 accesses x the block rate; phase 2, 2 ranks x
+    // 1 block x 2 (3 accesses at 1.5 times a copy's time).
+    shared.shared_gbps.simple = 5.0 * block;
+    let t_free = predict(staged, &t, &free, &call).unwrap().total_us;
+    let p = predict(staged, &t, &shared, &call).unwrap();
+    // 7 accesses per byte a rank: receive 2, copy 2, reduce 3.
+    let floor = 14.0 * bytes as f64 / (shared.shared_gbps.simple * 1e3) + shared.call_us.simple;
+    let before = t_free.max(floor);
+    assert!(
+        p.total_us > before * 1.05,
+        "{} against {t_free} and {floor}",
+        p.total_us
+    );
+    // Phase 1 at 8/5 of its unshared time, phase 2 unchanged: 1.6 + 1.5 copies' times
+    // against 1 + 1.5.
+    let copy = bytes as f64 / (block * 1e3);
+    let expected = 3.1 * copy + shared.call_us.simple;
+    assert!(
+        (p.total_us - expected).abs() / expected < 0.02,
+        "{} against {expected}",
+        p.total_us
+    );
+    // The timeline is on the same clock: the last step ends when the call does.
+    let last = p.timeline.iter().map(|s| s.end_us).fold(0.0, f64::max);
+    assert!((p.total_us - shared.call_us.simple - last).abs() / p.total_us < 0.01);
+}
+
 /// Each block a GPU runs adds the profile's `launch_block_us`: every rank's blocks where
 /// the ranks share one GPU, the largest rank's where each has its own; replicas multiply
 /// them. Without the constant (0) the price is what it was.

@@ -1,0 +1,128 @@
+//! A call's memory traffic over time, where its ranks share one memory (several ranks on
+//! one GPU). The simulation runs each step at its block's rate; where the steps running
+//! at one moment ask more of the memory than its shared rate, that stretch of the call
+//! lasts longer, by as much as they ask over the rate. Summed over the call, this is
+//! at least the simulated end (no stretch lasts less than simulated) and, for a call whose
+//! steps all run at once, the whole traffic over the shared rate; a call in phases (a
+//! staged reduction: receives and copies together, then the reductions alone) pays for
+//! each phase's own demand instead of their average. Pure arithmetic.
+
+/// One step's memory traffic as the simulation ran it: `[start, end)` µs, and the bytes
+/// it reads and writes in that time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Traffic {
+    pub start: f64,
+    pub end: f64,
+    pub bytes: f64,
+}
+
+/// The simulated clock mapped onto the stretched one: every stretch of the call whose
+/// steps together ask more than the shared rate lengthened to what the rate allows (each
+/// step's demand spread evenly over its span), the rest kept as simulated.
+#[derive(Clone, Debug, Default)]
+pub struct Stretch {
+    /// (simulated, stretched) µs where the demand changes, in order; none: no stretch.
+    points: Vec<(f64, f64)>,
+}
+
+impl Stretch {
+    /// The stretch of a call whose steps made `traffic`, on a memory shared at
+    /// `shared_gbps` (none if 0).
+    pub fn new(traffic: &[Traffic], shared_gbps: f64) -> Stretch {
+        if shared_gbps <= 0.0 {
+            return Stretch::default();
+        }
+        // Each step's rate (bytes per µs) starting and stopping.
+        let mut events: Vec<(f64, f64)> = Vec::with_capacity(2 * traffic.len());
+        for t in traffic {
+            let span = t.end - t.start;
+            if span > 0.0 && t.bytes > 0.0 {
+                let rate = t.bytes / span;
+                events.push((t.start, rate));
+                events.push((t.end, -rate));
+            }
+        }
+        events.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let capacity = shared_gbps * 1e3; // bytes per µs
+        let (mut rate, mut at, mut total) = (0f64, 0f64, 0f64);
+        let mut points = vec![(0.0, 0.0)];
+        let mut stretches = false;
+        for (t, delta) in events {
+            let factor = (rate / capacity).max(1.0);
+            stretches |= factor > 1.0 && t > at;
+            total += (t - at) * factor;
+            rate += delta;
+            at = t;
+            points.push((at, total));
+        }
+        if !stretches {
+            points.clear();
+        }
+        Stretch { points }
+    }
+
+    /// Simulated time `t` (µs) on the stretched clock.
+    pub fn at(&self, t: f64) -> f64 {
+        let Some(&(last_t, last_s)) = self.points.last() else {
+            return t;
+        };
+        if t >= last_t {
+            return last_s + (t - last_t);
+        }
+        // The last point at or before `t`, and the one after it.
+        let i = self.points.partition_point(|p| p.0 <= t).max(1);
+        let (t0, s0) = self.points[i - 1];
+        let (t1, s1) = self.points[i];
+        if t1 > t0 {
+            s0 + (t - t0) * (s1 - s0) / (t1 - t0)
+        } else {
+            s0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(start: f64, end: f64, bytes: f64) -> Traffic {
+        Traffic { start, end, bytes }
+    }
+
+    #[test]
+    fn a_phase_asking_more_than_the_shared_rate_lasts_longer_and_one_within_it_does_not() {
+        // 1 GB/s = 1000 bytes per µs. Phase 1 (0-10 µs): two steps of 15000 bytes each,
+        // 3000 bytes/µs together: 3x the rate, so 30 µs. Phase 2 (10-20): one step
+        // asking half the rate, 10 µs.
+        let phases = [
+            t(0.0, 10.0, 15_000.0),
+            t(0.0, 10.0, 15_000.0),
+            t(10.0, 20.0, 5_000.0),
+        ];
+        let total = Stretch::new(&phases, 1.0).at(20.0);
+        assert!((total - 40.0).abs() < 1e-9, "{total}");
+        // The average over the call (35000 bytes in 20 µs) would say 35 µs: the phases
+        // cost more than their average.
+        let average = 35_000.0 / 1e3;
+        assert!(total > average);
+        // Inside: halfway through phase 1 is 15 µs stretched; phase 2 keeps its pace.
+        let s = Stretch::new(&phases, 1.0);
+        assert!((s.at(5.0) - 15.0).abs() < 1e-9);
+        assert!((s.at(15.0) - 35.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn within_the_rate_or_without_one_the_simulated_end_stands() {
+        let steps = [t(0.0, 10.0, 4_000.0), t(5.0, 12.0, 3_000.0)];
+        assert_eq!(Stretch::new(&steps, 1.0).at(12.0), 12.0);
+        assert_eq!(Stretch::new(&steps, 0.0).at(12.0), 12.0);
+        // Idle time after the last step's traffic (a latency) is kept.
+        assert_eq!(Stretch::new(&steps, 1.0).at(15.0), 15.0);
+    }
+
+    #[test]
+    fn steps_all_at_once_cost_their_whole_traffic_over_the_rate() {
+        let steps = [t(0.0, 10.0, 20_000.0), t(0.0, 10.0, 20_000.0)];
+        assert!((Stretch::new(&steps, 2.0).at(10.0) - 20.0).abs() < 1e-9);
+    }
+}
