@@ -2,7 +2,7 @@
 # Re-prices a bench/model_check.sh run (its OUT_DIR) with another build or profile,
 # without a GPU: the model's error over every shipped plan's row measured there (each with
 # the replicas and protocol it ran), and the selection at each size against the best
-# measured plan, as `braid explain` would choose.
+# measured plan, as `braid explain` would choose, and against the best fixed plan.
 #
 # Usage: bench/model_reprice.py OUT_DIR TOPO BRAID PROFILE [BLOCKS]
 #   BLOCKS: thread blocks one rank may use (`braid explain --blocks`; default: explain's)
@@ -69,7 +69,20 @@ def main(d, topo, braid, prof, blocks=None):
     for e in sorted(errs, reverse=True):
         if e[0] > 0.35:
             print(f"  {e[1]} {e[2]} at {e[3]} B: measured {e[4]:.1f} us, predicted {e[5]:.1f}")
+    # The best fixed plan of each collective (as bench/model_summary.py takes it): the
+    # lowest sum over sizes of its time relative to each size's best.
+    fixed = {}
+    for coll in {c for c, _ in measured}:
+        sizes = {s: m for (c, s), m in measured.items() if c == coll}
+        per_plan = {}
+        for s, m in sizes.items():
+            for (plan, _, _), t in m.items():
+                per_plan.setdefault(plan, {})[s] = t
+        best_at = {s: min(m.values()) for s, m in sizes.items()}
+        fixed[coll] = min(per_plan.items(),
+                          key=lambda p: sum(p[1].get(s, float("inf")) / best_at[s] for s in sizes))
     ok = n = 0
+    worst_fixed = (0.0, None)
     for (coll, s), m in sorted(measured.items()):
         sel = explain(coll, s)[0]
         best = min(m.values())
@@ -79,7 +92,12 @@ def main(d, topo, braid, prof, blocks=None):
         if t is None or t > best * 1.05:
             ratio = "not measured" if t is None else f"x{t / best:.2f} the best"
             print(f"  {coll} {s} B: {sel[0]} x{sel[1]} {sel[2]}, {ratio}")
+        f = fixed[coll][1].get(s)
+        if t is not None and f is not None:
+            worst_fixed = max(worst_fixed, (t / f, f"{coll} {s} B against {fixed[coll][0]}"))
     print(f"selection within 5% of the best measured plan: {ok}/{n} sizes")
+    print(f"worst against the best fixed plan (sizes where the selection was measured): "
+          f"x{worst_fixed[0]:.2f} ({worst_fixed[1]})")
 
 
 if __name__ == "__main__":
