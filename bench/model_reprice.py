@@ -93,8 +93,8 @@ def main(d, topo, braid, prof, blocks=None):
             ratio = "not measured" if t is None else f"x{t / best:.2f} the best"
             print(f"  {coll} {s} B: {sel[0]} x{sel[1]} {sel[2]}, {ratio}")
         f = fixed[coll][1].get(s)
-        if t is not None and f is not None:
-            worst_fixed = max(worst_fixed, (t / f, f"{coll} {s} B against {fixed[coll][0]}"))
+        if t is not None and f is not None and t / f > worst_fixed[0]:
+            worst_fixed = (t / f, f"{coll} {s} B against {fixed[coll][0]}")
     print(f"selection within 5% of the best measured plan: {ok}/{n} sizes")
     print(f"worst against the best fixed plan (sizes where the selection was measured): "
           f"x{worst_fixed[0]:.2f} ({worst_fixed[1]})")
