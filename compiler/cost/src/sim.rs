@@ -864,24 +864,22 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     // Where the ranks share one memory, each stretch of the call whose steps ask more of
     // it than its shared rate lasts as long as that rate allows ([`crate::memory`]); the
     // timeline is shown on that clock.
-    let traffic: Vec<crate::memory::Traffic> = if profile.shared_gbps.get(proto) > 0.0 {
-        (0..n_units)
-            .filter(|&u| !info[u % steps].skipped)
-            .map(|u| {
-                let (i, k) = (u % steps, u / steps);
-                crate::memory::Traffic {
-                    start: began[u],
-                    end: end[u],
-                    bytes: (tile_bytes(k) * info[i].chunks) as f64
-                        * info[i].accesses
-                        * f64::from(replicas),
-                }
-            })
-            .collect()
+    let shared_rate = profile.shared_gbps.get(proto);
+    let stretch = if shared_rate > 0.0 {
+        let traffic = (0..n_units).filter(|&u| !info[u % steps].skipped).map(|u| {
+            let (i, k) = (u % steps, u / steps);
+            crate::memory::Traffic {
+                start: began[u],
+                end: end[u],
+                bytes: (tile_bytes(k) * info[i].chunks) as f64
+                    * info[i].accesses
+                    * f64::from(replicas),
+            }
+        });
+        crate::memory::Stretch::new(traffic, shared_rate)
     } else {
-        Vec::new()
+        crate::memory::Stretch::default()
     };
-    let stretch = crate::memory::Stretch::new(&traffic, profile.shared_gbps.get(proto));
     let timeline: Vec<StepTime> = order
         .into_iter()
         .map(|i| {
