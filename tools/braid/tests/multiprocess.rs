@@ -6,22 +6,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A MASTER_PORT for a job: rank 0's bootstrap listens on MASTER_PORT + 1, so both must
-/// be free, and both lie below the kernel's range of automatic ports (from 32768), so no
-/// other test's sockets can be given them between this check and rank 0's bind.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = 12000 + (std::process::id() % 900) as u16 * 20;
-    for _ in 0..2000 {
-        let p = 12000 + (start - 12000 + NEXT.fetch_add(2, Ordering::Relaxed)) % 20000;
-        let free = |q: u16| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok();
-        if free(p) && free(p + 1) {
-            return p;
-        }
-    }
-    panic!("no two adjacent free ports below 32000");
-}
+mod common;
+use common::free_port;
 
 fn secret(seed: u8) -> String {
     (0..32)

@@ -104,11 +104,7 @@ fn braid_plans_are_preferred_and_bad_ones_refused() {
 #[test]
 fn passed_over_plans_are_logged_with_their_reason() {
     use std::process::{Command, Stdio};
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     // A user plan for 4 ranks cannot serve a 2-rank job: the log must say so.
     let plan = std::env::temp_dir().join(format!("braid-log-{}.json", std::process::id()));
     let out = braid(
