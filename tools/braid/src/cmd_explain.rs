@@ -212,7 +212,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         .algo
         .as_ref()
         .map_or_else(String::new, |f| format!("{} excludes it", f.source));
-    let Some((best_us, best_i, best_r, best_p, _)) = pick(&options) else {
+    let Some((best_us, best_i, best_r, best_p, best_blocks)) = pick(&options) else {
         let why: Vec<String> = (0..cands.len())
             .map(|i| format!("  {}: {}", cands[i].plan.name, why_not(i)))
             .chain(
@@ -256,6 +256,14 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             };
             out.push_str(&format!(
                 "  {what:<48} {t:>12.2} us  selected: {why} ({})\n",
+                c.origin
+            ));
+        } else if *t < best_us {
+            // A near tie that lost to the selection's fewer blocks.
+            out.push_str(&format!(
+                "  {what:<48} {t:>12.2} us  {:.1}% faster than {best_name}, within {:.0}%, but with more blocks ({blocks} against {best_blocks}) ({})\n",
+                (1.0 - t / best_us) * 100.0,
+                braid_runtime::selection::TIE * 100.0,
                 c.origin
             ));
         } else {

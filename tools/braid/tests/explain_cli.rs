@@ -623,3 +623,41 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
     assert_eq!(explicit.code, 0, "{}", explicit.stderr);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_near_tie_that_lost_on_blocks_is_called_faster_not_slower() {
+    // Among trees in LL on nvswitch:8 at 1 MiB, the double binary tree is priced a
+    // fraction faster than the single tree but takes more blocks: the single tree is
+    // selected, and the line of the faster one must say so.
+    let out = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "1M",
+            "--topo",
+            "nvswitch:8",
+        ],
+        &[("BRAID_ALGO", "tree"), ("NCCL_PROTO", "LL")],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "selected: tree_allreduce x8 ll", "{}", out.stdout);
+    let dbt = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("double_binary_tree_allreduce"))
+        .unwrap_or_else(|| panic!("{}", out.stdout));
+    assert!(
+        dbt.contains("faster than tree_allreduce, within 2%, but with more blocks"),
+        "{dbt}"
+    );
+    // No line calls a plan a negative amount slower.
+    assert!(!out.stdout.contains("-0."), "{}", out.stdout);
+    assert!(
+        !out.stdout
+            .lines()
+            .any(|l| l.contains("% slower") && l.contains(" -")),
+        "{}",
+        out.stdout
+    );
+}
