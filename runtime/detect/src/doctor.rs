@@ -60,6 +60,48 @@ pub struct Survey {
     /// Copy rates measured on the GPUs' paths (the caller that can drive GPUs measures
     /// them: `braid doctor`), each beside what the topology says the path allows.
     pub rates: Vec<Rate>,
+    /// Where a group this process started would listen for its ranks (the bootstrap's
+    /// rule; the caller that links the runtime fills it: `braid doctor`).
+    pub bootstrap: Option<Listen>,
+    /// The job's ranks probed, where a launcher started this process as one of several
+    /// (every rank runs the doctor): `braid doctor` fills it.
+    pub peers: Option<Peers>,
+}
+
+/// Where the bootstrap would listen, and why there.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Listen {
+    /// The address (`None`: the settings name none; `why` says what is wrong).
+    pub addr: Option<String>,
+    pub why: String,
+}
+
+/// What this rank found when it joined the job's other ranks and opened a link to each.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Peers {
+    pub rank: u32,
+    pub world: u32,
+    /// Where rank 0 listens (`MASTER_ADDR:port`).
+    pub root: String,
+    /// Why the join failed (then nothing below was measured).
+    pub error: Option<String>,
+    /// Each rank's host, by rank.
+    pub hosts: Vec<String>,
+    /// Where each rank accepts links, by rank.
+    pub addrs: Vec<String>,
+    /// The links that could not be opened.
+    pub failed: Vec<LinkFailure>,
+    /// A barrier through rank 0, µs.
+    pub barrier_us: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkFailure {
+    pub from: u32,
+    pub to: u32,
+    pub why: String,
 }
 
 /// One path's measured copy rate.
@@ -291,6 +333,34 @@ pub fn examine(s: &Survey) -> Diagnosis {
             ));
         }
     }
+    let up_names: Vec<String> = up
+        .iter()
+        .map(|i| match i.speed_mbps {
+            Some(m) => format!("{} ({m} Mb/s)", i.name),
+            None => i.name.clone(),
+        })
+        .collect();
+    if !up_names.is_empty() {
+        d.notes
+            .push(format!("network interfaces up: {}", up_names.join(", ")));
+    }
+    if world <= 1 {
+        // Under a launcher rank 0 listens where MASTER_ADDR says (the probe below).
+        match &s.bootstrap {
+            Some(Listen { addr: Some(a), why }) => d.notes.push(format!(
+                "a group started here (ncclGetUniqueId) listens on {a}: {why}"
+            )),
+            Some(Listen { addr: None, why }) => d.findings.push(finding(
+                "bootstrap-addr",
+                format!("no group can start here: {why}"),
+                "set BRAID_BOOTSTRAP_ADDR to an IP address of this host (or IP:PORT), or unset it",
+            )),
+            None => {}
+        }
+    }
+    if let Some(p) = &s.peers {
+        examine_peers(p, &mut d);
+    }
     // The variables as the runtime reads them (braid-ib): the HCA list well formed, and
     // naming a device this machine has (any of its ports).
     let var = |k: &str| env(k).map(String::from);
@@ -359,6 +429,96 @@ pub fn examine(s: &Survey) -> Diagnosis {
 }
 
 /// What to do about a slow path, by its kind.
+/// The probe of the job's ranks: a join that failed, links that did not open, or how
+/// the ranks lie over the hosts.
+fn examine_peers(p: &Peers, d: &mut Diagnosis) {
+    if p.world == 0 {
+        d.findings.push(finding(
+            "launch-env",
+            format!(
+                "the launcher's variables do not describe a job: {}",
+                p.error.as_deref().unwrap_or("no world size")
+            ),
+            "set RANK and WORLD_SIZE together (torchrun), or run outside the launcher",
+        ));
+        return;
+    }
+    if let Some(e) = &p.error {
+        d.findings.push(finding(
+            "peers",
+            format!(
+                "rank {} of {} could not join the job's other ranks at {}: {e}",
+                p.rank, p.world, p.root
+            ),
+            "run `braid doctor` on every rank under the same launcher; MASTER_ADDR must be rank 0's host, and MASTER_PORT + 1 (or BRAID_BOOTSTRAP_PORT) open to the other hosts (firewall)",
+        ));
+        return;
+    }
+    if !p.failed.is_empty() {
+        const SHOWN: usize = 8;
+        let mut what: Vec<String> = p
+            .failed
+            .iter()
+            .take(SHOWN)
+            .map(|f| {
+                format!(
+                    "rank {} ({}) to rank {} at {} ({}): {}",
+                    f.from,
+                    p.hosts.get(f.from as usize).map_or("?", String::as_str),
+                    f.to,
+                    p.addrs.get(f.to as usize).map_or("?", String::as_str),
+                    p.hosts.get(f.to as usize).map_or("?", String::as_str),
+                    f.why
+                )
+            })
+            .collect();
+        if p.failed.len() > SHOWN {
+            what.push(format!("and {} more", p.failed.len() - SHOWN));
+        }
+        d.findings.push(finding(
+            "peer-links",
+            format!(
+                "{} of the {} links between the job's ranks could not be opened: {}",
+                p.failed.len(),
+                u64::from(p.world) * u64::from(p.world.saturating_sub(1)) / 2,
+                what.join("; ")
+            ),
+            "each rank accepts links on the interface it reached rank 0 through (or BRAID_SOCKET_IFNAME's): name an interface every host can reach with BRAID_SOCKET_IFNAME (the same on every rank), and open its ports between the hosts",
+        ));
+        return;
+    }
+    d.notes.push(format!(
+        "this rank ({} of {}) joined the job at {} and every pair of its ranks opened a link: {}; a barrier through rank 0 takes {:.0} us; this rank accepts links on {}",
+        p.rank,
+        p.world,
+        p.root,
+        hosts_by_rank(&p.hosts),
+        p.barrier_us.unwrap_or(0.0),
+        p.addrs.get(p.rank as usize).map_or("?", String::as_str)
+    ));
+}
+
+/// `a (ranks 0-7), b (ranks 8-15)`: each run of consecutive ranks on one host.
+fn hosts_by_rank(hosts: &[String]) -> String {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for i in 0..hosts.len() {
+        match runs.last_mut() {
+            Some(r) if hosts[r.0] == hosts[i] => r.1 = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    runs.iter()
+        .map(|&(a, b)| {
+            if a == b {
+                format!("{} (rank {a})", hosts[a])
+            } else {
+                format!("{} (ranks {a}-{b})", hosts[a])
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn slow_fix(class: &str) -> &'static str {
     match class {
         "NVL" => "check the NVLinks (`nvidia-smi nvlink --status`: links down or degraded need a GPU reset or a reboot) and that NCCL_P2P_DISABLE / BRAID_P2P_DISABLE are unset; another job on these GPUs also takes bandwidth",
@@ -425,6 +585,8 @@ impl Survey {
             master_resolves,
             host_copy_gbps: Some(host_copy_gbps()),
             rates: Vec::new(),
+            bootstrap: None,
+            peers: None,
         }
     }
 }
@@ -610,6 +772,11 @@ mod tests {
                     expected_gbps: None,
                 },
             ],
+            bootstrap: Some(Listen {
+                addr: Some("127.0.0.1".into()),
+                why: "loopback".into(),
+            }),
+            peers: None,
         }
     }
 
@@ -682,6 +849,97 @@ mod tests {
             passthrough: true,
         });
         assert_eq!(checks(&s), ["p2p-blocked", "nvlink-down"]);
+    }
+
+    #[test]
+    fn the_bootstrap_address_is_a_note_alone_and_a_finding_when_unusable() {
+        let mut s = healthy();
+        let d = examine(&s);
+        assert!(d
+            .notes
+            .iter()
+            .any(|n| n.contains("listens on 127.0.0.1: loopback")));
+        assert!(d
+            .notes
+            .iter()
+            .any(|n| n == "network interfaces up: lo, eth0 (100000 Mb/s)"));
+        s.bootstrap = Some(Listen {
+            addr: None,
+            why: "BRAID_BOOTSTRAP_ADDR=\"x\" is neither an IP address nor IP:PORT".into(),
+        });
+        assert_eq!(checks(&s), ["bootstrap-addr"]);
+        // Under a launcher rank 0 listens where MASTER_ADDR says: the rule is not used.
+        s.env.insert("WORLD_SIZE".into(), "2".into());
+        s.env.insert("BRAID_SECRET".into(), "(set)".into());
+        let d = examine(&s);
+        assert!(d.findings.is_empty(), "{:?}", d.findings);
+        assert!(!d.notes.iter().any(|n| n.contains("ncclGetUniqueId")));
+    }
+
+    #[test]
+    fn the_probe_of_the_ranks_reports_a_failed_join_and_links_that_did_not_open() {
+        let mut s = healthy();
+        s.env.insert("WORLD_SIZE".into(), "4".into());
+        s.env.insert("BRAID_SECRET".into(), "(set)".into());
+        let ok = Peers {
+            rank: 1,
+            world: 4,
+            root: "10.0.0.1:29501".into(),
+            error: None,
+            hosts: ["a", "a", "b", "b"].map(String::from).to_vec(),
+            addrs: [
+                "10.0.0.1:40000",
+                "10.0.0.1:40001",
+                "10.0.1.2:40000",
+                "10.0.1.2:40001",
+            ]
+            .map(String::from)
+            .to_vec(),
+            failed: vec![],
+            barrier_us: Some(85.0),
+        };
+        s.peers = Some(ok.clone());
+        let d = examine(&s);
+        assert!(d.findings.is_empty(), "{:?}", d.findings);
+        let note = d
+            .notes
+            .iter()
+            .find(|n| n.contains("joined the job"))
+            .unwrap();
+        assert!(note.contains("a (ranks 0-1), b (ranks 2-3)"), "{note}");
+        assert!(
+            note.contains("85 us") && note.contains("on 10.0.0.1:40001"),
+            "{note}"
+        );
+
+        s.peers = Some(Peers {
+            failed: vec![LinkFailure {
+                from: 0,
+                to: 3,
+                why: "connection timed out".into(),
+            }],
+            ..ok.clone()
+        });
+        let d = examine(&s);
+        assert_eq!(checks(&s), ["peer-links"]);
+        let f = &d.findings[0].what;
+        assert!(f.starts_with("1 of the 6 links"), "{f}");
+        assert!(
+            f.contains("rank 0 (a) to rank 3 at 10.0.1.2:40001 (b): connection timed out"),
+            "{f}"
+        );
+        assert!(d.findings[0].fix.contains("BRAID_SOCKET_IFNAME"));
+
+        s.peers = Some(Peers {
+            error: Some("timed out waiting for rank 0".into()),
+            hosts: vec![],
+            addrs: vec![],
+            barrier_us: None,
+            ..ok
+        });
+        let d = examine(&s);
+        assert_eq!(checks(&s), ["peers"]);
+        assert!(d.findings[0].what.contains("at 10.0.0.1:29501: timed out"));
     }
 
     #[test]

@@ -18,6 +18,13 @@ pub struct DoctorArgs {
     /// topology expects).
     #[arg(long)]
     pub no_bench: bool,
+    /// Under a launcher (`WORLD_SIZE` > 1, every rank running `braid doctor`): do not
+    /// join the job's other ranks to check that every pair of them can open a link.
+    #[arg(long)]
+    pub no_peers: bool,
+    /// How long joining the other ranks, and each link between two of them, may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 20.0)]
+    pub peer_timeout: f64,
 }
 
 #[derive(serde::Serialize)]
@@ -52,6 +59,8 @@ pub fn run(args: &DoctorArgs) -> Result<String, CliError> {
                 }
                 extra.extend(ll128_notes());
             }
+            s.bootstrap = Some(listen());
+            s.peers = peers(args)?;
             s
         }
     };
@@ -109,4 +118,79 @@ fn ll128_notes() -> Vec<String> {
             .collect(),
         Err(e) => vec![format!("the LL128 stress test did not run: {e}")],
     }
+}
+
+/// Where a group started here would listen ([`braid_runtime::bootstrap::default_listen`]).
+fn listen() -> braid_detect::doctor::Listen {
+    match braid_runtime::bootstrap::default_listen() {
+        Ok((a, why)) => braid_detect::doctor::Listen {
+            addr: Some(a.ip().to_string()),
+            why,
+        },
+        Err(e) => braid_detect::doctor::Listen {
+            addr: None,
+            why: e.to_string(),
+        },
+    }
+}
+
+/// Under a launcher that started several ranks: this rank joins the others and opens a
+/// link to each ([`braid_runtime::bootstrap::reach`]). `None` where no launcher started
+/// several ranks, or `--no-peers`; launcher variables that do not parse are a usage error.
+fn peers(args: &DoctorArgs) -> Result<Option<braid_detect::doctor::Peers>, CliError> {
+    use braid_runtime::bootstrap::{reach, Bootstrap};
+    use braid_runtime::launcher::LaunchEnv;
+    if args.no_peers {
+        return Ok(None);
+    }
+    let launched = ["RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    if !launched {
+        return Ok(None);
+    }
+    let env = match LaunchEnv::from_env() {
+        Ok(env) => env,
+        // (No job to join: examine says what is wrong with its variables.)
+        Err(e) => {
+            return Ok(Some(braid_detect::doctor::Peers {
+                error: Some(e.to_string()),
+                ..Default::default()
+            }))
+        }
+    };
+    if env.world_size <= 1 {
+        return Ok(None);
+    }
+    if !(args.peer_timeout.is_finite() && args.peer_timeout > 0.0) {
+        return Err(CliError::Usage(format!(
+            "error: --peer-timeout must be a positive number of seconds, not {}",
+            args.peer_timeout
+        )));
+    }
+    let timeout = std::time::Duration::from_secs_f64(args.peer_timeout);
+    let mut p = braid_detect::doctor::Peers {
+        rank: env.rank,
+        world: env.world_size,
+        root: env
+            .root_endpoint()
+            .map_or_else(|e| e.to_string(), |(h, port)| format!("{h}:{port}")),
+        ..Default::default()
+    };
+    let probed =
+        Bootstrap::from_launch_env(&env, timeout).and_then(|mut b| reach::probe(&mut b, timeout));
+    match probed {
+        Ok(r) => {
+            p.hosts = r.hosts;
+            p.addrs = r.addrs.iter().map(ToString::to_string).collect();
+            p.failed = r
+                .failed
+                .into_iter()
+                .map(|(from, to, why)| braid_detect::doctor::LinkFailure { from, to, why })
+                .collect();
+            p.barrier_us = Some(r.barrier_us);
+        }
+        Err(e) => p.error = Some(e.to_string()),
+    }
+    Ok(Some(p))
 }

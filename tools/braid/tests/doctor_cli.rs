@@ -80,3 +80,73 @@ fn a_described_machine_with_p2p_off_and_a_tiny_shm_gets_both_findings() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `braid doctor --no-bench` as rank `rank` of a torchrun-style job of `world` ranks.
+fn doctor_rank(rank: u32, world: u32, port: u16, extra: &[&str]) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    Command::new(env!("CARGO_BIN_EXE_braid"))
+        .args(["doctor", "--no-bench"])
+        .args(extra)
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("BRAID_SECRET", "00112233445566778899aabbccddeeff")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn under_a_launcher_every_rank_joins_the_others_and_opens_a_link_to_each() {
+    let port = common::free_port();
+    let children: Vec<_> = (0..3).map(|r| doctor_rank(r, 3, port, &[])).collect();
+    for (r, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "rank {r}: {stdout}");
+        let note = stdout
+            .lines()
+            .find(|l| l.contains("joined the job"))
+            .unwrap_or_else(|| panic!("rank {r}: {stdout}"));
+        assert!(
+            note.contains(&format!("this rank ({r} of 3)"))
+                && note.contains(&format!("at 127.0.0.1:{}", port + 1))
+                && note.contains("(ranks 0-2)")
+                && note.contains("every pair of its ranks opened a link"),
+            "{note}"
+        );
+        // Under a launcher rank 0 listens where MASTER_ADDR says, not by the rule.
+        assert!(!stdout.contains("ncclGetUniqueId"), "{stdout}");
+    }
+}
+
+#[test]
+fn a_rank_whose_job_has_no_rank_0_gets_a_finding_within_its_timeout() {
+    let port = common::free_port();
+    let start = std::time::Instant::now();
+    let out = doctor_rank(1, 2, port, &["--peer-timeout", "1.5"])
+        .wait_with_output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "finding [peers]: rank 1 of 2 could not join the job's other ranks at 127.0.0.1:{}",
+            port + 1
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("fix: run `braid doctor` on every rank"),
+        "{stdout}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(15));
+    // --no-peers skips the probe: nothing to wait for, no finding about it.
+    let out = doctor_rank(1, 2, port, &["--no-peers"])
+        .wait_with_output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("[peers]"), "{stdout}");
+}

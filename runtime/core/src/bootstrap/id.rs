@@ -239,9 +239,18 @@ pub(crate) fn take_root_listener(id: &UniqueId) -> Option<TcpListener> {
 }
 
 fn default_listen_addr() -> Result<SocketAddr> {
+    default_listen().map(|(a, _)| a)
+}
+
+/// Where a root made by [`UniqueId::new`] without an address listens (port 0: any), and
+/// why there, in words (`braid doctor` prints it).
+pub fn default_listen() -> Result<(SocketAddr, String)> {
     let Ok(text) = std::env::var(BOOTSTRAP_ADDR_VAR) else {
         if let Some(ip) = super::iface::listen_ip_from_env()? {
-            return Ok(SocketAddr::new(ip, 0));
+            return Ok((
+                SocketAddr::new(ip, 0),
+                "the first address of the interfaces BRAID_SOCKET_IFNAME / NCCL_SOCKET_IFNAME select".into(),
+            ));
         }
         if multi_node_launch() {
             // Ranks on other hosts must reach the root: an interface as NCCL picks one.
@@ -249,17 +258,24 @@ fn default_listen_addr() -> Result<SocketAddr> {
             let all = super::iface::list()?;
             let what = "the interfaces a multi-node job may use (not docker*, not lo)";
             if let Ok(i) = super::iface::choose(&spec, &all, what) {
-                return Ok(SocketAddr::new(i.addr, 0));
+                return Ok((
+                    SocketAddr::new(i.addr, 0),
+                    format!("interface {}, the first that is not docker* or lo (the launcher says the job spans hosts)", i.name),
+                ));
             }
         }
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
+        return Ok((
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            "loopback: a job on one host listens on no network unless asked (BRAID_SOCKET_IFNAME, BRAID_BOOTSTRAP_ADDR)".into(),
+        ));
     };
     let text = text.trim();
+    let why = format!("{BOOTSTRAP_ADDR_VAR}={text}");
     if let Ok(a) = text.parse::<SocketAddr>() {
-        return Ok(a);
+        return Ok((a, why));
     }
     match text.parse::<IpAddr>() {
-        Ok(ip) => Ok(SocketAddr::new(ip, 0)),
+        Ok(ip) => Ok((SocketAddr::new(ip, 0), why)),
         Err(_) => Err(RuntimeError::Bootstrap(format!(
             "{BOOTSTRAP_ADDR_VAR}={text:?} is neither an IP address nor IP:PORT"
         ))),

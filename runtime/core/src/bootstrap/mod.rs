@@ -26,9 +26,10 @@ mod join;
 mod links;
 pub mod liveness;
 mod peer;
+pub mod reach;
 mod wire;
 
-pub use id::{RootListener, Secret, UniqueId, BOOTSTRAP_ADDR_VAR};
+pub use id::{default_listen, RootListener, Secret, UniqueId, BOOTSTRAP_ADDR_VAR};
 
 use crate::error::{Result, RuntimeError};
 use collective::{Control, Op, Role};
