@@ -13,6 +13,8 @@
 //! `BRAID_CHANNELS` a replica count (like `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS`),
 //! and `BRAID_ALGO` (or `NCCL_ALGO`) limits the plans with NCCL's syntax: `ring,tree`
 //! allows only plans whose names contain one of the words, `^ring` allows all others.
+//! Both lists take NCCL 2.24's lists per collective (`ring;allreduce:tree`,
+//! [`split_per_collective`]).
 
 use crate::error::{Result, RuntimeError};
 use crate::geometry::per_segment;
@@ -132,21 +134,71 @@ pub struct Choice {
     pub protocol: Protocol,
 }
 
+/// A list for every collective, if any, and each named collective's, in order.
+pub type PerCollective<'a> = (Option<&'a str>, Vec<(Collective, &'a str)>);
+
+/// NCCL's list syntax for `NCCL_ALGO` / `NCCL_PROTO`, per collective since NCCL 2.24:
+/// `LIST[;COLLECTIVE:LIST]...`. The first list, the only one that may go without a
+/// prefix, applies to every collective; each later one replaces it for the collective it
+/// names (`allreduce`, `allgather`, `reducescatter` or `reduce_scatter`, `broadcast`,
+/// `reduce`, `alltoall`; any case). Returns the list for every collective, if any, and
+/// each named collective's, in order.
+pub fn split_per_collective<'a>(var: &str, value: &'a str) -> Result<PerCollective<'a>> {
+    let mut all = None;
+    let mut per = Vec::new();
+    for (i, entry) in value.split(';').enumerate() {
+        let entry = entry.trim();
+        if entry.is_empty() && i > 0 {
+            continue;
+        }
+        match entry.split_once(':') {
+            None if i == 0 => all = Some(entry),
+            None => {
+                return Err(RuntimeError::Invalid(format!(
+                    "{var}={value}: `{entry}`: every list after the first names its collective (`allreduce:tree`)"
+                )))
+            }
+            Some((name, list)) => {
+                let key = |s: &str| s.trim().to_ascii_lowercase().replace('_', "");
+                let c = Collective::ALL
+                    .into_iter()
+                    .find(|c| key(c.name()) == key(name))
+                    .ok_or_else(|| {
+                        RuntimeError::Invalid(format!(
+                            "{var}={value}: `{}` is not a collective (allreduce, allgather, reducescatter, broadcast, reduce, alltoall)",
+                            name.trim()
+                        ))
+                    })?;
+                per.push((c, list.trim()));
+            }
+        }
+    }
+    Ok((all, per))
+}
+
 /// Which plans a call may use, by name, as `NCCL_ALGO` limits NCCL's algorithms: a list
 /// of words, each allowing the plans whose names contain it (`ring` allows
-/// `ring_allreduce` and `bidirectional_ring_allreduce`), or, after `^`, excluding them.
+/// `ring_allreduce` and `bidirectional_ring_allreduce`), or, after `^`, excluding them;
+/// per collective in NCCL's syntax (`ring;allreduce:^ring`, [`split_per_collective`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AlgoFilter {
-    pub exclude: bool,
-    pub words: Vec<String>,
+    /// The list for collectives that have none of their own (`None`: all plans).
+    all: Option<Words>,
+    /// Each named collective's list (the last for a collective counts).
+    per: Vec<(Collective, Words)>,
     /// The variable and value it came from, for messages.
     pub source: String,
 }
 
-impl AlgoFilter {
-    /// Parses `value` of the variable `var`.
-    pub fn parse(var: &str, value: &str) -> Result<AlgoFilter> {
-        let v = value.trim();
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Words {
+    exclude: bool,
+    words: Vec<String>,
+}
+
+impl Words {
+    fn parse(var: &str, value: &str, list: &str) -> Result<Words> {
+        let v = list.trim();
         let (exclude, list) = match v.strip_prefix('^') {
             Some(rest) => (true, rest),
             None => (false, v),
@@ -158,21 +210,43 @@ impl AlgoFilter {
             .collect();
         if words.is_empty() {
             return Err(RuntimeError::Invalid(format!(
-                "{var}={value}: expected algorithm names, as `ring,tree` or `^ring`"
+                "{var}={value}: expected algorithm names, as `ring,tree`, `^ring` or `ring;allreduce:tree`"
             )));
         }
+        Ok(Words { exclude, words })
+    }
+
+    fn allows(&self, plan: &str) -> bool {
+        let name = plan.to_ascii_lowercase();
+        let named = self.words.iter().any(|w| name.contains(w.as_str()));
+        named != self.exclude
+    }
+}
+
+impl AlgoFilter {
+    /// Parses `value` of the variable `var`.
+    pub fn parse(var: &str, value: &str) -> Result<AlgoFilter> {
+        let (all, per) = split_per_collective(var, value)?;
         Ok(AlgoFilter {
-            exclude,
-            words,
+            all: all.map(|l| Words::parse(var, value, l)).transpose()?,
+            per: per
+                .into_iter()
+                .map(|(c, l)| Ok((c, Words::parse(var, value, l)?)))
+                .collect::<Result<_>>()?,
             source: format!("{var}={value}"),
         })
     }
 
-    /// Whether a plan of this name may serve calls.
-    pub fn allows(&self, plan: &str) -> bool {
-        let name = plan.to_ascii_lowercase();
-        let named = self.words.iter().any(|w| name.contains(w.as_str()));
-        named != self.exclude
+    /// Whether a plan of this name may serve calls of `collective`.
+    pub fn allows(&self, collective: Collective, plan: &str) -> bool {
+        let rule = self
+            .per
+            .iter()
+            .rev()
+            .find(|(c, _)| *c == collective)
+            .map(|(_, w)| w)
+            .or(self.all.as_ref());
+        rule.is_none_or(|w| w.allows(plan))
     }
 }
 
@@ -184,6 +258,10 @@ pub struct Policy {
     /// The protocol list excludes LL128 (`NCCL_PROTO=^LL128`, or a list without it): no
     /// call runs LL128, even where its stress test passed.
     pub no_ll128: bool,
+    /// Collectives whose protocols the list names apart (`NCCL_PROTO=LL,Simple;allreduce:^LL`):
+    /// each one's `protocol` and `no_ll128` in place of the two above (the last entry for
+    /// a collective counts).
+    pub protocol_per: Vec<(Collective, Option<Protocol>, bool)>,
     /// A replica count every call uses.
     pub replicas: Option<u32>,
     /// The plans calls may use (`None`: all).
@@ -215,20 +293,32 @@ impl Policy {
     /// `BRAID_PROTO`, `BRAID_CHANNELS`, `BRAID_ALGO` / `NCCL_ALGO`, `BRAID_SELECT` and
     /// `BRAID_MAX_CTAS` / `NCCL_MAX_CTAS`.
     pub fn from_env() -> Result<Policy> {
-        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(&|n| std::env::var(n).ok())
+    }
+
+    /// [`Policy::from_env`] with the variables read through `get` (a map in tests).
+    pub fn from_vars(get: &dyn Fn(&str) -> Option<String>) -> Result<Policy> {
+        let var = |n: &str| get(n).filter(|v| !v.trim().is_empty());
         let proto = match (var("BRAID_PROTO"), var("NCCL_PROTO")) {
             (Some(v), _) => Some(("BRAID_PROTO", v)),
             (None, Some(v)) => Some(("NCCL_PROTO", v)),
             (None, None) => None,
         };
-        let protocol = match &proto {
-            Some((name, v)) => parse_protocols(name, v)?,
-            None => None,
-        };
-        let no_ll128 = match &proto {
-            Some((name, v)) => !protocol_set(name, v)?[2],
-            None => false,
-        };
+        let (mut protocol, mut no_ll128, mut protocol_per) = (None, false, Vec::new());
+        if let Some((name, v)) = &proto {
+            let (all, per) = split_per_collective(name, v)?;
+            if let Some(list) = all {
+                protocol = parse_protocols(name, list)?;
+                no_ll128 = !protocol_set(name, list)?[2];
+            }
+            for (c, list) in per {
+                protocol_per.push((
+                    c,
+                    parse_protocols(name, list)?,
+                    !protocol_set(name, list)?[2],
+                ));
+            }
+        }
         let replicas = var("BRAID_CHANNELS")
             .map(|v| match v.trim().parse::<u32>() {
                 Ok(c) if (1..=MAX_REPLICAS * 2).contains(&c) => Ok(c),
@@ -260,6 +350,7 @@ impl Policy {
         Ok(Policy {
             protocol,
             no_ll128,
+            protocol_per,
             replicas,
             algo,
             model: None,
@@ -285,6 +376,25 @@ impl Policy {
         }
     }
 
+    /// The protocol every call of `collective` uses, where the protocol list forces one
+    /// (`None` or `Auto`: the plan's).
+    pub fn protocol_of(&self, collective: Collective) -> Option<Protocol> {
+        self.protocol_rule(collective).0
+    }
+
+    /// Whether the protocol list keeps LL128 from calls of `collective`.
+    pub fn no_ll128_of(&self, collective: Collective) -> bool {
+        self.protocol_rule(collective).1
+    }
+
+    fn protocol_rule(&self, collective: Collective) -> (Option<Protocol>, bool) {
+        self.protocol_per
+            .iter()
+            .rev()
+            .find(|(c, _, _)| *c == collective)
+            .map_or((self.protocol, self.no_ll128), |&(_, p, n)| (p, n))
+    }
+
     /// This policy choosing by the cost model on `topo` with `profile` (unless
     /// `BRAID_SELECT=rules` asked for the rules).
     pub fn with_model(
@@ -302,7 +412,9 @@ impl Policy {
 
     /// The plan, replicas and protocol for `req` on `target`.
     pub fn choose(&self, registry: &Registry, req: &Request, target: &Target) -> Result<Choice> {
-        let target = &self.target(*target);
+        let mut target = self.target(*target);
+        target.ll128 &= !self.no_ll128_of(req.collective);
+        let target = &target;
         match &self.model {
             Some(m) => crate::selection::choose(self, &m.0, registry, req, target),
             None => self.choose_by_rules(registry, req, target),
@@ -356,7 +468,7 @@ impl Policy {
         replicas: u32,
         target: &Target,
     ) -> Protocol {
-        let asked = match self.protocol {
+        let asked = match self.protocol_of(req.collective) {
             Some(p) if p != Protocol::Auto => p,
             _ => plan.protocol,
         };
@@ -613,12 +725,82 @@ mod tests {
 
     #[test]
     fn algorithm_filters_take_nccl_syntax() {
+        use Collective::{Allgather, Allreduce, Broadcast, ReduceScatter};
         let only = AlgoFilter::parse("NCCL_ALGO", "Ring,tree").unwrap();
-        assert!(only.allows("ring_allreduce") && only.allows("bidirectional_ring_allreduce"));
-        assert!(only.allows("double_binary_tree_allreduce") && !only.allows("one_shot_allreduce"));
+        assert!(
+            only.allows(Allreduce, "ring_allreduce")
+                && only.allows(Allreduce, "bidirectional_ring_allreduce")
+        );
+        assert!(
+            only.allows(Allreduce, "double_binary_tree_allreduce")
+                && !only.allows(Allreduce, "one_shot_allreduce")
+        );
         let not = AlgoFilter::parse("BRAID_ALGO", "^ring").unwrap();
-        assert!(!not.allows("ring_allreduce") && not.allows("tree_allreduce"));
+        assert!(
+            !not.allows(Allreduce, "ring_allreduce") && not.allows(Allreduce, "tree_allreduce")
+        );
         assert!(AlgoFilter::parse("BRAID_ALGO", " ^ , ").is_err());
+        // Per collective (NCCL 2.24): the first list for all, later ones replace it for
+        // the collective they name; the last for a collective counts.
+        let per = AlgoFilter::parse(
+            "NCCL_ALGO",
+            "ring;AllReduce:tree;reducescatter:^ring;allreduce:^tree,ring",
+        )
+        .unwrap();
+        assert!(
+            per.allows(Allgather, "ring_allgather") && !per.allows(Allgather, "direct_allgather")
+        );
+        assert!(
+            per.allows(Allreduce, "two_shot_allreduce") && !per.allows(Allreduce, "tree_allreduce")
+        );
+        assert!(!per.allows(ReduceScatter, "ring_reduce_scatter"));
+        assert!(per.allows(ReduceScatter, "direct_reduce_scatter"));
+        // Only collectives named: the others may use every plan.
+        let named = AlgoFilter::parse("NCCL_ALGO", "broadcast:chain").unwrap();
+        assert!(named.allows(Allreduce, "one_shot_allreduce"));
+        assert!(!named.allows(Broadcast, "direct_broadcast"));
+        // A later list without its collective, or a collective that does not exist.
+        let e = AlgoFilter::parse("NCCL_ALGO", "ring;tree")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("every list after the first names its collective"),
+            "{e}"
+        );
+        let e = AlgoFilter::parse("NCCL_ALGO", "ring;allreduc:tree")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`allreduc` is not a collective"), "{e}");
+    }
+
+    #[test]
+    fn protocol_lists_take_nccl_syntax_per_collective() {
+        use Collective::{Allgather, Allreduce, Broadcast};
+        let vars = |v: &'static str| move |n: &str| (n == "NCCL_PROTO").then(|| v.to_string());
+        let p = Policy::from_vars(&vars("LL,Simple;allreduce:^LL")).unwrap();
+        assert_eq!(p.protocol_of(Allgather), None);
+        assert!(p.no_ll128_of(Allgather));
+        assert_eq!(p.protocol_of(Allreduce), Some(Protocol::Simple));
+        // "Everything but LL128, but only LL128 for allreduce".
+        let p = Policy::from_vars(&vars("^LL128;allreduce:LL128")).unwrap();
+        assert!(p.no_ll128_of(Broadcast) && !p.no_ll128_of(Allreduce));
+        assert_eq!(p.protocol_of(Allreduce), Some(Protocol::Ll128));
+        // The forced protocol reaches the choice for that collective only.
+        let simple = plan(2, Protocol::Auto);
+        let small = |c| Request {
+            collective: c,
+            ..req(8)
+        };
+        let p = Policy::from_vars(&vars("allreduce:Simple")).unwrap();
+        assert_eq!(
+            p.protocol_for(&simple, &small(Allreduce), 1, &GPU),
+            Protocol::Simple
+        );
+        assert_eq!(
+            p.protocol_for(&simple, &small(Allgather), 1, &GPU),
+            Protocol::Ll
+        );
+        assert!(Policy::from_vars(&vars("LL;allreduce:fast")).is_err());
     }
 
     #[test]

@@ -157,7 +157,7 @@ impl Registry {
         for (plan, origin) in candidates {
             let why_not = if plan.collective != collective {
                 None // other collectives are not worth a log line
-            } else if let Some(f) = filter.filter(|f| !f.allows(&plan.name)) {
+            } else if let Some(f) = filter.filter(|f| !f.allows(collective, &plan.name)) {
                 filtered_out.push(plan.name.clone());
                 Some(format!("{} excludes it", f.source))
             } else if plan.n_ranks != n {

@@ -240,7 +240,7 @@ pub fn choose(
             });
         }
     }
-    let forced_protocol = match policy.protocol {
+    let forced_protocol = match policy.protocol_of(req.collective) {
         _ if !target.ll => Some(Protocol::Simple),
         Some(p) if p != Protocol::Auto => Some(p),
         _ => None,

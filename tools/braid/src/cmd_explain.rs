@@ -144,9 +144,12 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         )));
     }
     // The plans BRAID_ALGO / NCCL_ALGO leave out are not priced.
-    let (cands, filtered): (Vec<Candidate>, Vec<Candidate>) = all
-        .into_iter()
-        .partition(|c| policy.algo.as_ref().is_none_or(|f| f.allows(&c.plan.name)));
+    let (cands, filtered): (Vec<Candidate>, Vec<Candidate>) = all.into_iter().partition(|c| {
+        policy
+            .algo
+            .as_ref()
+            .is_none_or(|f| f.allows(collective, &c.plan.name))
+    });
     // LL128 where the profile's stress tests passed on the links the topology's ranks
     // use (never across nodes).
     let link = if profile.one_gpu() {
@@ -155,7 +158,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         braid_cost::LinkKind::Peer
     };
     let ll128 = topo.n_nodes() <= 1
-        && !policy.no_ll128
+        && !policy.no_ll128_of(collective)
         && braid_cost::ll128_allowed(&profile.ll128, &[link]);
     let req = Request {
         collective,
@@ -167,7 +170,9 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         ll128,
     };
     let proto = match args.proto.as_deref() {
-        None => policy.protocol.filter(|&p| p != Protocol::Auto),
+        None => policy
+            .protocol_of(collective)
+            .filter(|&p| p != Protocol::Auto),
         Some(v) => match braid_runtime::policy::parse_protocol(v) {
             Ok(Protocol::Auto) | Err(_) => {
                 return Err(CliError::Usage(format!(
@@ -258,12 +263,24 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
                 "  {what:<48} {t:>12.2} us  selected: {why} ({})\n",
                 c.origin
             ));
-        } else if *t < best_us {
+        } else if *t <= fastest * (1.0 + braid_runtime::selection::TIE) && *blocks > best_blocks {
             // A near tie that lost to the selection's fewer blocks.
+            let d = (t / best_us - 1.0) * 100.0;
+            let than = if d.abs() < 0.05 {
+                format!("as fast as {best_name}")
+            } else if d < 0.0 {
+                format!("{:.1}% faster than {best_name}", -d)
+            } else {
+                format!("+{d:.1}% slower than {best_name}")
+            };
             out.push_str(&format!(
-                "  {what:<48} {t:>12.2} us  {:.1}% faster than {best_name}, within {:.0}%, but with more blocks ({blocks} against {best_blocks}) ({})\n",
-                (1.0 - t / best_us) * 100.0,
+                "  {what:<48} {t:>12.2} us  {than}, within {:.0}% of the fastest, but with more blocks ({blocks} against {best_blocks}) ({})\n",
                 braid_runtime::selection::TIE * 100.0,
+                c.origin
+            ));
+        } else if (t / best_us - 1.0).abs() < 5e-4 && *blocks == best_blocks {
+            out.push_str(&format!(
+                "  {what:<48} {t:>12.2} us  as fast as {best_name}, with as many blocks ({blocks}): the first of equal choices is taken ({})\n",
                 c.origin
             ));
         } else {

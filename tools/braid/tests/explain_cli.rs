@@ -648,7 +648,7 @@ fn a_near_tie_that_lost_on_blocks_is_called_faster_not_slower() {
         .find(|l| l.trim_start().starts_with("double_binary_tree_allreduce"))
         .unwrap_or_else(|| panic!("{}", out.stdout));
     assert!(
-        dbt.contains("faster than tree_allreduce, within 2%, but with more blocks"),
+        dbt.contains("0.4% faster than tree_allreduce, within 2% of the fastest, but with more blocks (64 against 40)"),
         "{dbt}"
     );
     // No line calls a plan a negative amount slower.
@@ -659,5 +659,86 @@ fn a_near_tie_that_lost_on_blocks_is_called_faster_not_slower() {
             .any(|l| l.contains("% slower") && l.contains(" -")),
         "{}",
         out.stdout
+    );
+}
+
+#[test]
+fn equal_choices_say_so_and_nccl_algo_takes_lists_per_collective() {
+    // The two rings at 1 MiB on nvswitch:8 are priced alike on as many blocks.
+    let out = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "1M",
+            "--topo",
+            "nvswitch:8",
+        ],
+        &[("NCCL_ALGO", "ring")],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stdout.contains("+0.0%"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("the first of equal choices is taken"),
+        "{}",
+        out.stdout
+    );
+    // NCCL 2.24's syntax: rings for every collective, trees for the all-reduce.
+    let env = [("NCCL_ALGO", "ring;allreduce:tree")];
+    let ar = braid(
+        &[
+            "explain",
+            "allreduce",
+            "--size",
+            "1M",
+            "--topo",
+            "nvswitch:8",
+        ],
+        &env,
+    );
+    let ag = braid(
+        &[
+            "explain",
+            "allgather",
+            "--size",
+            "1M",
+            "--topo",
+            "nvswitch:8",
+        ],
+        &env,
+    );
+    assert_eq!(ar.code + ag.code, 0, "{}{}", ar.stderr, ag.stderr);
+    assert!(
+        ar.stdout.starts_with("selected: tree_allreduce")
+            || ar
+                .stdout
+                .starts_with("selected: double_binary_tree_allreduce"),
+        "{}",
+        ar.stdout
+    );
+    assert!(
+        ag.stdout.starts_with("selected: ring_allgather"),
+        "{}",
+        ag.stdout
+    );
+    assert!(ag.stdout.contains("direct_allgather") && ag.stdout.contains("excludes it"));
+    // A later list must name its collective.
+    let bad = braid(
+        &[
+            "explain",
+            "allgather",
+            "--size",
+            "1M",
+            "--topo",
+            "nvswitch:8",
+        ],
+        &[("NCCL_ALGO", "ring;tree")],
+    );
+    assert_ne!(bad.code, 0);
+    assert!(
+        bad.stderr
+            .contains("every list after the first names its collective"),
+        "{}",
+        bad.stderr
     );
 }
