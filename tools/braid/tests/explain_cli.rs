@@ -624,22 +624,27 @@ fn explain_prices_the_call_in_the_environment_the_runtime_reads() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-#[test]
-fn a_near_tie_that_lost_on_blocks_is_called_faster_not_slower() {
-    // Among trees in LL on nvswitch:8 at 1 MiB, the double binary tree is priced a
-    // fraction faster than the single tree but takes more blocks: the single tree is
-    // selected, and the line of the faster one must say so.
-    let out = braid(
+/// `braid explain COLLECTIVE --size 1M --topo nvswitch:8` with `env`.
+fn explain_1m_on_8(collective: &str, env: &[(&str, &str)]) -> Output {
+    braid(
         &[
             "explain",
-            "allreduce",
+            collective,
             "--size",
             "1M",
             "--topo",
             "nvswitch:8",
         ],
-        &[("BRAID_ALGO", "tree"), ("NCCL_PROTO", "LL")],
-    );
+        env,
+    )
+}
+
+#[test]
+fn a_near_tie_that_lost_on_blocks_is_called_faster_not_slower() {
+    // Among trees in LL on nvswitch:8 at 1 MiB, the double binary tree is priced a
+    // fraction faster than the single tree but takes more blocks: the single tree is
+    // selected, and the line of the faster one must say so.
+    let out = explain_1m_on_8("allreduce", &[("BRAID_ALGO", "tree"), ("NCCL_PROTO", "LL")]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines[0], "selected: tree_allreduce x8 ll", "{}", out.stdout);
@@ -665,17 +670,7 @@ fn a_near_tie_that_lost_on_blocks_is_called_faster_not_slower() {
 #[test]
 fn equal_choices_say_so_and_nccl_algo_takes_lists_per_collective() {
     // The two rings at 1 MiB on nvswitch:8 are priced alike on as many blocks.
-    let out = braid(
-        &[
-            "explain",
-            "allreduce",
-            "--size",
-            "1M",
-            "--topo",
-            "nvswitch:8",
-        ],
-        &[("NCCL_ALGO", "ring")],
-    );
+    let out = explain_1m_on_8("allreduce", &[("NCCL_ALGO", "ring")]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(!out.stdout.contains("+0.0%"), "{}", out.stdout);
     assert!(
@@ -685,28 +680,8 @@ fn equal_choices_say_so_and_nccl_algo_takes_lists_per_collective() {
     );
     // NCCL 2.24's syntax: rings for every collective, trees for the all-reduce.
     let env = [("NCCL_ALGO", "ring;allreduce:tree")];
-    let ar = braid(
-        &[
-            "explain",
-            "allreduce",
-            "--size",
-            "1M",
-            "--topo",
-            "nvswitch:8",
-        ],
-        &env,
-    );
-    let ag = braid(
-        &[
-            "explain",
-            "allgather",
-            "--size",
-            "1M",
-            "--topo",
-            "nvswitch:8",
-        ],
-        &env,
-    );
+    let ar = explain_1m_on_8("allreduce", &env);
+    let ag = explain_1m_on_8("allgather", &env);
     assert_eq!(ar.code + ag.code, 0, "{}{}", ar.stderr, ag.stderr);
     assert!(
         ar.stdout.starts_with("selected: tree_allreduce")
@@ -723,17 +698,7 @@ fn equal_choices_say_so_and_nccl_algo_takes_lists_per_collective() {
     );
     assert!(ag.stdout.contains("direct_allgather") && ag.stdout.contains("excludes it"));
     // A later list must name its collective.
-    let bad = braid(
-        &[
-            "explain",
-            "allgather",
-            "--size",
-            "1M",
-            "--topo",
-            "nvswitch:8",
-        ],
-        &[("NCCL_ALGO", "ring;tree")],
-    );
+    let bad = explain_1m_on_8("allgather", &[("NCCL_ALGO", "ring;tree")]);
     assert_ne!(bad.code, 0);
     assert!(
         bad.stderr
