@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 /// The tag of the probe links (the liveness streams take `u64::MAX - 1`).
 const REACH_TAG: u64 = u64::MAX - 2;
 
+/// Links a rank opens at once.
+const AT_ONCE: usize = 32;
+
 /// Barriers timed for [`Reach::barrier_us`] (the median is kept).
 const BARRIERS: usize = 5;
 
@@ -55,13 +58,30 @@ pub fn probe(boot: &mut Bootstrap, link_timeout: Duration) -> Result<Reach> {
     let group_timeout = boot.timeout();
     boot.set_timeout(link_timeout);
     // Links to the ranks above, opened first: a rank's acceptor takes them in the
-    // background, so no rank waits on another's order.
+    // background, so no rank waits on another's order. They are opened [`AT_ONCE`] at a
+    // time, so links that cannot open cost a few deadlines, not one per peer.
     let mut open = Vec::new();
     let mut failed: Vec<(u32, u32, String)> = Vec::new();
-    for peer in me + 1..n {
-        match boot.connect_link(peer, REACH_TAG) {
-            Ok(s) => open.push(s),
-            Err(e) => failed.push((me, peer, e.to_string())),
+    let above: Vec<u32> = (me + 1..n).collect();
+    for batch in above.chunks(AT_ONCE) {
+        let shared: &Bootstrap = boot;
+        let results: Vec<_> = std::thread::scope(|s| {
+            let tries: Vec<_> = batch
+                .iter()
+                .map(|&peer| s.spawn(move || (peer, shared.connect_link(peer, REACH_TAG))))
+                .collect();
+            tries.into_iter().map(|t| t.join()).collect()
+        });
+        for r in results {
+            match r {
+                Ok((_, Ok(stream))) => open.push(stream),
+                Ok((peer, Err(e))) => failed.push((me, peer, e.to_string())),
+                Err(_) => {
+                    return Err(crate::error::RuntimeError::Bootstrap(
+                        "a thread opening a probe link panicked".into(),
+                    ))
+                }
+            }
         }
     }
     boot.set_timeout(group_timeout);
@@ -180,5 +200,27 @@ mod tests {
         // Rank 2 did not wait for the link rank 0 could not open (else it would report
         // it a second time, from its side), and nothing waited for the group's timeout.
         assert!(start.elapsed() < T, "{:?}", start.elapsed());
+    }
+
+    #[test]
+    fn links_that_cannot_open_cost_one_deadline_not_one_each() {
+        // Rank 0 sees ranks 1-3 where nothing listens: three links fail, tried at once
+        // (one after another they would take three deadlines, 2.4 s).
+        fn misdirect_all(b: &mut Bootstrap) {
+            if b.rank() == 0 {
+                for r in 1..4 {
+                    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                    b.table[r] = dead.local_addr().unwrap();
+                }
+            }
+        }
+        let start = Instant::now();
+        let reach = probe_group(4, misdirect_all);
+        let took = start.elapsed();
+        for r in &reach {
+            let pairs: Vec<(u32, u32)> = r.failed.iter().map(|f| (f.0, f.1)).collect();
+            assert_eq!(pairs, [(0, 1), (0, 2), (0, 3)]);
+        }
+        assert!(took < Duration::from_millis(2000), "{took:?}");
     }
 }
