@@ -58,6 +58,7 @@ fn main() {
             elem: 4,
             direct: false,
             ll128: false,
+            ll: true,
         };
         let mut times = Vec::new();
         let mut winner = String::new();

@@ -38,6 +38,9 @@ pub struct Request {
     /// The backend may run LL128 on every link of the call (its stress test passed on
     /// each): LL128 is then a candidate protocol too.
     pub ll128: bool,
+    /// LL is a candidate protocol (false where the protocol list excludes it,
+    /// `NCCL_PROTO=^LL`): plans that ask for LL then run Simple.
+    pub ll: bool,
 }
 
 impl Request {
@@ -191,6 +194,25 @@ fn cheapest(
 /// `Auto` meaning every one the backend has. LL128 only where `req` allows it: a plan or
 /// a caller that asks for it elsewhere gets Simple, as the runtime runs it.
 pub fn protocols(plan: &Plan, req: &Request, forced: Option<Protocol>) -> Vec<Protocol> {
+    let mut v = protocols_asked(plan, req, forced);
+    if !req.ll && forced != Some(Protocol::Ll) {
+        for p in &mut v {
+            if *p == Protocol::Ll {
+                *p = Protocol::Simple;
+            }
+        }
+        let mut seen = Vec::new();
+        v.retain(|p| {
+            let new = !seen.contains(p);
+            seen.push(*p);
+            new
+        });
+    }
+    v
+}
+
+/// [`protocols`] before the protocol list's exclusion of LL.
+fn protocols_asked(plan: &Plan, req: &Request, forced: Option<Protocol>) -> Vec<Protocol> {
     match (forced, plan.protocol) {
         (Some(Protocol::Ll128), _) if !req.ll128 => vec![Protocol::Simple],
         (Some(fixed), _) => vec![fixed],

@@ -87,6 +87,7 @@ fn winner(topo: &str, c: Collective, bytes: u64) -> String {
         elem: 4,
         direct: false,
         ll128: false,
+        ll: true,
     };
     let r = rank(&cands, &t, &Profile::default(), &req);
     assert!(r[0].result.is_ok(), "{r:?}");
@@ -247,6 +248,7 @@ fn excluded_candidates_say_why() {
         elem: 4,
         direct: false,
         ll128: false,
+        ll: true,
     };
     let r = rank(&cands, &t, &Profile::default(), &req);
     let last = r.last().unwrap();
@@ -626,6 +628,7 @@ fn direct_reads_skip_the_sends_and_their_memory_traffic() {
             elem: 4,
             direct,
             ll128: false,
+            ll: true,
         };
         braid_cost::rank_with(&cand, &t, &profile, &req, Some(1), Some(Protocol::Simple))[0]
             .result
@@ -762,6 +765,7 @@ fn rooted_collectives_are_priced_alike_in_both_modes() {
                 elem: 4,
                 direct: true,
                 ll128: false,
+                ll: true,
             };
             rank(&cands, &t, &profile, &req)
                 .into_iter()
@@ -808,6 +812,7 @@ fn in_place_an_all_gathers_own_copy_costs_nothing() {
         elem: 4,
         direct: false,
         ll128: false,
+        ll: true,
     };
     assert!(
         req(Collective::Allgather, Mode::InPlace)
@@ -901,6 +906,7 @@ fn flat_launches_cost_their_launch_and_traffic() {
         elem: 4,
         direct: true,
         ll128: false,
+        ll: true,
     };
     let ranked = braid_cost::rank(&cands, &t, &profile, &req);
     assert_eq!(ranked[0].name, "direct_broadcast", "{ranked:?}");
@@ -982,6 +988,7 @@ fn a_flat_launch_pays_for_its_kernel_argument() {
         elem: 4,
         direct: true,
         ll128: false,
+        ll: true,
     };
     let ranked = braid_cost::rank(&shipped(&ps), &t, &shared, &req);
     assert_eq!(ranked[0].name, "one_shot_oop_allreduce", "{ranked:?}");
@@ -1068,6 +1075,7 @@ fn ll128_is_priced_only_where_allowed_and_wins_in_the_middle_when_cheaper() {
         elem: 4,
         direct: false,
         ll128,
+        ll: true,
     };
     let mut p = Profile::default();
     for v in [
@@ -1101,6 +1109,39 @@ fn ll128_is_priced_only_where_allowed_and_wins_in_the_middle_when_cheaper() {
     assert!(
         mid[0].result.as_ref().unwrap() < without[0].result.as_ref().unwrap(),
         "allowing a cheaper protocol must not make the best choice dearer"
+    );
+    // A protocol list without LL (`NCCL_PROTO=^LL`): every size chooses between Simple
+    // and LL128 only, and LL128 still wins the middle.
+    let no_ll = |bytes: u64| Request {
+        ll: false,
+        ..req(bytes, true)
+    };
+    for bytes in [8u64, 4096, 1 << 20, 1 << 28] {
+        let ranked = rank(&cands, &t, &p, &no_ll(bytes));
+        assert!(
+            ranked
+                .iter()
+                .filter(|r| r.result.is_ok())
+                .all(|r| r.protocol != Protocol::Ll),
+            "{bytes} B: LL priced though the list excludes it: {ranked:?}"
+        );
+    }
+    assert_eq!(
+        rank(&cands, &t, &p, &no_ll(1 << 20))[0].protocol,
+        Protocol::Ll128
+    );
+    // Without LL128 too, a small call that LL wins runs Simple.
+    assert_eq!(
+        rank(&cands, &t, &p, &req(8, false))[0].protocol,
+        Protocol::Ll
+    );
+    let simple_only = Request {
+        ll: false,
+        ..req(8, false)
+    };
+    assert_eq!(
+        rank(&cands, &t, &p, &simple_only)[0].protocol,
+        Protocol::Simple
     );
 }
 
@@ -1150,6 +1191,7 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
                     elem: 4,
                     direct: false,
                     ll128: false,
+                    ll: true,
                 };
                 for p in &ps {
                     let cand = [Candidate {

@@ -258,10 +258,13 @@ pub struct Policy {
     /// The protocol list excludes LL128 (`NCCL_PROTO=^LL128`, or a list without it): no
     /// call runs LL128, even where its stress test passed.
     pub no_ll128: bool,
+    /// The protocol list excludes LL but keeps Simple and LL128 (`NCCL_PROTO=^LL`):
+    /// calls choose between those two, and plans that ask for LL run Simple.
+    pub no_ll: bool,
     /// Collectives whose protocols the list names apart (`NCCL_PROTO=LL,Simple;allreduce:^LL`):
-    /// each one's `protocol` and `no_ll128` in place of the two above (the last entry for
-    /// a collective counts).
-    pub protocol_per: Vec<(Collective, Option<Protocol>, bool)>,
+    /// each one's rule in place of the fields above (the last entry for a collective
+    /// counts).
+    pub protocol_per: Vec<(Collective, ProtocolRule)>,
     /// A replica count every call uses.
     pub replicas: Option<u32>,
     /// The plans calls may use (`None`: all).
@@ -304,21 +307,21 @@ impl Policy {
             (None, Some(v)) => Some(("NCCL_PROTO", v)),
             (None, None) => None,
         };
-        let (mut protocol, mut no_ll128, mut protocol_per) = (None, false, Vec::new());
+        let (mut all_rule, mut protocol_per) = (ProtocolRule::default(), Vec::new());
         if let Some((name, v)) = &proto {
             let (all, per) = split_per_collective(name, v)?;
             if let Some(list) = all {
-                protocol = parse_protocols(name, list)?;
-                no_ll128 = !protocol_set(name, list)?[2];
+                all_rule = ProtocolRule::parse(name, list)?;
             }
             for (c, list) in per {
-                protocol_per.push((
-                    c,
-                    parse_protocols(name, list)?,
-                    !protocol_set(name, list)?[2],
-                ));
+                protocol_per.push((c, ProtocolRule::parse(name, list)?));
             }
         }
+        let ProtocolRule {
+            protocol,
+            no_ll,
+            no_ll128,
+        } = all_rule;
         let replicas = var("BRAID_CHANNELS")
             .map(|v| match v.trim().parse::<u32>() {
                 Ok(c) if (1..=MAX_REPLICAS * 2).contains(&c) => Ok(c),
@@ -350,6 +353,7 @@ impl Policy {
         Ok(Policy {
             protocol,
             no_ll128,
+            no_ll,
             protocol_per,
             replicas,
             algo,
@@ -379,20 +383,33 @@ impl Policy {
     /// The protocol every call of `collective` uses, where the protocol list forces one
     /// (`None` or `Auto`: the plan's).
     pub fn protocol_of(&self, collective: Collective) -> Option<Protocol> {
-        self.protocol_rule(collective).0
+        self.protocol_rule(collective).protocol
     }
 
     /// Whether the protocol list keeps LL128 from calls of `collective`.
     pub fn no_ll128_of(&self, collective: Collective) -> bool {
-        self.protocol_rule(collective).1
+        self.protocol_rule(collective).no_ll128
     }
 
-    fn protocol_rule(&self, collective: Collective) -> (Option<Protocol>, bool) {
+    /// Whether the protocol list keeps LL from calls of `collective` (while allowing
+    /// Simple and LL128).
+    pub fn no_ll_of(&self, collective: Collective) -> bool {
+        self.protocol_rule(collective).no_ll
+    }
+
+    fn protocol_rule(&self, collective: Collective) -> ProtocolRule {
         self.protocol_per
             .iter()
             .rev()
-            .find(|(c, _, _)| *c == collective)
-            .map_or((self.protocol, self.no_ll128), |&(_, p, n)| (p, n))
+            .find(|(c, _)| *c == collective)
+            .map_or(
+                ProtocolRule {
+                    protocol: self.protocol,
+                    no_ll: self.no_ll,
+                    no_ll128: self.no_ll128,
+                },
+                |&(_, r)| r,
+            )
     }
 
     /// This policy choosing by the cost model on `topo` with `profile` (unless
@@ -473,6 +490,7 @@ impl Policy {
             _ => plan.protocol,
         };
         let ll = match asked {
+            _ if self.no_ll_of(req.collective) && asked != Protocol::Ll128 => false,
             Protocol::Ll => true,
             Protocol::Simple => false,
             Protocol::Ll128 if target.ll128 => return Protocol::Ll128,
@@ -516,19 +534,45 @@ pub fn parse_protocol(v: &str) -> Result<Protocol> {
     }
 }
 
+/// What a protocol list says for the calls it covers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProtocolRule {
+    /// The protocol every call uses (`None` or `Auto`: the plan's).
+    pub protocol: Option<Protocol>,
+    /// Simple and LL128 allowed, LL not.
+    pub no_ll: bool,
+    /// LL128 not allowed.
+    pub no_ll128: bool,
+}
+
+impl ProtocolRule {
+    /// The rule of one list of `BRAID_PROTO` / `NCCL_PROTO` (`LL,Simple`, `^LL`, `auto`).
+    pub fn parse(var: &str, list: &str) -> Result<ProtocolRule> {
+        let set = protocol_set(var, list)?;
+        Ok(ProtocolRule {
+            protocol: parse_protocols(var, list)?,
+            no_ll: set == [true, false, true],
+            no_ll128: !set[2],
+        })
+    }
+}
+
 /// `BRAID_PROTO` / `NCCL_PROTO` (read as variable `var`): `auto` (by size), or NCCL's
 /// list of the protocols calls may use (`LL,Simple`; `^LL128` all but these; any case),
 /// as the policy's forced protocol: both of Simple and LL allowed is `None` (the plan's
 /// own, `auto` by size, LL128 among them where [`protocol_set`] allows it and its
-/// stress test passed), one of them forces it, `LL128` alone asks for LL128 (which runs
-/// Simple where the stress test did not pass).
+/// stress test passed), one of them forces it, except that Simple and LL128 without LL
+/// is `None` too (the call chooses between them: [`ProtocolRule::no_ll`]), `LL128`
+/// alone asks for LL128 (which runs Simple where the stress test did not pass).
 pub fn parse_protocols(var: &str, v: &str) -> Result<Option<Protocol>> {
     if v.trim().eq_ignore_ascii_case("auto") {
         return Ok(Some(Protocol::Auto));
     }
     Ok(match protocol_set(var, v)? {
         [true, true, _] => None,
-        [true, false, _] => Some(Protocol::Simple),
+        // Simple and LL128: the call chooses (`ProtocolRule::no_ll` keeps LL out).
+        [true, false, true] => None,
+        [true, false, false] => Some(Protocol::Simple),
         [false, true, _] => Some(Protocol::Ll),
         [false, false, true] => Some(Protocol::Ll128),
         [false, false, false] => {
@@ -780,7 +824,9 @@ mod tests {
         let p = Policy::from_vars(&vars("LL,Simple;allreduce:^LL")).unwrap();
         assert_eq!(p.protocol_of(Allgather), None);
         assert!(p.no_ll128_of(Allgather));
-        assert_eq!(p.protocol_of(Allreduce), Some(Protocol::Simple));
+        // All but LL for the all-reduce: Simple and LL128 to choose from.
+        assert_eq!(p.protocol_of(Allreduce), None);
+        assert!(p.no_ll_of(Allreduce) && !p.no_ll128_of(Allreduce) && !p.no_ll_of(Allgather));
         // "Everything but LL128, but only LL128 for allreduce".
         let p = Policy::from_vars(&vars("^LL128;allreduce:LL128")).unwrap();
         assert!(p.no_ll128_of(Broadcast) && !p.no_ll128_of(Allreduce));
@@ -799,6 +845,16 @@ mod tests {
         assert_eq!(
             p.protocol_for(&simple, &small(Allgather), 1, &GPU),
             Protocol::Ll
+        );
+        // Without LL the rules run a small call Simple, and a plan that asks for LL too.
+        let p = Policy::from_vars(&vars("^LL")).unwrap();
+        assert_eq!(
+            p.protocol_for(&simple, &small(Allgather), 1, &GPU),
+            Protocol::Simple
+        );
+        assert_eq!(
+            p.protocol_for(&plan(2, Protocol::Ll), &small(Allgather), 1, &GPU),
+            Protocol::Simple
         );
         assert!(Policy::from_vars(&vars("LL;allreduce:fast")).is_err());
     }
@@ -844,7 +900,22 @@ mod tests {
         let p = |v: &str| parse_protocols("NCCL_PROTO", v);
         assert_eq!(p("LL,Simple").unwrap(), None);
         assert_eq!(p("simple").unwrap(), Some(Protocol::Simple));
-        assert_eq!(p("^LL").unwrap(), Some(Protocol::Simple));
+        // Simple and LL128: no protocol forced, LL kept out by the rule.
+        assert_eq!(p("^LL").unwrap(), None);
+        assert_eq!(
+            ProtocolRule::parse("NCCL_PROTO", "^ll").unwrap(),
+            ProtocolRule {
+                protocol: None,
+                no_ll: true,
+                no_ll128: false
+            }
+        );
+        assert_eq!(p("Simple,LL").unwrap(), None);
+        assert!(
+            !ProtocolRule::parse("NCCL_PROTO", "Simple,LL")
+                .unwrap()
+                .no_ll
+        );
         assert_eq!(p("^simple,ll128").unwrap(), Some(Protocol::Ll));
         assert_eq!(p("LL, LL128").unwrap(), Some(Protocol::Ll));
         assert_eq!(p("^LL128").unwrap(), None);

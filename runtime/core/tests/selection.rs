@@ -60,6 +60,7 @@ fn predict(t: &Topology, plan: &Verified, r: &Request, replicas: u32, p: Protoco
         elem: r.elem as u64,
         direct: false,
         ll128: false,
+        ll: true,
     };
     braid_cost::rank_with(
         &cand,
@@ -301,6 +302,7 @@ fn ranks_that_run_flat_launches_are_priced_as_such() {
         elem: 4,
         direct: true,
         ll128: false,
+        ll: true,
     };
     let at = |target: &Target| {
         let profile = Profile::default();
@@ -454,6 +456,7 @@ fn pricing_only_the_near_choices_picks_what_pricing_all_picks() {
                     elem: 4,
                     direct: false,
                     ll128: false,
+                    ll: true,
                 };
                 let all = price(&t, &profile, &plans, &creq, None, None, &GPU, None);
                 let near = price(&t, &profile, &plans, &creq, None, None, &GPU, Some(TIE));
