@@ -15,7 +15,7 @@ pub const MIN_SHM_BYTES: u64 = 1 << 30;
 pub const MIN_MEMLOCK_BYTES: u64 = 64 << 20;
 
 /// The environment variables the doctor reads.
-pub const VARIABLES: [&str; 17] = [
+pub const VARIABLES: [&str; 19] = [
     "NCCL_P2P_DISABLE",
     "BRAID_P2P_DISABLE",
     "NCCL_P2P_LEVEL",
@@ -30,7 +30,9 @@ pub const VARIABLES: [&str; 17] = [
     "MASTER_ADDR",
     "MASTER_PORT",
     "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
     "RANK",
+    "BRAID_BOOTSTRAP_ADDR",
     "BRAID_SECRET",
     "CUDA_VISIBLE_DEVICES",
 ];
@@ -344,19 +346,32 @@ pub fn examine(s: &Survey) -> Diagnosis {
         d.notes
             .push(format!("network interfaces up: {}", up_names.join(", ")));
     }
-    if world <= 1 {
-        // Under a launcher rank 0 listens where MASTER_ADDR says (the probe below).
-        match &s.bootstrap {
-            Some(Listen { addr: Some(a), why }) => d.notes.push(format!(
-                "a group started here (ncclGetUniqueId) listens on {a}: {why}"
-            )),
-            Some(Listen { addr: None, why }) => d.findings.push(finding(
-                "bootstrap-addr",
-                format!("no group can start here: {why}"),
-                "set BRAID_BOOTSTRAP_ADDR to an IP address of this host (or IP:PORT), or unset it",
-            )),
-            None => {}
+    // Where rank 0 of a group listens when the program makes the group's id
+    // (`ncclGetUniqueId`: PyTorch, MPI programs); `braid rank` and the probe below
+    // listen where MASTER_ADDR says.
+    match &s.bootstrap {
+        Some(Listen { addr: Some(a), why }) => {
+            d.notes.push(format!(
+                "a group whose id is made here (ncclGetUniqueId) listens on {a}: {why}"
+            ));
+            let local: Option<u32> = env("LOCAL_WORLD_SIZE").and_then(|v| v.trim().parse().ok());
+            let loopback = a
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+            if loopback && local.is_some_and(|l| l < world) {
+                d.findings.push(finding(
+                    "bootstrap-loopback",
+                    format!("the launcher says the job spans hosts (LOCAL_WORLD_SIZE={} of WORLD_SIZE={world}), but a group's id made here names {a}: ranks on the other hosts cannot reach it", local.unwrap_or(0)),
+                    "set BRAID_SOCKET_IFNAME (or NCCL_SOCKET_IFNAME) to the interface the hosts share, or BRAID_BOOTSTRAP_ADDR to this host's address on it",
+                ));
+            }
         }
+        Some(Listen { addr: None, why }) => d.findings.push(finding(
+            "bootstrap-addr",
+            format!("no group can start here: {why}"),
+            "set BRAID_BOOTSTRAP_ADDR to an IP address of this host (or IP:PORT), or unset it",
+        )),
+        None => {}
     }
     if let Some(p) = &s.peers {
         examine_peers(p, &mut d);
@@ -868,12 +883,20 @@ mod tests {
             why: "BRAID_BOOTSTRAP_ADDR=\"x\" is neither an IP address nor IP:PORT".into(),
         });
         assert_eq!(checks(&s), ["bootstrap-addr"]);
-        // Under a launcher rank 0 listens where MASTER_ADDR says: the rule is not used.
-        s.env.insert("WORLD_SIZE".into(), "2".into());
-        s.env.insert("BRAID_SECRET".into(), "(set)".into());
-        let d = examine(&s);
-        assert!(d.findings.is_empty(), "{:?}", d.findings);
-        assert!(!d.notes.iter().any(|n| n.contains("ncclGetUniqueId")));
+        // A job across hosts whose group id would name loopback.
+        let mut across = healthy();
+        across.env.insert("WORLD_SIZE".into(), "16".into());
+        across.env.insert("LOCAL_WORLD_SIZE".into(), "8".into());
+        across.env.insert("BRAID_SECRET".into(), "(set)".into());
+        assert_eq!(checks(&across), ["bootstrap-loopback"]);
+        across.bootstrap = Some(Listen {
+            addr: Some("10.0.0.7".into()),
+            why: "interface eth0".into(),
+        });
+        assert!(checks(&across).is_empty());
+        assert!(examine(&s).findings[0]
+            .what
+            .contains("BRAID_BOOTSTRAP_ADDR=\"x\""));
     }
 
     #[test]
