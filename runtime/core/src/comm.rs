@@ -13,7 +13,7 @@ use crate::fabric::{Fabric, InProcGroup};
 use crate::host_engine::{HostEngine, HostStream};
 use crate::policy::Policy;
 use crate::registry::Registry;
-use braid_ir::Collective;
+use braid_ir::{Collective, Mode};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -137,6 +137,17 @@ impl Communicator {
 
     pub fn rank(&self) -> u32 {
         self.comm.rank()
+    }
+
+    /// The plan that served `spec` in `mode` and the step times its last call recorded on
+    /// this rank, where `BRAID_TRACE` was set when the communicator was made
+    /// ([`crate::device_comm::DeviceComm::step_times`]).
+    pub fn step_times(
+        &self,
+        spec: &CallSpec,
+        mode: Mode,
+    ) -> Result<Option<(Arc<braid_plan::Verified>, crate::device_comm::StepTimes)>> {
+        self.comm.step_times(spec, mode)
     }
 
     /// This rank choosing plans by `policy` (for example one with a cost model attached);

@@ -9,6 +9,7 @@ use crate::dtype::{DType, RedOp};
 use crate::error::{Result, RuntimeError};
 use crate::fabric::{Fabric, POLL, VERDICT_GRACE};
 use crate::reduce::{finish_avg, reduce_into, reduce_pair};
+use crate::step_clock::StepClock;
 use crate::transport::Link;
 use crate::workers::Workers;
 use braid_ir::Buf;
@@ -55,6 +56,8 @@ pub struct Job<'a> {
     pub op: RedOp,
     pub mem: Mem,
     pub timeout: Duration,
+    /// Where the first replica's steps record when they start and end (`BRAID_TRACE`).
+    pub trace: Option<&'a StepClock>,
 }
 
 /// Progress of the blocks of one replica on this rank, for cross-block dependencies:
@@ -424,13 +427,14 @@ fn run_schedule(
     let schedule = schedule(job, k);
     let last_round_end = schedule.iter().rposition(|(_, end)| *end);
     let mut tiles = 0u64;
+    let clock = job.trace.filter(|_| k == 0);
     for (i, (at, round_end)) in schedule.into_iter().enumerate() {
         run_steps(
             job,
             fabric,
             block,
             at,
-            tiles,
+            (tiles, clock),
             progress,
             (send, recv),
             (&mut *tmp, &mut *tmp2),
@@ -457,14 +461,24 @@ fn run_steps(
     fabric: &dyn Fabric,
     block: &Block,
     at: At,
-    tiles: u64,
+    (tiles, clock): (u64, Option<&StepClock>),
     progress: &Progress,
     (send, recv): Links,
     (tmp, tmp2): (&mut Vec<u8>, &mut Vec<u8>),
 ) -> Result<()> {
     let blocks = &job.plan.ranks[fabric.rank() as usize].blocks;
     let n = block.steps.len() as u64;
+    // A step is done: other blocks may go on, and the trace has its end.
+    let done = |i: usize| {
+        progress.set(block.id, tiles * n + i as u64 + 1);
+        if let Some(c) = clock {
+            c.end(block.id, i);
+        }
+    };
     for (i, step) in block.steps.iter().enumerate() {
+        if let (Some(c), 0) = (clock, tiles) {
+            c.start(block.id, i);
+        }
         for d in &step.deps {
             let their = blocks[d.block as usize].steps.len() as u64;
             progress.wait(
@@ -492,7 +506,7 @@ fn run_steps(
             // A copy of bytes onto themselves (an in-place call aliasing `in` and `out`)
             // touches nothing, as the plan verifier reads it: other blocks may read these
             // bytes meanwhile, so it must not write them.
-            progress.set(block.id, tiles * n + i as u64 + 1);
+            done(i);
             continue;
         }
         let (dt, op) = (job.dtype, job.op);
@@ -527,7 +541,7 @@ fn run_steps(
                     tmp2,
                 )?
             };
-            progress.set(block.id, tiles * n + i as u64 + 1);
+            done(i);
             continue;
         }
         // SAFETY (all borrows below): regions are bounds-checked and the plan is
@@ -599,7 +613,7 @@ fn run_steps(
                 StepKind::Nop => {}
             }
         }
-        progress.set(block.id, tiles * n + i as u64 + 1);
+        done(i);
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::error::{Result, RuntimeError};
 use crate::exec::{run_rank_on, Job, Mem};
 use crate::fabric::Fabric;
 use crate::policy::Target;
+use crate::step_clock::StepClock;
 use crate::workers::Workers;
 use braid_ir::Protocol;
 use braid_plan::Verified;
@@ -137,6 +138,8 @@ struct Rank {
     failure: Mutex<Option<String>>,
     /// The block threads, kept between calls.
     workers: Workers,
+    /// `BRAID_TRACE` set: prepared plans record their steps' times.
+    trace: bool,
 }
 
 /// One rank of the host backend. Cheap to clone (shared).
@@ -144,8 +147,10 @@ struct Rank {
 pub struct HostEngine(Arc<Rank>);
 
 /// What the host backend prepares for a plan: the plan (links are opened by the fabric
-/// on first use and kept).
-pub struct HostPrepared;
+/// on first use and kept), and where its calls record their steps' times when traced.
+pub struct HostPrepared {
+    trace: Option<Arc<StepClock>>,
+}
 
 impl HostEngine {
     /// The rank `fabric` connects, blocking waits bounded by `timeout`.
@@ -168,6 +173,7 @@ impl HostEngine {
             seq: AtomicU64::new(0),
             failure: Mutex::new(None),
             workers: Workers::new(),
+            trace: std::env::var_os("BRAID_TRACE").is_some_and(|v| !v.is_empty()),
         }))
     }
 
@@ -211,6 +217,10 @@ impl Engine for HostEngine {
         _op: RedOp,
         _protocol: Protocol,
     ) -> Result<HostPrepared> {
+        let trace = self
+            .0
+            .trace
+            .then(|| Arc::new(StepClock::new(plan, self.rank())));
         if plan.scratch_chunks > 0 {
             let mut s = self.0.scratch.lock().unwrap();
             if s.is_empty() {
@@ -218,7 +228,11 @@ impl Engine for HostEngine {
                 self.0.stats.allocated(1);
             }
         }
-        Ok(HostPrepared)
+        Ok(HostPrepared { trace })
+    }
+
+    fn step_times(&self, prepared: &HostPrepared) -> Result<Option<Vec<(u64, u64)>>> {
+        Ok(prepared.trace.as_ref().map(|c| c.read()))
     }
 
     fn copies(&self) -> bool {
@@ -241,9 +255,10 @@ impl Engine for HostEngine {
             let plan = c.prepared.plan.clone();
             let (dtype, op, args) = (c.prepared.dtype, c.prepared.op, c.args);
             let spec_dtype = dtype;
+            let clock = c.prepared.inner.trace.clone();
             c.engine.0.stats.launched(1);
             c.stream.enqueue(move || {
-                let r = run_call(&rank, &plan, spec_dtype, op, args);
+                let r = run_call(&rank, &plan, spec_dtype, op, args, clock.as_deref());
                 if let Err(e) = &r {
                     rank.failure.lock().unwrap().get_or_insert(e.to_string());
                 }
@@ -276,6 +291,7 @@ fn run_call(
     dtype: DType,
     op: RedOp,
     args: crate::device_comm::CallArgs,
+    trace: Option<&StepClock>,
 ) -> Result<()> {
     let seq = rank.seq.fetch_add(1, Ordering::SeqCst) + 1;
     let g = &args.geometry;
@@ -318,6 +334,7 @@ fn run_call(
         op,
         mem,
         timeout: rank.timeout,
+        trace,
     };
     run_rank_on(&job, rank.fabric.as_ref(), &rank.workers)
 }

@@ -27,6 +27,7 @@ pub mod registry;
 pub mod selection;
 pub mod selfcheck;
 pub mod shm_link;
+pub mod step_clock;
 pub mod tcp_link;
 pub mod transport;
 pub mod workers;

@@ -22,6 +22,13 @@ pub struct Checked {
     pub wrong: Vec<(u32, usize, usize, String, String)>,
     /// Bytes of the larger buffer of one rank.
     pub bytes: usize,
+    /// Per rank, the plan and the step times the call recorded (`BRAID_TRACE`; empty
+    /// without it).
+    pub steps: Vec<(
+        u32,
+        Arc<braid_plan::Verified>,
+        crate::device_comm::StepTimes,
+    )>,
 }
 
 /// Runs one call of `plan` on all its ranks (threads of this process) and checks it.
@@ -89,6 +96,19 @@ pub fn run_checked(
             .collect()
     });
     let elapsed = start.elapsed();
+    let spec = CallSpec {
+        collective: c,
+        count,
+        dtype,
+        op,
+        root: plan.root,
+    };
+    let mut steps = Vec::new();
+    for comm in &comms {
+        if let Some((p, t)) = comm.step_times(&spec, mode)? {
+            steps.push((comm.rank(), p, t));
+        }
+    }
     let mut wrong = Vec::new();
     for (r, out) in outputs.into_iter().enumerate() {
         let out = out.map_err(|err| match err {
@@ -110,5 +130,6 @@ pub fn run_checked(
         elapsed,
         wrong,
         bytes: in_elems.max(out_elems) * e,
+        steps,
     })
 }

@@ -7,9 +7,11 @@ use crate::{sizes, topo_arg};
 use braid_ir::Mode;
 use braid_plan::{Plan, Verified};
 use braid_runtime::comm::timeout_from_env;
+use braid_runtime::device_comm::StepTimes;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::selfcheck::{buffer_elems, run_checked, Checked};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
@@ -318,40 +320,49 @@ fn run_cuda(
     };
     let (elapsed, wrong) = braid_cuda::check::run_checked(&cuda.0, &cuda.1, &case)
         .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
-    if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
-        write_measured_trace(&cuda.0, &case, std::path::Path::new(&path))?;
-    }
     let (in_elems, out_elems) = buffer_elems(plan.collective, plan.n_ranks, count);
     Ok(Checked {
         elapsed,
         wrong,
         bytes: in_elems.max(out_elems) * args.dtype.size(),
+        steps: cuda_steps(&cuda.0, &case)?,
     })
 }
 
-/// `BRAID_TRACE=FILE`: the step times every rank's GPU recorded for `case` (its last
-/// call), as a Chrome trace like `braid explain --trace` writes for a prediction: one
-/// process per rank, one thread per block, one slice per step, microseconds from the
-/// earliest step's start.
-fn write_measured_trace(
+/// The step times every rank's GPU recorded for `case` (its last call), where
+/// `BRAID_TRACE` asked for them.
+fn cuda_steps(
     comms: &[braid_cuda::CudaComm],
     case: &braid_cuda::check::Case,
+) -> Result<Vec<(u32, Arc<braid_plan::Verified>, StepTimes)>, CliError> {
+    let mut ranks = Vec::new();
+    for (r, comm) in comms.iter().enumerate() {
+        if let Some((plan, times)) = comm
+            .step_times(&case.spec(), case.mode)
+            .map_err(|e| CliError::Runtime(format!("error: BRAID_TRACE: {e}")))?
+        {
+            ranks.push((r as u32, plan, times));
+        }
+    }
+    Ok(ranks)
+}
+
+/// `BRAID_TRACE=FILE`: each rank's recorded step times of its last call (the GPU's
+/// clock, or the host's on the host backend) as a Chrome trace like `braid explain
+/// --trace` writes for a prediction: one process per rank, one thread per block, one
+/// slice per step, microseconds from the earliest step's start.
+fn write_trace(
+    ranks: &[(u32, Arc<braid_plan::Verified>, StepTimes)],
     path: &std::path::Path,
 ) -> Result<(), CliError> {
     let mut raw = Vec::new();
     let mut name = String::new();
-    for (r, comm) in comms.iter().enumerate() {
-        let Some((plan, times)) = comm
-            .step_times(&case.spec(), case.mode)
-            .map_err(|e| CliError::Runtime(format!("error: BRAID_TRACE: {e}")))?
-        else {
-            continue;
-        };
+    for (r, plan, times) in ranks {
         name = plan.name.clone();
-        for (b, block_times) in plan.ranks[r].blocks.iter().zip(times) {
-            for ((i, s), (start, end)) in b.steps.iter().enumerate().zip(block_times) {
+        for (b, block_times) in plan.ranks[*r as usize].blocks.iter().zip(times) {
+            for ((i, s), &(start, end)) in b.steps.iter().enumerate().zip(block_times) {
                 if start != 0 && end >= start {
-                    raw.push((r as u32, b.id, i as u32, s.kind, start, end));
+                    raw.push((*r, b.id, i as u32, s.kind, start, end));
                 }
             }
         }
@@ -404,6 +415,9 @@ fn run_once(
         )
         .map_err(|e| CliError::Runtime(format!("error: {e}")))?,
     };
+    if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
+        write_trace(&checked.steps, std::path::Path::new(&path))?;
+    }
     let mut notes = String::new();
     let mut wrong = 0;
     for (r, bad, i, want, got) in &checked.wrong {

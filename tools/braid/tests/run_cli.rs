@@ -178,3 +178,77 @@ fn an_msccl_file_runs_even_outside_its_byte_range() {
         out.stdout
     );
 }
+
+#[test]
+fn braid_trace_on_the_host_backend_writes_every_steps_measured_times() {
+    let dir = std::env::temp_dir().join(format!("braid-host-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("measured.json");
+    let plan = dir.join("plan.json");
+    let compiled = braid(
+        &[
+            "compile",
+            "algorithms/ring_allreduce.braid",
+            "--topo",
+            "nvswitch:4",
+            "-o",
+            plan.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(compiled.code, 0, "{}", compiled.stderr);
+    let out = braid(
+        &[
+            "run",
+            plan.to_str().unwrap(),
+            "--topo",
+            "nvswitch:4",
+            "--backend",
+            "host",
+            "--size",
+            "1M",
+        ],
+        &[("BRAID_TRACE", trace.to_str().unwrap())],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("BRAID_TRACE:"), "{}", out.stderr);
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(t["otherData"]["plan"], "ring_allreduce");
+    // One slice per step of the plan on every rank (its one replica), each with its kind.
+    let slices: Vec<&serde_json::Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    let steps: usize = p["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["blocks"].as_array().unwrap())
+        .map(|b| b["steps"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(slices.len(), steps, "{t}");
+    // On each block's thread the steps follow one another, each a span of time.
+    // (rank, block) -> (step, start, end)
+    type Spans = Vec<(u64, f64, f64)>;
+    let mut by_block: std::collections::BTreeMap<(u64, u64), Spans> = Default::default();
+    for e in &slices {
+        let key = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
+        let step = e["args"]["step"].as_u64().unwrap();
+        let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
+        assert!(ts >= 0.0 && dur >= 0.0, "{e}");
+        by_block.entry(key).or_default().push((step, ts, ts + dur));
+    }
+    assert_eq!(by_block.keys().map(|k| k.0).max(), Some(3));
+    for (key, mut v) in by_block {
+        v.sort_by_key(|x| x.0);
+        for w in v.windows(2) {
+            assert!(w[1].1 >= w[0].2 - 1e-3, "block {key:?}: {w:?}");
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -17,6 +17,7 @@ fn main() {
         op: RedOp::Sum,
         mem: Mem { base: [std::ptr::null_mut(); 3], len: [0; 3] },
         timeout: Duration::from_secs(1),
+        trace: None,
     };
     let group = InProcGroup::new(2);
     let _ = run_rank(&job, &group.member(0));
