@@ -663,6 +663,17 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 seed: 1,
             };
             let m = measure(&comms, &case).map_err(rt)?;
+            if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
+                // The last timed call's steps (each size and mode overwrites the file:
+                // what stays is the sweep's last).
+                let mut ranks = Vec::new();
+                for c in &comms {
+                    if let Some((p, t)) = c.step_times(&case.spec, mode).map_err(rt)? {
+                        ranks.push((c.rank(), p, t));
+                    }
+                }
+                crate::cmd_run::write_trace(&ranks, std::path::Path::new(&path))?;
+            }
             let mut r = row(
                 sweep,
                 mode,

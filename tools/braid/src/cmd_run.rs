@@ -351,7 +351,7 @@ fn cuda_steps(
 /// clock, or the host's on the host backend) as a Chrome trace like `braid explain
 /// --trace` writes for a prediction: one process per rank, one thread per block, one
 /// slice per step, microseconds from the earliest step's start.
-fn write_trace(
+pub(crate) fn write_trace(
     ranks: &[(u32, Arc<braid_plan::Verified>, StepTimes)],
     path: &std::path::Path,
 ) -> Result<(), CliError> {

@@ -566,3 +566,62 @@ fn with_a_host_profile_calls_choose_what_explain_selects() {
     assert_ne!(rules, want[0], "the rules chose {rules} too");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn braid_trace_keeps_the_sweeps_last_call_on_every_rank() {
+    let dir = std::env::temp_dir().join(format!("braid-perf-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("last.json");
+    let out = braid(
+        &[
+            "perf",
+            "allgather",
+            "--topo",
+            "nvswitch:4",
+            "--backend",
+            "host",
+            "-b",
+            "4K",
+            "-e",
+            "64K",
+            "-f",
+            "16",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--mode",
+            "outofplace",
+            "--algo",
+            "ring_allgather",
+        ],
+        &[("BRAID_TRACE", trace.to_str().unwrap())],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(t["otherData"]["plan"], "ring_allgather");
+    let slices: Vec<&serde_json::Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    // Every rank's steps are there: 4 processes, each with slices.
+    let ranks: std::collections::BTreeSet<u64> =
+        slices.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
+    assert_eq!(ranks.into_iter().collect::<Vec<_>>(), [0, 1, 2, 3]);
+    // One call's steps (not the sweep's): each of a rank's steps once.
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &slices {
+        let key = (
+            e["pid"].as_u64().unwrap(),
+            e["tid"].as_u64().unwrap(),
+            e["args"]["step"].as_u64().unwrap(),
+        );
+        assert!(seen.insert(key), "{key:?} twice");
+    }
+    let measured = t["otherData"]["measured_us"].as_f64().unwrap();
+    assert!(measured > 0.0, "{measured}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
