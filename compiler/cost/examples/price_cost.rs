@@ -58,7 +58,7 @@ fn main() {
             elem: 4,
             direct: false,
             ll128: false,
-            ll: true,
+            excluded: None,
         };
         let mut times = Vec::new();
         let mut winner = String::new();

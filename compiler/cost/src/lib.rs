@@ -38,9 +38,10 @@ pub struct Request {
     /// The backend may run LL128 on every link of the call (its stress test passed on
     /// each): LL128 is then a candidate protocol too.
     pub ll128: bool,
-    /// LL is a candidate protocol (false where the protocol list excludes it,
-    /// `NCCL_PROTO=^LL`): plans that ask for LL then run Simple.
-    pub ll: bool,
+    /// Simple or LL, where the protocol list excludes it and keeps the other two
+    /// (`NCCL_PROTO=^LL`, `^Simple`): not a candidate, and plans that ask for it run
+    /// the other of the two.
+    pub excluded: Option<Protocol>,
 }
 
 impl Request {
@@ -195,10 +196,15 @@ fn cheapest(
 /// a caller that asks for it elsewhere gets Simple, as the runtime runs it.
 pub fn protocols(plan: &Plan, req: &Request, forced: Option<Protocol>) -> Vec<Protocol> {
     let mut v = protocols_asked(plan, req, forced);
-    if !req.ll && forced != Some(Protocol::Ll) {
+    let other = match req.excluded {
+        Some(Protocol::Ll) => Some((Protocol::Ll, Protocol::Simple)),
+        Some(Protocol::Simple) => Some((Protocol::Simple, Protocol::Ll)),
+        _ => None,
+    };
+    if let Some((out, instead)) = other.filter(|&(out, _)| forced != Some(out)) {
         for p in &mut v {
-            if *p == Protocol::Ll {
-                *p = Protocol::Simple;
+            if *p == out {
+                *p = instead;
             }
         }
         let mut seen = Vec::new();
@@ -211,7 +217,7 @@ pub fn protocols(plan: &Plan, req: &Request, forced: Option<Protocol>) -> Vec<Pr
     v
 }
 
-/// [`protocols`] before the protocol list's exclusion of LL.
+/// [`protocols`] before the protocol list's exclusion of Simple or LL.
 fn protocols_asked(plan: &Plan, req: &Request, forced: Option<Protocol>) -> Vec<Protocol> {
     match (forced, plan.protocol) {
         (Some(Protocol::Ll128), _) if !req.ll128 => vec![Protocol::Simple],

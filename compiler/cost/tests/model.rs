@@ -87,7 +87,7 @@ fn winner(topo: &str, c: Collective, bytes: u64) -> String {
         elem: 4,
         direct: false,
         ll128: false,
-        ll: true,
+        excluded: None,
     };
     let r = rank(&cands, &t, &Profile::default(), &req);
     assert!(r[0].result.is_ok(), "{r:?}");
@@ -248,7 +248,7 @@ fn excluded_candidates_say_why() {
         elem: 4,
         direct: false,
         ll128: false,
-        ll: true,
+        excluded: None,
     };
     let r = rank(&cands, &t, &Profile::default(), &req);
     let last = r.last().unwrap();
@@ -628,7 +628,7 @@ fn direct_reads_skip_the_sends_and_their_memory_traffic() {
             elem: 4,
             direct,
             ll128: false,
-            ll: true,
+            excluded: None,
         };
         braid_cost::rank_with(&cand, &t, &profile, &req, Some(1), Some(Protocol::Simple))[0]
             .result
@@ -765,7 +765,7 @@ fn rooted_collectives_are_priced_alike_in_both_modes() {
                 elem: 4,
                 direct: true,
                 ll128: false,
-                ll: true,
+                excluded: None,
             };
             rank(&cands, &t, &profile, &req)
                 .into_iter()
@@ -812,7 +812,7 @@ fn in_place_an_all_gathers_own_copy_costs_nothing() {
         elem: 4,
         direct: false,
         ll128: false,
-        ll: true,
+        excluded: None,
     };
     assert!(
         req(Collective::Allgather, Mode::InPlace)
@@ -906,7 +906,7 @@ fn flat_launches_cost_their_launch_and_traffic() {
         elem: 4,
         direct: true,
         ll128: false,
-        ll: true,
+        excluded: None,
     };
     let ranked = braid_cost::rank(&cands, &t, &profile, &req);
     assert_eq!(ranked[0].name, "direct_broadcast", "{ranked:?}");
@@ -988,7 +988,7 @@ fn a_flat_launch_pays_for_its_kernel_argument() {
         elem: 4,
         direct: true,
         ll128: false,
-        ll: true,
+        excluded: None,
     };
     let ranked = braid_cost::rank(&shipped(&ps), &t, &shared, &req);
     assert_eq!(ranked[0].name, "one_shot_oop_allreduce", "{ranked:?}");
@@ -1075,7 +1075,7 @@ fn ll128_is_priced_only_where_allowed_and_wins_in_the_middle_when_cheaper() {
         elem: 4,
         direct: false,
         ll128,
-        ll: true,
+        excluded: None,
     };
     let mut p = Profile::default();
     for v in [
@@ -1113,7 +1113,7 @@ fn ll128_is_priced_only_where_allowed_and_wins_in_the_middle_when_cheaper() {
     // A protocol list without LL (`NCCL_PROTO=^LL`): every size chooses between Simple
     // and LL128 only, and LL128 still wins the middle.
     let no_ll = |bytes: u64| Request {
-        ll: false,
+        excluded: Some(Protocol::Ll),
         ..req(bytes, true)
     };
     for bytes in [8u64, 4096, 1 << 20, 1 << 28] {
@@ -1136,13 +1136,37 @@ fn ll128_is_priced_only_where_allowed_and_wins_in_the_middle_when_cheaper() {
         Protocol::Ll
     );
     let simple_only = Request {
-        ll: false,
+        excluded: Some(Protocol::Ll),
         ..req(8, false)
     };
     assert_eq!(
         rank(&cands, &t, &p, &simple_only)[0].protocol,
         Protocol::Simple
     );
+    // Without Simple (`NCCL_PROTO=^Simple`): LL and LL128 only, at every size; with
+    // LL128 not allowed either, LL.
+    for bytes in [8u64, 1 << 20, 1 << 28] {
+        let no_simple = Request {
+            excluded: Some(Protocol::Simple),
+            ..req(bytes, true)
+        };
+        let ranked = rank(&cands, &t, &p, &no_simple);
+        assert!(
+            ranked
+                .iter()
+                .filter(|r| r.result.is_ok())
+                .all(|r| r.protocol != Protocol::Simple),
+            "{bytes} B: Simple priced though the list excludes it: {ranked:?}"
+        );
+        let ll_only = Request {
+            excluded: Some(Protocol::Simple),
+            ..req(bytes, false)
+        };
+        assert!(rank(&cands, &t, &p, &ll_only)
+            .iter()
+            .filter(|r| r.result.is_ok())
+            .all(|r| r.protocol == Protocol::Ll));
+    }
 }
 
 /// `rank` bounds each replica count and protocol first and simulates only those whose
@@ -1191,7 +1215,7 @@ fn pruned_ranking_is_exhaustive_ranking_and_bounds_are_below_prices() {
                     elem: 4,
                     direct: false,
                     ll128: false,
-                    ll: true,
+                    excluded: None,
                 };
                 for p in &ps {
                     let cand = [Candidate {

@@ -258,9 +258,10 @@ pub struct Policy {
     /// The protocol list excludes LL128 (`NCCL_PROTO=^LL128`, or a list without it): no
     /// call runs LL128, even where its stress test passed.
     pub no_ll128: bool,
-    /// The protocol list excludes LL but keeps Simple and LL128 (`NCCL_PROTO=^LL`):
-    /// calls choose between those two, and plans that ask for LL run Simple.
-    pub no_ll: bool,
+    /// Simple or LL, where the protocol list excludes it and keeps the other two
+    /// (`NCCL_PROTO=^LL`, `^Simple`): calls choose between those, and plans that ask
+    /// for the excluded one run the other of Simple and LL.
+    pub excluded: Option<Protocol>,
     /// Collectives whose protocols the list names apart (`NCCL_PROTO=LL,Simple;allreduce:^LL`):
     /// each one's rule in place of the fields above (the last entry for a collective
     /// counts).
@@ -319,7 +320,7 @@ impl Policy {
         }
         let ProtocolRule {
             protocol,
-            no_ll,
+            excluded,
             no_ll128,
         } = all_rule;
         let replicas = var("BRAID_CHANNELS")
@@ -353,7 +354,7 @@ impl Policy {
         Ok(Policy {
             protocol,
             no_ll128,
-            no_ll,
+            excluded,
             protocol_per,
             replicas,
             algo,
@@ -391,10 +392,10 @@ impl Policy {
         self.protocol_rule(collective).no_ll128
     }
 
-    /// Whether the protocol list keeps LL from calls of `collective` (while allowing
-    /// Simple and LL128).
-    pub fn no_ll_of(&self, collective: Collective) -> bool {
-        self.protocol_rule(collective).no_ll
+    /// Simple or LL, where the protocol list keeps it from calls of `collective` while
+    /// allowing the other two.
+    pub fn excluded_of(&self, collective: Collective) -> Option<Protocol> {
+        self.protocol_rule(collective).excluded
     }
 
     fn protocol_rule(&self, collective: Collective) -> ProtocolRule {
@@ -405,7 +406,7 @@ impl Policy {
             .map_or(
                 ProtocolRule {
                     protocol: self.protocol,
-                    no_ll: self.no_ll,
+                    excluded: self.excluded,
                     no_ll128: self.no_ll128,
                 },
                 |&(_, r)| r,
@@ -490,10 +491,12 @@ impl Policy {
             _ => plan.protocol,
         };
         let ll = match asked {
-            _ if self.no_ll_of(req.collective) && asked != Protocol::Ll128 => false,
+            Protocol::Ll128 if target.ll128 => return Protocol::Ll128,
+            // The list keeps one of Simple and LL out: the other.
+            _ if self.excluded_of(req.collective) == Some(Protocol::Ll) => false,
+            _ if self.excluded_of(req.collective) == Some(Protocol::Simple) => true,
             Protocol::Ll => true,
             Protocol::Simple => false,
-            Protocol::Ll128 if target.ll128 => return Protocol::Ll128,
             Protocol::Ll128 => {
                 tracing::debug!(
                     plan = %plan.name,
@@ -539,8 +542,8 @@ pub fn parse_protocol(v: &str) -> Result<Protocol> {
 pub struct ProtocolRule {
     /// The protocol every call uses (`None` or `Auto`: the plan's).
     pub protocol: Option<Protocol>,
-    /// Simple and LL128 allowed, LL not.
-    pub no_ll: bool,
+    /// Simple or LL, excluded while the other two are allowed.
+    pub excluded: Option<Protocol>,
     /// LL128 not allowed.
     pub no_ll128: bool,
 }
@@ -551,7 +554,11 @@ impl ProtocolRule {
         let set = protocol_set(var, list)?;
         Ok(ProtocolRule {
             protocol: parse_protocols(var, list)?,
-            no_ll: set == [true, false, true],
+            excluded: match set {
+                [true, false, true] => Some(Protocol::Ll),
+                [false, true, true] => Some(Protocol::Simple),
+                _ => None,
+            },
             no_ll128: !set[2],
         })
     }
@@ -562,7 +569,8 @@ impl ProtocolRule {
 /// as the policy's forced protocol: both of Simple and LL allowed is `None` (the plan's
 /// own, `auto` by size, LL128 among them where [`protocol_set`] allows it and its
 /// stress test passed), one of them forces it, except that Simple and LL128 without LL
-/// is `None` too (the call chooses between them: [`ProtocolRule::no_ll`]), `LL128`
+/// is `None` too, and so are LL and LL128 without Simple (the call chooses between
+/// the two: [`ProtocolRule::excluded`]), `LL128`
 /// alone asks for LL128 (which runs Simple where the stress test did not pass).
 pub fn parse_protocols(var: &str, v: &str) -> Result<Option<Protocol>> {
     if v.trim().eq_ignore_ascii_case("auto") {
@@ -570,8 +578,9 @@ pub fn parse_protocols(var: &str, v: &str) -> Result<Option<Protocol>> {
     }
     Ok(match protocol_set(var, v)? {
         [true, true, _] => None,
-        // Simple and LL128: the call chooses (`ProtocolRule::no_ll` keeps LL out).
-        [true, false, true] => None,
+        // Two of the three with LL128: the call chooses (`ProtocolRule::excluded` keeps
+        // the third out).
+        [true, false, true] | [false, true, true] => None,
         [true, false, false] => Some(Protocol::Simple),
         [false, true, _] => Some(Protocol::Ll),
         [false, false, true] => Some(Protocol::Ll128),
@@ -826,7 +835,8 @@ mod tests {
         assert!(p.no_ll128_of(Allgather));
         // All but LL for the all-reduce: Simple and LL128 to choose from.
         assert_eq!(p.protocol_of(Allreduce), None);
-        assert!(p.no_ll_of(Allreduce) && !p.no_ll128_of(Allreduce) && !p.no_ll_of(Allgather));
+        assert_eq!(p.excluded_of(Allreduce), Some(Protocol::Ll));
+        assert!(!p.no_ll128_of(Allreduce) && p.excluded_of(Allgather).is_none());
         // "Everything but LL128, but only LL128 for allreduce".
         let p = Policy::from_vars(&vars("^LL128;allreduce:LL128")).unwrap();
         assert!(p.no_ll128_of(Broadcast) && !p.no_ll128_of(Allreduce));
@@ -854,6 +864,22 @@ mod tests {
         );
         assert_eq!(
             p.protocol_for(&plan(2, Protocol::Ll), &small(Allgather), 1, &GPU),
+            Protocol::Simple
+        );
+        // Without Simple, LL however large the call, and for a plan that asks for Simple.
+        let p = Policy::from_vars(&vars("^Simple")).unwrap();
+        let large = Request {
+            bytes: 1 << 30,
+            ..small(Allgather)
+        };
+        assert_eq!(p.protocol_for(&simple, &large, 1, &GPU), Protocol::Ll);
+        assert_eq!(
+            p.protocol_for(&plan(2, Protocol::Simple), &large, 1, &GPU),
+            Protocol::Ll
+        );
+        // (A backend without LL runs Simple whatever the list says.)
+        assert_eq!(
+            p.protocol_for(&simple, &large, 1, &Target::HOST),
             Protocol::Simple
         );
         assert!(Policy::from_vars(&vars("LL;allreduce:fast")).is_err());
@@ -906,18 +932,24 @@ mod tests {
             ProtocolRule::parse("NCCL_PROTO", "^ll").unwrap(),
             ProtocolRule {
                 protocol: None,
-                no_ll: true,
+                excluded: Some(Protocol::Ll),
                 no_ll128: false
             }
         );
         assert_eq!(p("Simple,LL").unwrap(), None);
-        assert!(
-            !ProtocolRule::parse("NCCL_PROTO", "Simple,LL")
-                .unwrap()
-                .no_ll
-        );
+        assert!(ProtocolRule::parse("NCCL_PROTO", "Simple,LL")
+            .unwrap()
+            .excluded
+            .is_none());
         assert_eq!(p("^simple,ll128").unwrap(), Some(Protocol::Ll));
-        assert_eq!(p("LL, LL128").unwrap(), Some(Protocol::Ll));
+        // LL and LL128 (all but Simple): the call chooses between them.
+        assert_eq!(p("LL, LL128").unwrap(), None);
+        assert_eq!(
+            ProtocolRule::parse("NCCL_PROTO", "^Simple")
+                .unwrap()
+                .excluded,
+            Some(Protocol::Simple)
+        );
         assert_eq!(p("^LL128").unwrap(), None);
         assert_eq!(p("LL128").unwrap(), Some(Protocol::Ll128));
         assert_eq!(p(" Auto ").unwrap(), Some(Protocol::Auto));

@@ -253,7 +253,7 @@ pub fn choose(
         elem: req.elem as u64,
         direct: target.direct,
         ll128: target.ll128,
-        ll: !policy.no_ll_of(req.collective),
+        excluded: policy.excluded_of(req.collective),
     };
     let plans: Vec<&braid_plan::Plan> = fitting.iter().map(|(p, _)| &***p).collect();
     let options = price(

@@ -60,7 +60,7 @@ fn predict(t: &Topology, plan: &Verified, r: &Request, replicas: u32, p: Protoco
         elem: r.elem as u64,
         direct: false,
         ll128: false,
-        ll: true,
+        excluded: None,
     };
     braid_cost::rank_with(
         &cand,
@@ -302,7 +302,7 @@ fn ranks_that_run_flat_launches_are_priced_as_such() {
         elem: 4,
         direct: true,
         ll128: false,
-        ll: true,
+        excluded: None,
     };
     let at = |target: &Target| {
         let profile = Profile::default();
@@ -456,7 +456,7 @@ fn pricing_only_the_near_choices_picks_what_pricing_all_picks() {
                     elem: 4,
                     direct: false,
                     ll128: false,
-                    ll: true,
+                    excluded: None,
                 };
                 let all = price(&t, &profile, &plans, &creq, None, None, &GPU, None);
                 let near = price(&t, &profile, &plans, &creq, None, None, &GPU, Some(TIE));

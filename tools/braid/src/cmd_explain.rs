@@ -168,7 +168,7 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
         elem: args.dtype.size() as u64,
         direct: profile.one_gpu(),
         ll128,
-        ll: !policy.no_ll_of(collective),
+        excluded: policy.excluded_of(collective),
     };
     let proto = match args.proto.as_deref() {
         None => policy

@@ -122,7 +122,7 @@ pub fn run(args: &SynthArgs) -> Result<String, CliError> {
         elem: 4,
         direct: false,
         ll128: false,
-        ll: true,
+        excluded: None,
     };
     let mut scored: Vec<Scored> = Vec::new();
     for obj in &objectives {
