@@ -59,6 +59,13 @@ pub fn run_checked(
     let registry = Registry::new();
     registry.add(plan.clone(), Origin::User(plan.name.clone()))?;
     let comms = Communicator::create_local(n, Arc::new(registry), timeout);
+    let spec = CallSpec {
+        collective: c,
+        count,
+        dtype,
+        op,
+        root: plan.root,
+    };
     let start = Instant::now();
     let outputs: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
         let hs: Vec<_> = comms
@@ -67,13 +74,6 @@ pub fn run_checked(
             .map(|(r, comm)| {
                 let input = &inputs[r];
                 s.spawn(move || {
-                    let spec = CallSpec {
-                        collective: c,
-                        count,
-                        dtype,
-                        op,
-                        root: plan.root,
-                    };
                     let rank = r as u32;
                     let mut buf = crate::bench::rank_buffer(&spec, mode, rank, n, input);
                     comm.call(
@@ -96,13 +96,6 @@ pub fn run_checked(
             .collect()
     });
     let elapsed = start.elapsed();
-    let spec = CallSpec {
-        collective: c,
-        count,
-        dtype,
-        op,
-        root: plan.root,
-    };
     let mut steps = Vec::new();
     for comm in &comms {
         if let Some((p, t)) = comm.step_times(&spec, mode)? {

@@ -598,15 +598,8 @@ fn braid_trace_keeps_the_sweeps_last_call_on_every_rank() {
         &[("BRAID_TRACE", trace.to_str().unwrap())],
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let t: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let (t, slices) = common::trace_slices(&trace);
     assert_eq!(t["otherData"]["plan"], "ring_allgather");
-    let slices: Vec<&serde_json::Value> = t["traceEvents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["ph"] == "X")
-        .collect();
     // Every rank's steps are there: 4 processes, each with slices.
     let ranks: std::collections::BTreeSet<u64> =
         slices.iter().map(|e| e["pid"].as_u64().unwrap()).collect();

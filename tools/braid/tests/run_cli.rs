@@ -214,16 +214,9 @@ fn braid_trace_on_the_host_backend_writes_every_steps_measured_times() {
     assert!(out.stderr.contains("BRAID_TRACE:"), "{}", out.stderr);
     let p: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
-    let t: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let (t, slices) = common::trace_slices(&trace);
     assert_eq!(t["otherData"]["plan"], "ring_allreduce");
-    // One slice per step of the plan on every rank (its one replica), each with its kind.
-    let slices: Vec<&serde_json::Value> = t["traceEvents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["ph"] == "X")
-        .collect();
+    // One slice per step of the plan on every rank (its one replica).
     let steps: usize = p["ranks"]
         .as_array()
         .unwrap()

@@ -87,6 +87,21 @@ pub fn directives(text: &str) -> (Vec<String>, Vec<(String, String)>) {
     (args, env)
 }
 
+/// A Chrome trace file (`BRAID_TRACE`, `braid explain --trace`) and its slices (one per
+/// step).
+pub fn trace_slices(path: &Path) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let t: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let slices = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .cloned()
+        .collect();
+    (t, slices)
+}
+
 /// A MASTER_PORT for a job: rank 0's bootstrap listens on MASTER_PORT + 1, so both must
 /// be free, and both lie below the kernel's range of automatic ports (from 32768), so no
 /// other test's sockets can be given them between this check and rank 0's bind.
