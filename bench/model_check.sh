@@ -24,7 +24,7 @@
 #                         more, each row's time is the median of its rounds (each round
 #                         in OUT_DIR/roundK/), so a slow minute of the machine moves one
 #                         round of one plan, not the comparison
-#   TRACES="C:PLAN:SIZE ..." cuda: after the sweeps, each such call of a shipped plan run
+#   TRACES="C:PLAN:SIZE ..." after the sweeps, each such call of a shipped plan run
 #                         once more with BRAID_TRACE (`braid run`, the replicas and
 #                         protocol its sweep ran) and predicted with `braid explain
 #                         --trace`, side by side in OUT_DIR/traces/ (bench/trace_compare.py;
@@ -149,7 +149,7 @@ print(r[0]["replicas"], r[0]["protocol"])' "$out/$c.plan.$p.json" "$b") || conti
     BRAID_TRACE="$t.measured.json" BRAID_CHANNELS="$x" BRAID_PROTO="$proto" \
         "$braid" run "algorithms/$p.braid" --topo "$topo" --backend "$backend" --size "$b" \
         --iters 3 --mode outofplace >"$t.run.txt" 2>&1 || echo "$spec: did not run (see $t.run.txt)"
-    BRAID_ALGO="$p" "$braid" explain "$c" --size "$b" --topo "$topo" --profile "$profile" \
+    BRAID_ALGO="=$p" "$braid" explain "$c" --size "$b" --topo "$topo" --profile "$profile" \
         --replicas "$x" --proto "$proto" --trace "$t.predicted.json" >"$t.explain.txt" 2>&1 || true
     [ -f "$t.measured.json" ] && [ -f "$t.predicted.json" ] &&
         python3 bench/trace_compare.py "$t.measured.json" "$t.predicted.json" >"$t.txt"

@@ -193,32 +193,38 @@ pub struct AlgoFilter {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Words {
     exclude: bool,
+    /// The words are whole plan names (`=ring_allreduce`), not parts of them.
+    exact: bool,
     words: Vec<String>,
 }
 
 impl Words {
     fn parse(var: &str, value: &str, list: &str) -> Result<Words> {
-        let v = list.trim();
-        let (exclude, list) = match v.strip_prefix('^') {
-            Some(rest) => (true, rest),
-            None => (false, v),
-        };
-        let words: Vec<String> = list
-            .split(',')
-            .map(|w| w.trim().to_ascii_lowercase())
-            .filter(|w| !w.is_empty())
-            .collect();
+        // NCCL's list syntax, as its interface and HCA lists read it: `^` excludes,
+        // then `=` makes the names exact.
+        let (exclude, exact, items) = braid_topo::ifname::split_list(list);
+        let words: Vec<String> = items.iter().map(|w| w.to_ascii_lowercase()).collect();
         if words.is_empty() {
             return Err(RuntimeError::Invalid(format!(
-                "{var}={value}: expected algorithm names, as `ring,tree`, `^ring` or `ring;allreduce:tree`"
+                "{var}={value}: expected algorithm names, as `ring,tree`, `^ring`, `=ring_allreduce` or `ring;allreduce:tree`"
             )));
         }
-        Ok(Words { exclude, words })
+        Ok(Words {
+            exclude,
+            exact,
+            words,
+        })
     }
 
     fn allows(&self, plan: &str) -> bool {
         let name = plan.to_ascii_lowercase();
-        let named = self.words.iter().any(|w| name.contains(w.as_str()));
+        let named = self.words.iter().any(|w| {
+            if self.exact {
+                name == *w
+            } else {
+                name.contains(w.as_str())
+            }
+        });
         named != self.exclude
     }
 }
@@ -793,6 +799,20 @@ mod tests {
             !not.allows(Allreduce, "ring_allreduce") && not.allows(Allreduce, "tree_allreduce")
         );
         assert!(AlgoFilter::parse("BRAID_ALGO", " ^ , ").is_err());
+        // `=`: whole names, as in NCCL's interface lists.
+        let exact = AlgoFilter::parse("BRAID_ALGO", "=ring_allreduce,tree_allreduce").unwrap();
+        assert!(
+            exact.allows(Allreduce, "Ring_Allreduce") && exact.allows(Allreduce, "tree_allreduce")
+        );
+        assert!(
+            !exact.allows(Allreduce, "bidirectional_ring_allreduce")
+                && !exact.allows(Allreduce, "double_binary_tree_allreduce")
+        );
+        let not_exact = AlgoFilter::parse("BRAID_ALGO", "^=ring_allreduce").unwrap();
+        assert!(
+            !not_exact.allows(Allreduce, "ring_allreduce")
+                && not_exact.allows(Allreduce, "bidirectional_ring_allreduce")
+        );
         // Per collective (NCCL 2.24): the first list for all, later ones replace it for
         // the collective they name; the last for a collective counts.
         let per = AlgoFilter::parse(
