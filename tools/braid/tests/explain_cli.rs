@@ -697,6 +697,20 @@ fn equal_choices_say_so_and_nccl_algo_takes_lists_per_collective() {
         ag.stdout
     );
     assert!(ag.stdout.contains("direct_allgather") && ag.stdout.contains("excludes it"));
+    // `=`: the plan of exactly that name, not those whose names contain it.
+    let one = explain_1m_on_8("allreduce", &[("BRAID_ALGO", "=ring_allreduce")]);
+    assert!(
+        one.stdout.starts_with("selected: ring_allreduce "),
+        "{}",
+        one.stdout
+    );
+    assert!(
+        one.stdout
+            .lines()
+            .any(|l| l.contains("bidirectional_ring_allreduce") && l.contains("excludes it")),
+        "{}",
+        one.stdout
+    );
     // A later list must name its collective.
     let bad = explain_1m_on_8("allgather", &[("NCCL_ALGO", "ring;tree")]);
     assert_ne!(bad.code, 0);
