@@ -114,6 +114,7 @@ pub fn predict(
         total_us,
         timeline,
         chunk_bytes: chunk,
+        bound: None,
     })
 }
 

@@ -122,6 +122,28 @@ pub struct Prediction {
     pub timeline: Vec<StepTime>,
     /// Bytes of one chunk of one replica.
     pub chunk_bytes: u64,
+    /// What made the call last longer than its simulated steps, where something did;
+    /// the timeline then shows the steps' order, not that longer span.
+    pub bound: Option<Bound>,
+}
+
+/// A limit of the whole call beyond its steps ([`Prediction::bound`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bound {
+    /// The blocks' whole work over the cores (the host backend: more threads than
+    /// cores).
+    Cores,
+    /// The whole memory traffic over the rate of the one memory the ranks share.
+    Memory,
+}
+
+impl Bound {
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Cores => "cores",
+            Bound::Memory => "memory",
+        }
+    }
 }
 
 /// Bytes of one chunk for a call of `bytes` on `plan` (padding ignored).
@@ -896,10 +918,18 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         })
         .collect();
     let last = stretch.at(end.iter().copied().fold(0f64, f64::max));
+    let bound = if busy > last && busy >= shared {
+        Some(Bound::Cores)
+    } else if shared > last {
+        Some(Bound::Memory)
+    } else {
+        None
+    };
     Ok(Priced::Predicted(Prediction {
         total_us: fixed + last.max(busy).max(shared),
         timeline,
         chunk_bytes: chunk,
+        bound,
     }))
 }
 

@@ -53,11 +53,24 @@ struct Other<'a> {
     predicted_us: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     measured_us: Option<f64>,
+    /// What set the predicted total beyond the steps shown ([`crate::sim::Bound`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bound_by: Option<&'static str>,
+    /// Where the steps shown end, when something else set the total.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    steps_end_us: Option<f64>,
 }
 
 /// The trace of `p` for the plan named `plan`.
 pub fn chrome_trace(plan: &str, p: &Prediction) -> String {
-    write(plan, &p.timeline, Some(p.total_us), None)
+    let steps_end = p.timeline.iter().map(|s| s.end_us).fold(0f64, f64::max);
+    write(
+        plan,
+        &p.timeline,
+        Some(p.total_us),
+        None,
+        p.bound.map(|b| (b.name(), steps_end)),
+    )
 }
 
 /// The trace of step times measured on a device (`BRAID_TRACE`), in the same form as a
@@ -65,7 +78,7 @@ pub fn chrome_trace(plan: &str, p: &Prediction) -> String {
 /// to the last one's end.
 pub fn chrome_trace_measured(plan: &str, timeline: &[StepTime]) -> String {
     let total = timeline.iter().map(|s| s.end_us).fold(0f64, f64::max);
-    write(plan, timeline, None, Some(total))
+    write(plan, timeline, None, Some(total), None)
 }
 
 fn write(
@@ -73,6 +86,7 @@ fn write(
     timeline: &[StepTime],
     predicted_us: Option<f64>,
     measured_us: Option<f64>,
+    bound: Option<(&'static str, f64)>,
 ) -> String {
     let mut events = Vec::new();
     let mut named = std::collections::BTreeSet::new();
@@ -126,6 +140,8 @@ fn write(
             plan,
             predicted_us,
             measured_us,
+            bound_by: bound.map(|b| b.0),
+            steps_end_us: bound.map(|b| b.1),
         },
     })
     .expect("a trace serialises")

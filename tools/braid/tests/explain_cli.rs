@@ -721,3 +721,62 @@ fn equal_choices_say_so_and_nccl_algo_takes_lists_per_collective() {
         bad.stderr
     );
 }
+
+#[test]
+fn a_trace_says_when_the_cores_not_the_steps_set_the_price() {
+    let dir = std::env::temp_dir().join(format!("braid-explain-bound-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = common::host_profile(&dir);
+    let trace = dir.join("t.json");
+    let args = |profile: Option<&std::path::Path>| {
+        let mut a = vec![
+            "explain".to_string(),
+            "allreduce".into(),
+            "--size".into(),
+            "2M".into(),
+            "--topo".into(),
+            "nvswitch:8".into(),
+            "--trace".into(),
+            trace.to_str().unwrap().into(),
+        ];
+        if let Some(p) = profile {
+            a.extend(["--profile".into(), p.to_str().unwrap().into()]);
+        }
+        a
+    };
+    // Two cores, eight ranks of threads: the blocks' work over the cores sets the price.
+    let a = args(Some(&profile));
+    let out = braid(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("bound by the blocks' whole work over the cores"),
+        "{}",
+        out.stderr
+    );
+    let (t, slices) = common::trace_slices(&trace);
+    let other = &t["otherData"];
+    assert_eq!(other["bound_by"], "cores", "{other}");
+    let steps_end = other["steps_end_us"].as_f64().unwrap();
+    let last = slices
+        .iter()
+        .map(|e| e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap())
+        .fold(0f64, f64::max);
+    assert!((steps_end - last).abs() < 1e-6, "{steps_end} {last}");
+    assert!(
+        steps_end < other["predicted_us"].as_f64().unwrap(),
+        "{other}"
+    );
+    // On a GPU's constants the steps set it: nothing to say.
+    let a = args(None);
+    let out = braid(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stderr.contains("bound by"), "{}", out.stderr);
+    let (t, _) = common::trace_slices(&trace);
+    assert!(
+        t["otherData"].get("bound_by").is_none(),
+        "{}",
+        t["otherData"]
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

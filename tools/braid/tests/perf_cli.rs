@@ -463,24 +463,7 @@ fn one_process_per_rank_measures_the_same_calls() {
 fn with_a_host_profile_calls_choose_what_explain_selects() {
     let dir = std::env::temp_dir().join(format!("braid-perf-profile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("host.json");
-    // Constants of a two-core machine as `braid tune` measured them: blocks are threads,
-    // so plans with many blocks cost more than on a GPU.
-    let per = |v: f64| format!(r#"{{"simple": {v}, "ll": {v}}}"#);
-    let profile = format!(
-        r#"{{"version": 2, "source": "braid tune, host backend, 2 cores", "fingerprint": null,
-        "call_us": {z}, "hop_us": {{"nvlink": {hop}, "pci": {hop}, "net": {hop}}},
-        "block_gbps": {}, "efficiency": {}, "slice_bytes": {}, "slice_us": {z},
-        "net_post_us": {z}, "block_us": {}, "cores": 2, "copy_gbps": {}, "shared_gbps": {z}}}"#,
-        per(0.8),
-        per(1.0),
-        per(262144.0),
-        per(102.0),
-        per(6.6),
-        z = per(0.0),
-        hop = per(60.0),
-    );
-    std::fs::write(&file, profile).unwrap();
+    let file = common::host_profile(&dir);
     let path = file.to_str().unwrap();
     let ex = braid(
         &[

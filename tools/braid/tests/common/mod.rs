@@ -87,6 +87,29 @@ pub fn directives(text: &str) -> (Vec<String>, Vec<(String, String)>) {
     (args, env)
 }
 
+/// Writes, in `dir`, the constants of a two-core machine as `braid tune` measured them
+/// (blocks are threads, so plans with many blocks cost more than on a GPU) and returns
+/// the file.
+pub fn host_profile(dir: &Path) -> PathBuf {
+    let file = dir.join("host.json");
+    let per = |v: f64| format!(r#"{{"simple": {v}, "ll": {v}}}"#);
+    let profile = format!(
+        r#"{{"version": 2, "source": "braid tune, host backend, 2 cores", "fingerprint": null,
+        "call_us": {z}, "hop_us": {{"nvlink": {hop}, "pci": {hop}, "net": {hop}}},
+        "block_gbps": {}, "efficiency": {}, "slice_bytes": {}, "slice_us": {z},
+        "net_post_us": {z}, "block_us": {}, "cores": 2, "copy_gbps": {}, "shared_gbps": {z}}}"#,
+        per(0.8),
+        per(1.0),
+        per(262144.0),
+        per(102.0),
+        per(6.6),
+        z = per(0.0),
+        hop = per(60.0),
+    );
+    std::fs::write(&file, profile).unwrap();
+    file
+}
+
 /// A Chrome trace file (`BRAID_TRACE`, `braid explain --trace`) and its slices (one per
 /// step).
 pub fn trace_slices(path: &Path) -> (serde_json::Value, Vec<serde_json::Value>) {
