@@ -25,8 +25,8 @@
 #                         in OUT_DIR/roundK/), so a slow minute of the machine moves one
 #                         round of one plan, not the comparison
 #   TRACES="C:PLAN:SIZE ..." after the sweeps, each such call of a shipped plan run
-#                         once more with BRAID_TRACE (`braid run`, the replicas and
-#                         protocol its sweep ran) and predicted with `braid explain
+#                         once more with BRAID_TRACE (`braid run` on GPUs, `braid perf`'s
+#                         last call on the host; the replicas and protocol its sweep ran) and predicted with `braid explain
 #                         --trace`, side by side in OUT_DIR/traces/ (bench/trace_compare.py;
 #                         bench/model_worst.py lists the rows furthest off)
 set -euo pipefail
@@ -146,9 +146,17 @@ rows = json.load(open(sys.argv[1]))["rows"]
 r = [r for r in rows if r["size"] == int(sys.argv[2])] or rows
 print(r[0]["replicas"], r[0]["protocol"])' "$out/$c.plan.$p.json" "$b") || continue
     t="$out/traces/$c.$p.$s"
-    BRAID_TRACE="$t.measured.json" BRAID_CHANNELS="$x" BRAID_PROTO="$proto" \
-        "$braid" run "algorithms/$p.braid" --topo "$topo" --backend "$backend" --size "$b" \
-        --iters 3 --mode outofplace >"$t.run.txt" 2>&1 || echo "$spec: did not run (see $t.run.txt)"
+    if [ "$backend" = host ]; then
+        # The last of back-to-back calls (`braid run` would trace a communicator's first).
+        BRAID_TRACE="$t.measured.json" BRAID_CHANNELS="$x" BRAID_PROTO="$proto" \
+            "$braid" perf "$c" --topo "$topo" --backend host --algo "$p" -b "$b" -e "$b" \
+            -n "${ITERS:-10}" -w "${WARMUP:-2}" --mode outofplace >"$t.run.txt" 2>&1 ||
+            echo "$spec: did not run (see $t.run.txt)"
+    else
+        BRAID_TRACE="$t.measured.json" BRAID_CHANNELS="$x" BRAID_PROTO="$proto" \
+            "$braid" run "algorithms/$p.braid" --topo "$topo" --backend "$backend" --size "$b" \
+            --iters 3 --mode outofplace >"$t.run.txt" 2>&1 || echo "$spec: did not run (see $t.run.txt)"
+    fi
     BRAID_ALGO="=$p" "$braid" explain "$c" --size "$b" --topo "$topo" --profile "$profile" \
         --replicas "$x" --proto "$proto" --trace "$t.predicted.json" >"$t.explain.txt" 2>&1 || true
     [ -f "$t.measured.json" ] && [ -f "$t.predicted.json" ] &&
