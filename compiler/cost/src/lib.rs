@@ -207,12 +207,8 @@ pub fn protocols(plan: &Plan, req: &Request, forced: Option<Protocol>) -> Vec<Pr
                 *p = instead;
             }
         }
-        let mut seen = Vec::new();
-        v.retain(|p| {
-            let new = !seen.contains(p);
-            seen.push(*p);
-            new
-        });
+        // Simple and LL are neighbours in every list: one left where both were.
+        v.dedup();
     }
     v
 }

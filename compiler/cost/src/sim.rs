@@ -144,6 +144,21 @@ impl Bound {
             Bound::Memory => "memory",
         }
     }
+
+    /// What the bound is, in words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Bound::Cores => "the blocks' whole work over the cores",
+            Bound::Memory => "the whole memory traffic over the rate of the memory the ranks share",
+        }
+    }
+}
+
+impl Prediction {
+    /// Where the timeline's last step ends (µs).
+    pub fn steps_end_us(&self) -> f64 {
+        self.timeline.iter().map(|s| s.end_us).fold(0f64, f64::max)
+    }
 }
 
 /// Bytes of one chunk for a call of `bytes` on `plan` (padding ignored).

@@ -63,13 +63,12 @@ struct Other<'a> {
 
 /// The trace of `p` for the plan named `plan`.
 pub fn chrome_trace(plan: &str, p: &Prediction) -> String {
-    let steps_end = p.timeline.iter().map(|s| s.end_us).fold(0f64, f64::max);
     write(
         plan,
         &p.timeline,
         Some(p.total_us),
         None,
-        p.bound.map(|b| (b.name(), steps_end)),
+        p.bound.map(|b| (b.name(), p.steps_end_us())),
     )
 }
 

@@ -150,6 +150,21 @@ impl Communicator {
         self.comm.step_times(spec, mode)
     }
 
+    /// [`Communicator::step_times`] of every rank of `comms` that recorded some.
+    pub fn step_times_of(
+        comms: &[Communicator],
+        spec: &CallSpec,
+        mode: Mode,
+    ) -> Result<Vec<crate::device_comm::RankSteps>> {
+        let mut ranks = Vec::new();
+        for c in comms {
+            if let Some((p, t)) = c.step_times(spec, mode)? {
+                ranks.push((c.rank(), p, t));
+            }
+        }
+        Ok(ranks)
+    }
+
     /// This rank choosing plans by `policy` (for example one with a cost model attached);
     /// every rank of the group must be given the same one.
     pub fn with_policy(mut self, policy: Policy) -> Communicator {

@@ -150,6 +150,9 @@ pub struct Prepared<P> {
 /// ([`DeviceComm::step_times`]).
 pub type StepTimes = Vec<Vec<(u64, u64)>>;
 
+/// One rank's recorded call: the rank, the plan that served it and its [`StepTimes`].
+pub type RankSteps = (u32, Arc<Verified>, StepTimes);
+
 /// A call ready to launch: its prepared plan and its arguments.
 type Planned<E> = (Arc<Prepared<<E as Engine>::Prepared>>, CallArgs);
 

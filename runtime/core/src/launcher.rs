@@ -60,7 +60,27 @@ pub struct LaunchEnv {
 
 type Vars<'a> = &'a dyn Fn(&str) -> Option<String>;
 
+/// The launcher whose variables `get` has (set and not blank), if any.
+fn launcher_in(get: &dyn Fn(&str) -> Option<String>) -> Option<Launcher> {
+    let any = |names: &[&str]| names.iter().any(|n| get(n).is_some());
+    if any(&["RANK", "WORLD_SIZE"]) {
+        Some(Launcher::Torchrun)
+    } else if any(&["OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"]) {
+        Some(Launcher::OpenMpi)
+    } else if any(&["SLURM_PROCID"]) {
+        Some(Launcher::Slurm)
+    } else {
+        None
+    }
+}
+
 impl LaunchEnv {
+    /// Whether a launcher's variables are in the process environment (their values may
+    /// still be wrong: [`LaunchEnv::from_env`] says).
+    pub fn launched() -> bool {
+        launcher_in(&|n| std::env::var(n).ok().filter(|v| !v.trim().is_empty())).is_some()
+    }
+
     /// Reads the process environment.
     pub fn from_env() -> Result<LaunchEnv> {
         Self::from_vars(&|name| std::env::var(name).ok())
@@ -98,21 +118,22 @@ impl LaunchEnv {
         };
 
         let (launcher, rank, world_size, local_rank, local_world_size, job_id);
-        if get("RANK").is_some() || get("WORLD_SIZE").is_some() {
+        let which = launcher_in(&get);
+        if which == Some(Launcher::Torchrun) {
             launcher = Launcher::Torchrun;
             rank = need("RANK", "WORLD_SIZE")?;
             world_size = need("WORLD_SIZE", "RANK")?;
             local_rank = num("LOCAL_RANK")?;
             local_world_size = num("LOCAL_WORLD_SIZE")?;
             job_id = get("TORCHELASTIC_RUN_ID");
-        } else if get("OMPI_COMM_WORLD_RANK").is_some() || get("OMPI_COMM_WORLD_SIZE").is_some() {
+        } else if which == Some(Launcher::OpenMpi) {
             launcher = Launcher::OpenMpi;
             rank = need("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")?;
             world_size = need("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")?;
             local_rank = num("OMPI_COMM_WORLD_LOCAL_RANK")?;
             local_world_size = num("OMPI_COMM_WORLD_LOCAL_SIZE")?;
             job_id = get("PMIX_NAMESPACE").or_else(|| get("OMPI_MCA_ess_base_jobid"));
-        } else if get("SLURM_PROCID").is_some() {
+        } else if which == Some(Launcher::Slurm) {
             launcher = Launcher::Slurm;
             rank = need("SLURM_PROCID", "SLURM_PROCID")?;
             world_size = match num("SLURM_NTASKS")? {

@@ -496,11 +496,12 @@ impl Policy {
             Some(p) if p != Protocol::Auto => p,
             _ => plan.protocol,
         };
+        let excluded = self.excluded_of(req.collective);
         let ll = match asked {
             Protocol::Ll128 if target.ll128 => return Protocol::Ll128,
             // The list keeps one of Simple and LL out: the other.
-            _ if self.excluded_of(req.collective) == Some(Protocol::Ll) => false,
-            _ if self.excluded_of(req.collective) == Some(Protocol::Simple) => true,
+            _ if excluded == Some(Protocol::Ll) => false,
+            _ if excluded == Some(Protocol::Simple) => true,
             Protocol::Ll => true,
             Protocol::Simple => false,
             Protocol::Ll128 => {

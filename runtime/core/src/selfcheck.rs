@@ -24,11 +24,7 @@ pub struct Checked {
     pub bytes: usize,
     /// Per rank, the plan and the step times the call recorded (`BRAID_TRACE`; empty
     /// without it).
-    pub steps: Vec<(
-        u32,
-        Arc<braid_plan::Verified>,
-        crate::device_comm::StepTimes,
-    )>,
+    pub steps: Vec<crate::device_comm::RankSteps>,
 }
 
 /// Runs one call of `plan` on all its ranks (threads of this process) and checks it.
@@ -96,12 +92,7 @@ pub fn run_checked(
             .collect()
     });
     let elapsed = start.elapsed();
-    let mut steps = Vec::new();
-    for comm in &comms {
-        if let Some((p, t)) = comm.step_times(&spec, mode)? {
-            steps.push((comm.rank(), p, t));
-        }
-    }
+    let steps = Communicator::step_times_of(&comms, &spec, mode)?;
     let mut wrong = Vec::new();
     for (r, out) in outputs.into_iter().enumerate() {
         let out = out.map_err(|err| match err {

@@ -354,14 +354,16 @@ pub fn examine(s: &Survey) -> Diagnosis {
             d.notes.push(format!(
                 "a group whose id is made here (ncclGetUniqueId) listens on {a}: {why}"
             ));
-            let local: Option<u32> = env("LOCAL_WORLD_SIZE").and_then(|v| v.trim().parse().ok());
+            let local = env("LOCAL_WORLD_SIZE")
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .filter(|&l| l < world);
             let loopback = a
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback());
-            if loopback && local.is_some_and(|l| l < world) {
+            if let (true, Some(local)) = (loopback, local) {
                 d.findings.push(finding(
                     "bootstrap-loopback",
-                    format!("the launcher says the job spans hosts (LOCAL_WORLD_SIZE={} of WORLD_SIZE={world}), but a group's id made here names {a}: ranks on the other hosts cannot reach it", local.unwrap_or(0)),
+                    format!("the launcher says the job spans hosts (LOCAL_WORLD_SIZE={local} of WORLD_SIZE={world}), but a group's id made here names {a}: ranks on the other hosts cannot reach it"),
                     "set BRAID_SOCKET_IFNAME (or NCCL_SOCKET_IFNAME) to the interface the hosts share, or BRAID_BOOTSTRAP_ADDR to this host's address on it",
                 ));
             }

@@ -143,10 +143,7 @@ fn peers(args: &DoctorArgs) -> Result<Option<braid_detect::doctor::Peers>, CliEr
     if args.no_peers {
         return Ok(None);
     }
-    let launched = ["RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
-    if !launched {
+    if !LaunchEnv::launched() {
         return Ok(None);
     }
     let env = match LaunchEnv::from_env() {

@@ -336,15 +336,11 @@ pub fn run(args: &ExplainArgs) -> Result<String, CliError> {
             .map_err(|e| CliError::Runtime(format!("error: {e}")))?;
         crate::output::write_atomically(path, &braid_cost::trace::chrome_trace(best_name, &pred))?;
         if let Some(b) = pred.bound {
-            let steps_end = pred.timeline.iter().map(|s| s.end_us).fold(0f64, f64::max);
             eprintln!(
-                "note: --trace: the steps of {best_name} end at {steps_end:.1} us as simulated, but the call is priced {:.1} us, bound by {}: the trace shows the steps' order, not that longer span (docs/costmodel.md, \"The call\")",
+                "note: --trace: the steps of {best_name} end at {:.1} us as simulated, but the call is priced {:.1} us, bound by {}: the trace shows the steps' order, not that longer span (docs/costmodel.md, \"The call\")",
+                pred.steps_end_us(),
                 pred.total_us,
-                match b {
-                    braid_cost::sim::Bound::Cores => "the blocks' whole work over the cores",
-                    braid_cost::sim::Bound::Memory =>
-                        "the whole memory traffic over the rate of the memory the ranks share",
-                },
+                b.describe(),
             );
         }
     }

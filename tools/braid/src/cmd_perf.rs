@@ -666,12 +666,8 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
             if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
                 // The last timed call's steps (each size and mode overwrites the file:
                 // what stays is the sweep's last).
-                let mut ranks = Vec::new();
-                for c in &comms {
-                    if let Some((p, t)) = c.step_times(&case.spec, mode).map_err(rt)? {
-                        ranks.push((c.rank(), p, t));
-                    }
-                }
+                let ranks = braid_runtime::Communicator::step_times_of(&comms, &case.spec, mode)
+                    .map_err(rt)?;
                 crate::cmd_run::write_trace(&ranks, std::path::Path::new(&path))?;
             }
             let mut r = row(

@@ -7,11 +7,10 @@ use crate::{sizes, topo_arg};
 use braid_ir::Mode;
 use braid_plan::{Plan, Verified};
 use braid_runtime::comm::timeout_from_env;
-use braid_runtime::device_comm::StepTimes;
+use braid_runtime::device_comm::RankSteps;
 use braid_runtime::dtype::{DType, RedOp};
 use braid_runtime::selfcheck::{buffer_elems, run_checked, Checked};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
@@ -334,7 +333,7 @@ fn run_cuda(
 fn cuda_steps(
     comms: &[braid_cuda::CudaComm],
     case: &braid_cuda::check::Case,
-) -> Result<Vec<(u32, Arc<braid_plan::Verified>, StepTimes)>, CliError> {
+) -> Result<Vec<RankSteps>, CliError> {
     let mut ranks = Vec::new();
     for (r, comm) in comms.iter().enumerate() {
         if let Some((plan, times)) = comm
@@ -351,10 +350,7 @@ fn cuda_steps(
 /// clock, or the host's on the host backend) as a Chrome trace like `braid explain
 /// --trace` writes for a prediction: one process per rank, one thread per block, one
 /// slice per step, microseconds from the earliest step's start.
-pub(crate) fn write_trace(
-    ranks: &[(u32, Arc<braid_plan::Verified>, StepTimes)],
-    path: &std::path::Path,
-) -> Result<(), CliError> {
+pub(crate) fn write_trace(ranks: &[RankSteps], path: &std::path::Path) -> Result<(), CliError> {
     let mut raw = Vec::new();
     let mut name = String::new();
     for (r, plan, times) in ranks {

@@ -728,25 +728,18 @@ fn a_trace_says_when_the_cores_not_the_steps_set_the_price() {
     std::fs::create_dir_all(&dir).unwrap();
     let profile = common::host_profile(&dir);
     let trace = dir.join("t.json");
-    let args = |profile: Option<&std::path::Path>| {
-        let mut a = vec![
-            "explain".to_string(),
-            "allreduce".into(),
-            "--size".into(),
-            "2M".into(),
-            "--topo".into(),
-            "nvswitch:8".into(),
-            "--trace".into(),
-            trace.to_str().unwrap().into(),
-        ];
-        if let Some(p) = profile {
-            a.extend(["--profile".into(), p.to_str().unwrap().into()]);
-        }
-        a
-    };
-    // Two cores, eight ranks of threads: the blocks' work over the cores sets the price.
-    let a = args(Some(&profile));
-    let out = braid(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    let base = [
+        "explain",
+        "allreduce",
+        "--size",
+        "2M",
+        "--topo",
+        "nvswitch:8",
+        "--trace",
+        trace.to_str().unwrap(),
+    ];
+    let with_profile = [&base[..], &["--profile", profile.to_str().unwrap()]].concat();
+    let out = braid(&with_profile, &[]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
         out.stderr
@@ -768,8 +761,7 @@ fn a_trace_says_when_the_cores_not_the_steps_set_the_price() {
         "{other}"
     );
     // On a GPU's constants the steps set it: nothing to say.
-    let a = args(None);
-    let out = braid(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    let out = braid(&base, &[]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(!out.stderr.contains("bound by"), "{}", out.stderr);
     let (t, _) = common::trace_slices(&trace);
