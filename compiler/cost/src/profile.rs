@@ -189,6 +189,16 @@ pub struct Profile {
     /// What one block copies or reduces locally (no link), GB/s; 0: as `block_gbps`.
     #[serde(default)]
     pub copy_gbps: PerProtocol,
+    /// What a byte sent over a link costs the cores beyond its copies into and out of the
+    /// link's slots, as the rate at which the cores would do that work alone, GB/s (the
+    /// host backend over TCP: the kernel's copies into and out of the socket and its
+    /// protocol work). Where the blocks share few cores (`cores`), every byte a step
+    /// sends over a link adds this to the call's whole work. `braid tune` finds it from a
+    /// direct broadcast of 16 MiB on 8 ranks: the rate at which the model prices that
+    /// call at its measured time. 0: nothing beyond the copies (shared memory; GPUs,
+    /// whose blocks do not share cores).
+    #[serde(default)]
+    pub link_work_gbps: PerProtocol,
     /// The rate of the memory accesses of all the call's blocks together, GB/s, where its
     /// ranks share one memory (several ranks on one GPU): a call takes at least the bytes
     /// every step of every block reads and writes (`sim::memory_accesses` per byte moved)
@@ -367,6 +377,7 @@ impl Default for Profile {
             cores: 0,
             block_work_us: Vec::new(),
             copy_gbps: PerProtocol::default(),
+            link_work_gbps: PerProtocol::default(),
             shared_gbps: PerProtocol::default(),
             launch_block_us: PerProtocol::default(),
             flat_call_us: 0.0,
@@ -608,6 +619,7 @@ impl Profile {
         pp("block_us", &self.block_us, false)?;
         pp("wait_us", &self.wait_us, false)?;
         pp("copy_gbps", &self.copy_gbps, false)?;
+        pp("link_work_gbps", &self.link_work_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
         pp("launch_block_us", &self.launch_block_us, false)?;
         for (name, v) in [

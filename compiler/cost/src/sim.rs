@@ -28,7 +28,8 @@
 //! - A call costs the profile's fixed call time plus the time its last step ends, or,
 //!   where blocks share few cores (the host backend), at least the blocks' whole work
 //!   (a start cost per block, `block_work_us` by the blocks it starts or else
-//!   `block_us`, and its slices) divided by the cores; where its ranks share one memory
+//!   `block_us`, its slices, and over TCP each byte it sends at `link_work_gbps`)
+//!   divided by the cores; where its ranks share one memory
 //!   (several on one GPU), at least the memory accesses all its steps make (each byte a
 //!   step moves, read or written 2 to 4 times: [`memory_accesses`]) over the profile's
 //!   shared rate, and each stretch of the call whose running steps ask more of the
@@ -606,6 +607,12 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         r if r > 0.0 && profile.cores > 0 => r,
         _ => f64::INFINITY,
     };
+    // What a byte sent over a link costs the cores beyond its copies (the host over TCP),
+    // µs; none where the blocks do not share cores.
+    let link_work = match profile.link_work_gbps.get(proto) {
+        r if r > 0.0 && profile.cores > 0 => 1.0 / (r * 1e3),
+        _ => 0.0,
+    };
     // Local copies and reductions run at the copy rate when the profile has one.
     let local_gbps = match profile.copy_gbps.get(proto) {
         r if r > 0.0 => r * scale * eff,
@@ -618,6 +625,8 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         fused: Option<(usize, usize)>,
         accesses: f64,
         copies: f64,
+        /// The cores' work per byte beyond the copies (a send over a link), µs.
+        link_work: f64,
         factor: f64,
         sends: bool,
         block_gbps: f64,
@@ -670,6 +679,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
                 fused,
                 accesses,
                 copies,
+                link_work: if over_link { link_work } else { 0.0 },
                 factor,
                 sends,
                 // A slice's time at its block's rate, and over a connection no less than
@@ -758,6 +768,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             moved += count * bytes as f64 * info[i].accesses;
             // The cores' share: the copies its slices make, at the copy rate.
             work += count * bytes as f64 * info[i].copies / (copy_work_gbps * 1e3);
+            work += count * bytes as f64 * info[i].link_work;
             in_turn[block_last[i]] += count * sl.n as f64 * sl.cost;
         }
     }

@@ -1406,6 +1406,53 @@ fn staged_steps_cost_the_cores_every_copy_the_host_makes() {
     assert!(q < p * 0.6, "{q} against {p}");
 }
 
+/// Over TCP a byte sent costs the cores more than its copies into and out of the link's
+/// slots (the kernel copies it through the socket): `Profile::link_work_gbps`. On 8 ranks
+/// sharing 2 cores, a 64 MiB ring all-reduce, bound by the cores' work, costs every byte
+/// its steps send at that rate over the cores on top of its price without it; a profile
+/// without cores to share (a GPU's) ignores it.
+#[test]
+fn sends_over_tcp_cost_the_cores_their_link_work() {
+    let (t, ps) = plans("nvswitch:8", Collective::Allreduce);
+    let ring = plan(&ps, "ring_allreduce");
+    let bytes: u64 = 64 << 20;
+    let call = simple(bytes, 1, false);
+    let shm = Profile {
+        staged_steps: true,
+        ..host_profile(50.0, 25.0, 27.0, 3.7)
+    };
+    let mut tcp = shm.clone();
+    tcp.link_work_gbps.simple = 2.0;
+    let chunk = bytes / u64::from(ring.in_chunks);
+    let sent: f64 = ring
+        .ranks
+        .iter()
+        .flat_map(|r| &r.blocks)
+        .flat_map(|b| &b.steps)
+        .filter(|s| s.kind.sends())
+        .map(|s| (s.src.or(s.dst).map_or(0, |x| u64::from(x.count)) * chunk) as f64)
+        .sum();
+    assert!(sent > 0.0);
+    let without = predict(ring, &t, &shm, &call).unwrap();
+    let with = predict(ring, &t, &tcp, &call).unwrap();
+    assert_eq!(with.bound, Some(braid_cost::sim::Bound::Cores));
+    let extra = sent / (2.0 * 1e3) / 2.0;
+    assert!(
+        (with.total_us - without.total_us - extra).abs() < 1e-6 * with.total_us,
+        "{} against {} + {extra}",
+        with.total_us,
+        without.total_us
+    );
+    // Where blocks do not share cores, nothing.
+    let (mut gpu, mut gpu_tcp) = (shm.clone(), tcp.clone());
+    gpu.cores = 0;
+    gpu_tcp.cores = 0;
+    assert_eq!(
+        predict(ring, &t, &gpu, &call).unwrap().total_us,
+        predict(ring, &t, &gpu_tcp, &call).unwrap().total_us
+    );
+}
+
 /// Options priced together, as the runtime's selection prices them (each plan's wiring
 /// made once for its calls with direct reads and once for those without), cost what each
 /// costs priced alone; and direct reads change some plan's price, so a wiring shared

@@ -371,7 +371,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             scale: r / reference,
         })
         .collect();
-    let profile = Profile {
+    let mut profile = Profile {
         version: PROFILE_VERSION,
         source: format!(
             "braid tune, host backend{}, {} cores",
@@ -449,6 +449,8 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             ll: copy,
             ll128: None,
         },
+        // Found below, once the rest prices the broadcast that measures it.
+        link_work_gbps: PerProtocol::default(),
         shared_gbps: PerProtocol::default(),
         launch_block_us: PerProtocol::default(),
         // The host backend has no flat launches, nor ranks sharing a launch.
@@ -463,8 +465,46 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         ll128: Vec::new(),
     };
     profile.check().map_err(|e| CliError::Runtime(format!("error: braid tune measured something impossible ({e}); run it again on a quieter machine")))?;
+    // What a byte over a link costs the cores beyond its copies (TCP's socket path): the
+    // root of a direct broadcast on 8 ranks sends 16 MiB to each of 7 ranks at once, in
+    // place (no local copy), so the cores are busy with the links' work; the rate is the
+    // one at which the model prices that call at its measured time (none where the model
+    // already prices it at least that high: shared memory).
+    let wide = BIG_BROADCAST_BYTES / 4;
+    let tw = us(broadcast_time(
+        ranks,
+        &direct,
+        8,
+        wide,
+        args.iters.min(5),
+        Mode::InPlace,
+    )?);
+    let topo8 = braid_topo::Topology::from_arg("nvswitch:8").expect("a preset");
+    let wide_call = braid_cost::Call {
+        bytes: BIG_BROADCAST_BYTES as u64,
+        elem: 4,
+        protocol: braid_ir::Protocol::Simple,
+        replicas: 1,
+        direct: false,
+        together: false,
+        in_place: true,
+    };
+    let link_work = fit_link_work(tw, |gbps| {
+        let mut p = profile.clone();
+        p.link_work_gbps = PerProtocol {
+            simple: gbps,
+            ll: gbps,
+            ll128: None,
+        };
+        braid_cost::predict(&direct, &topo8, &p, &wide_call).map_or(f64::INFINITY, |x| x.total_us)
+    });
+    profile.link_work_gbps = PerProtocol {
+        simple: link_work,
+        ll: link_work,
+        ll128: None,
+    };
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}) (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 128 MiB on 2 ranks, in place, {tb:.0} us)",
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}); beyond its copies, a byte over a link costs the cores {} (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us, of 16 MiB in place {tw:.0} us; 128 MiB on 2 ranks, in place, {tb:.0} us)",
         profile
             .block_work_us
             .iter()
@@ -476,9 +516,47 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             .iter()
             .map(|c| format!("x{:.2} through {} MiB", c.scale, c.mib))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        if link_work > 0.0 {
+            format!("as much as copying it at {link_work:.2} GB/s")
+        } else {
+            "nothing".to_string()
+        }
     );
     emit(args, &profile)
+}
+
+/// Bytes of the direct broadcast that times a link's work on the cores.
+const BIG_BROADCAST_BYTES: usize = 16 << 20;
+
+/// The rate (GB/s) at which `price` (µs, non-decreasing as the rate falls) meets
+/// `measured` µs; 0 (none) where it does so with none.
+fn fit_link_work(measured: f64, price: impl Fn(f64) -> f64) -> f64 {
+    // In µs per byte, 0 meaning none: the price grows with it.
+    let at = |per_byte: f64| price(if per_byte > 0.0 { 1.0 / (per_byte * 1e3) } else { 0.0 });
+    if !measured.is_finite() || at(0.0) >= measured {
+        return 0.0;
+    }
+    // 1 GB/s, then slower until the price reaches the measured time.
+    let (mut lo, mut hi) = (0.0, 1e-3);
+    let mut doublings = 0;
+    while at(hi) < measured {
+        lo = hi;
+        hi *= 2.0;
+        doublings += 1;
+        if doublings > 40 {
+            return 0.0;
+        }
+    }
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if at(mid) < measured {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    1.0 / (hi * 1e3)
 }
 
 /// Writes the profile to `-o` (atomically), or returns it for stdout.
@@ -490,5 +568,33 @@ fn emit(args: &TuneArgs, profile: &Profile) -> Result<String, CliError> {
             Ok(String::new())
         }
         None => Ok(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fit_link_work;
+
+    /// A price of 1000 µs plus 2 cores' share of 100 MB at the rate: the fit finds the
+    /// rate that meets the measured time, none where the price without it already does.
+    #[test]
+    fn the_link_work_is_the_rate_that_prices_the_broadcast_at_its_time() {
+        let price = |gbps: f64| {
+            1000.0
+                + if gbps > 0.0 {
+                    100e6 / (gbps * 1e3) / 2.0
+                } else {
+                    0.0
+                }
+        };
+        // 25000 µs beyond: 100 MB over 2 cores in 25 ms is 2 GB/s.
+        let r = fit_link_work(26000.0, price);
+        assert!((r - 2.0).abs() < 1e-6, "{r}");
+        // A slow socket path: well below 1 GB/s.
+        let r = fit_link_work(251000.0, price);
+        assert!((r - 0.2).abs() < 1e-6, "{r}");
+        assert_eq!(fit_link_work(900.0, price), 0.0);
+        assert_eq!(fit_link_work(1000.0, price), 0.0);
+        assert_eq!(fit_link_work(f64::NAN, price), 0.0);
     }
 }
