@@ -533,7 +533,13 @@ const BIG_BROADCAST_BYTES: usize = 16 << 20;
 /// `measured` µs; 0 (none) where it does so with none.
 fn fit_link_work(measured: f64, price: impl Fn(f64) -> f64) -> f64 {
     // In µs per byte, 0 meaning none: the price grows with it.
-    let at = |per_byte: f64| price(if per_byte > 0.0 { 1.0 / (per_byte * 1e3) } else { 0.0 });
+    let at = |per_byte: f64| {
+        price(if per_byte > 0.0 {
+            1.0 / (per_byte * 1e3)
+        } else {
+            0.0
+        })
+    };
     if !measured.is_finite() || at(0.0) >= measured {
         return 0.0;
     }
