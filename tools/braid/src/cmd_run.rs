@@ -346,11 +346,20 @@ fn cuda_steps(
     Ok(ranks)
 }
 
-/// `BRAID_TRACE=FILE`: each rank's recorded step times of its last call (the GPU's
-/// clock, or the host's on the host backend) as a Chrome trace like `braid explain
-/// --trace` writes for a prediction: one process per rank, one thread per block, one
-/// slice per step, microseconds from the earliest step's start.
-pub(crate) fn write_trace(ranks: &[RankSteps], path: &std::path::Path) -> Result<(), CliError> {
+/// One step as a rank recorded it: rank, block id, step index, kind, and its start and
+/// end on the recording clock (ns). Ranks in other processes send theirs as these.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RecordedStep {
+    pub rank: u32,
+    pub block: u32,
+    pub step: u32,
+    pub kind: braid_plan::StepKind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// The steps `ranks` recorded in their last call (those that ran), and the plan's name.
+pub(crate) fn recorded_steps(ranks: &[RankSteps]) -> (String, Vec<RecordedStep>) {
     let mut raw = Vec::new();
     let mut name = String::new();
     for (r, plan, times) in ranks {
@@ -358,29 +367,52 @@ pub(crate) fn write_trace(ranks: &[RankSteps], path: &std::path::Path) -> Result
         for (b, block_times) in plan.ranks[*r as usize].blocks.iter().zip(times) {
             for ((i, s), &(start, end)) in b.steps.iter().enumerate().zip(block_times) {
                 if start != 0 && end >= start {
-                    raw.push((*r, b.id, i as u32, s.kind, start, end));
+                    raw.push(RecordedStep {
+                        rank: *r,
+                        block: b.id,
+                        step: i as u32,
+                        kind: s.kind,
+                        start_ns: start,
+                        end_ns: end,
+                    });
                 }
             }
         }
     }
-    let t0 = raw.iter().map(|x| x.4).min().unwrap_or(0);
-    let us = |ns: u64| (ns - t0) as f64 / 1e3;
+    (name, raw)
+}
+
+/// `BRAID_TRACE=FILE`: each rank's recorded step times of its last call (the GPU's
+/// clock, or the host's on the host backend) as a Chrome trace like `braid explain
+/// --trace` writes for a prediction: one process per rank, one thread per block, one
+/// slice per step, microseconds from the earliest step's start.
+pub(crate) fn write_trace(ranks: &[RankSteps], path: &std::path::Path) -> Result<(), CliError> {
+    let (name, raw) = recorded_steps(ranks);
+    write_recorded(&name, &raw, path)
+}
+
+/// [`write_trace`] of steps recorded by ranks of `name` (any processes of the host).
+pub(crate) fn write_recorded(
+    name: &str,
+    raw: &[RecordedStep],
+    path: &std::path::Path,
+) -> Result<(), CliError> {
+    let t0 = raw.iter().map(|x| x.start_ns).min().unwrap_or(0);
+    let us = |ns: u64| ns.saturating_sub(t0) as f64 / 1e3;
     let timeline: Vec<braid_cost::sim::StepTime> = raw
-        .into_iter()
-        .map(
-            |(rank, block, step, kind, start, end)| braid_cost::sim::StepTime {
-                rank,
-                block,
-                step,
-                kind: braid_cost::sim::kind_name(kind),
-                start_us: us(start),
-                end_us: us(end),
-            },
-        )
+        .iter()
+        .map(|x| braid_cost::sim::StepTime {
+            rank: x.rank,
+            block: x.block,
+            step: x.step,
+            kind: braid_cost::sim::kind_name(x.kind),
+            start_us: us(x.start_ns),
+            end_us: us(x.end_ns),
+        })
         .collect();
     crate::output::write_atomically(
         path,
-        &braid_cost::trace::chrome_trace_measured(&name, &timeline),
+        &braid_cost::trace::chrome_trace_measured(name, &timeline),
     )?;
     eprintln!(
         "note: BRAID_TRACE: {} step times of {name} written to {}",

@@ -4,7 +4,9 @@
 //! the same sweep through its own communicator (shared memory between the processes)
 //! and prints one JSON line per size and mode; the parent combines the lines as the
 //! threads' measurements are combined (each run the slowest rank's, wrong elements
-//! summed) into the usual report.
+//! summed) into the usual report. With `BRAID_TRACE` each line also carries the steps
+//! the rank recorded in its last timed call (on the system clock, which the processes
+//! share), and the parent writes the sweep's last call as the threads' run does.
 
 use crate::error::CliError;
 use braid_runtime::bench::{combine, measure_rank, Case, RankMeasured};
@@ -32,6 +34,9 @@ pub struct Line {
     pub plan: String,
     pub replicas: u32,
     pub protocol: String,
+    /// With `BRAID_TRACE`: the steps of the rank's last timed call of the case.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::cmd_run::RecordedStep>,
 }
 
 /// Whether this process is a rank `--procs` started.
@@ -79,6 +84,13 @@ pub fn run_child(
             .selection(spec, job.case.mode)
             .map_err(rt)?
             .ok_or_else(|| CliError::Runtime("error: a call of no elements has no plan".into()))?;
+        let steps = if std::env::var_os("BRAID_TRACE").is_some_and(|p| !p.is_empty()) {
+            let mine = comm.step_times(spec, job.case.mode).map_err(rt)?;
+            let ranks: Vec<_> = mine.into_iter().map(|(p, t)| (rank, p, t)).collect();
+            crate::cmd_run::recorded_steps(&ranks).1
+        } else {
+            Vec::new()
+        };
         let line = Line {
             step: job.step,
             mode: crate::perf_report::mode_name(job.case.mode).into(),
@@ -89,6 +101,7 @@ pub fn run_child(
             plan: plan.name.clone(),
             replicas: plan.channels,
             protocol: protocol.name().into(),
+            steps,
         };
         out.push_str(&serde_json::to_string(&line).expect("a line serialises"));
         out.push('\n');

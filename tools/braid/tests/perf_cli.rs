@@ -550,13 +550,16 @@ fn with_a_host_profile_calls_choose_what_explain_selects() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Ranks as threads and as processes (`--procs`: each rank sends its steps to the
+/// command in its lines) alike.
 #[test]
 fn braid_trace_keeps_the_sweeps_last_call_on_every_rank() {
     let dir = std::env::temp_dir().join(format!("braid-perf-trace-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("last.json");
-    let out = braid(
-        &[
+    let mut steps = None;
+    for procs in [false, true] {
+        let trace = dir.join(format!("last-{procs}.json"));
+        let mut a = vec![
             "perf",
             "allgather",
             "--topo",
@@ -577,27 +580,39 @@ fn braid_trace_keeps_the_sweeps_last_call_on_every_rank() {
             "outofplace",
             "--algo",
             "ring_allgather",
-        ],
-        &[("BRAID_TRACE", trace.to_str().unwrap())],
-    );
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let (t, slices) = common::trace_slices(&trace);
-    assert_eq!(t["otherData"]["plan"], "ring_allgather");
-    // Every rank's steps are there: 4 processes, each with slices.
-    let ranks: std::collections::BTreeSet<u64> =
-        slices.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
-    assert_eq!(ranks.into_iter().collect::<Vec<_>>(), [0, 1, 2, 3]);
-    // One call's steps (not the sweep's): each of a rank's steps once.
-    let mut seen = std::collections::BTreeSet::new();
-    for e in &slices {
-        let key = (
-            e["pid"].as_u64().unwrap(),
-            e["tid"].as_u64().unwrap(),
-            e["args"]["step"].as_u64().unwrap(),
+        ];
+        if procs {
+            a.push("--procs");
+        }
+        let out = braid(&a, &[("BRAID_TRACE", trace.to_str().unwrap())]);
+        assert_eq!(out.code, 0, "procs {procs}: {}", out.stderr);
+        let (t, slices) = common::trace_slices(&trace);
+        assert_eq!(t["otherData"]["plan"], "ring_allgather");
+        // Every rank's steps are there: 4 ranks, each with slices.
+        let ranks: std::collections::BTreeSet<u64> =
+            slices.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
+        assert_eq!(
+            ranks.into_iter().collect::<Vec<_>>(),
+            [0, 1, 2, 3],
+            "procs {procs}"
         );
-        assert!(seen.insert(key), "{key:?} twice");
+        // One call's steps (not the sweep's): each of a rank's steps once, and as many
+        // from processes as from threads.
+        match steps {
+            None => steps = Some(slices.len()),
+            Some(n) => assert_eq!(slices.len(), n, "procs {procs}"),
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &slices {
+            let key = (
+                e["pid"].as_u64().unwrap(),
+                e["tid"].as_u64().unwrap(),
+                e["args"]["step"].as_u64().unwrap(),
+            );
+            assert!(seen.insert(key), "procs {procs}: {key:?} twice");
+        }
+        let measured = t["otherData"]["measured_us"].as_f64().unwrap();
+        assert!(measured > 0.0, "{measured}");
     }
-    let measured = t["otherData"]["measured_us"].as_f64().unwrap();
-    assert!(measured > 0.0, "{measured}");
     std::fs::remove_dir_all(dir).unwrap();
 }
