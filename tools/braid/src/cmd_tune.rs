@@ -470,41 +470,50 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     // place (no local copy), so the cores are busy with the links' work; the rate is the
     // one at which the model prices that call at its measured time (none where the model
     // already prices it at least that high: shared memory).
-    let wide = BIG_BROADCAST_BYTES / 4;
-    let tw = us(broadcast_time(
-        ranks,
-        &direct,
-        8,
-        wide,
-        args.iters.min(5),
-        Mode::InPlace,
-    )?);
-    let topo8 = braid_topo::Topology::from_arg("nvswitch:8").expect("a preset");
-    let wide_call = braid_cost::Call {
-        bytes: BIG_BROADCAST_BYTES as u64,
-        elem: 4,
-        protocol: braid_ir::Protocol::Simple,
-        replicas: 1,
-        direct: false,
-        together: false,
-        in_place: true,
-    };
-    let link_work = fit_link_work(tw, |gbps| {
-        let mut p = profile.clone();
-        p.link_work_gbps = PerProtocol {
-            simple: gbps,
-            ll: gbps,
-            ll128: None,
+    // Measurable only where the broadcast's blocks outnumber the cores (else they do not
+    // compete for them, and the fit would lay whatever else slows the call on the cores).
+    let contended = u64::from(cores) < braid_cost::sim::launched_blocks(&direct, 1, true);
+    let mut tw = 0.0;
+    let link_work = if contended {
+        let wide = BIG_BROADCAST_BYTES / 4;
+        tw = us(broadcast_time(
+            ranks,
+            &direct,
+            8,
+            wide,
+            args.iters.min(5),
+            Mode::InPlace,
+        )?);
+        let topo8 = braid_topo::Topology::from_arg("nvswitch:8").expect("a preset");
+        let wide_call = braid_cost::Call {
+            bytes: BIG_BROADCAST_BYTES as u64,
+            elem: 4,
+            protocol: braid_ir::Protocol::Simple,
+            replicas: 1,
+            direct: false,
+            together: false,
+            in_place: true,
         };
-        braid_cost::predict(&direct, &topo8, &p, &wide_call).map_or(f64::INFINITY, |x| x.total_us)
-    });
+        fit_link_work(tw, |gbps| {
+            let mut p = profile.clone();
+            p.link_work_gbps = PerProtocol {
+                simple: gbps,
+                ll: gbps,
+                ll128: None,
+            };
+            braid_cost::predict(&direct, &topo8, &p, &wide_call)
+                .map_or(f64::INFINITY, |x| x.total_us)
+        })
+    } else {
+        0.0
+    };
     profile.link_work_gbps = PerProtocol {
         simple: link_work,
         ll: link_work,
         ll128: None,
     };
     eprintln!(
-        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}); beyond its copies, a byte over a link costs the cores {} (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us, of 16 MiB in place {tw:.0} us; 128 MiB on 2 ranks, in place, {tb:.0} us)",
+        "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}); beyond its copies, a byte over a link costs the cores {} (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 128 MiB on 2 ranks, in place, {tb:.0} us)",
         profile
             .block_work_us
             .iter()
@@ -517,10 +526,15 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             .map(|c| format!("x{:.2} through {} MiB", c.scale, c.mib))
             .collect::<Vec<_>>()
             .join(", "),
-        if link_work > 0.0 {
-            format!("as much as copying it at {link_work:.2} GB/s")
-        } else {
-            "nothing".to_string()
+        match (contended, link_work > 0.0) {
+            (false, _) => format!(
+                "nothing measured (the cores outnumber the {} blocks of a broadcast on 8 ranks)",
+                braid_cost::sim::launched_blocks(&direct, 1, true)
+            ),
+            (true, true) => format!(
+                "as much as copying it at {link_work:.2} GB/s (a broadcast of 16 MiB on 8 ranks, in place, {tw:.0} us)"
+            ),
+            (true, false) => format!("nothing (a broadcast of 16 MiB on 8 ranks, in place, {tw:.0} us)"),
         }
     );
     emit(args, &profile)
