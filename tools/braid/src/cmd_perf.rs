@@ -750,14 +750,16 @@ fn run_procs(
         let (wrong, runs, sync, first) =
             crate::perf_procs::merge(&job.case, job.step, mode, &lines, n)?;
         if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
-            // Every rank's steps of this case (each case overwrites the file: what stays
-            // is the sweep's last, as with threads).
-            let steps: Vec<crate::cmd_run::RecordedStep> = lines
-                .iter()
-                .filter(|l| l.step == job.step && l.mode == mode)
-                .flat_map(|l| l.steps.iter().cloned())
-                .collect();
-            crate::cmd_run::write_recorded(&first.plan, &steps, std::path::Path::new(&path))?;
+            // Every rank's steps of the sweep's last case, the only one they sent (as with
+            // threads, where each case overwrites the file).
+            if std::ptr::eq(job, jobs.last().expect("a job")) {
+                let steps: Vec<crate::cmd_run::RecordedStep> = lines
+                    .iter()
+                    .filter(|l| l.step == job.step && l.mode == mode)
+                    .flat_map(|l| l.steps.iter().cloned())
+                    .collect();
+                crate::cmd_run::write_recorded(&first.plan, &steps, std::path::Path::new(&path))?;
+            }
         }
         let count = job.case.spec.count;
         let bytes = job.case.spec.sizes(0, n).larger;

@@ -472,11 +472,11 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     // already prices it at least that high: shared memory).
     // Measurable only where the broadcast's blocks outnumber the cores (else they do not
     // compete for them, and the fit would lay whatever else slows the call on the cores).
-    let contended = u64::from(cores) < braid_cost::sim::launched_blocks(&direct, 1, true);
-    let mut tw = 0.0;
-    let link_work = if contended {
+    let direct_blocks = braid_cost::sim::launched_blocks(&direct, 1, true);
+    let contended = u64::from(cores) < direct_blocks;
+    let (tw, link_work) = if contended {
         let wide = BIG_BROADCAST_BYTES / 4;
-        tw = us(broadcast_time(
+        let tw = us(broadcast_time(
             ranks,
             &direct,
             8,
@@ -494,7 +494,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             together: false,
             in_place: true,
         };
-        fit_link_work(tw, |gbps| {
+        let rate = fit_link_work(tw, |gbps| {
             let mut p = profile.clone();
             p.link_work_gbps = PerProtocol {
                 simple: gbps,
@@ -503,9 +503,10 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             };
             braid_cost::predict(&direct, &topo8, &p, &wide_call)
                 .map_or(f64::INFINITY, |x| x.total_us)
-        })
+        });
+        (tw, rate)
     } else {
-        0.0
+        (0.0, 0.0)
     };
     profile.link_work_gbps = PerProtocol {
         simple: link_work,
@@ -528,8 +529,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
             .join(", "),
         match (contended, link_work > 0.0) {
             (false, _) => format!(
-                "nothing measured (the cores outnumber the {} blocks of a broadcast on 8 ranks)",
-                braid_cost::sim::launched_blocks(&direct, 1, true)
+                "nothing measured (the cores outnumber the {direct_blocks} blocks of a broadcast on 8 ranks)"
             ),
             (true, true) => format!(
                 "as much as copying it at {link_work:.2} GB/s (a broadcast of 16 MiB on 8 ranks, in place, {tw:.0} us)"
@@ -543,40 +543,13 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
 /// Bytes of the direct broadcast that times a link's work on the cores.
 const BIG_BROADCAST_BYTES: usize = 16 << 20;
 
-/// The rate (GB/s) at which `price` (µs, non-decreasing as the rate falls) meets
-/// `measured` µs; 0 (none) where it does so with none.
+/// The rate (GB/s) at which `price` (µs, falling as the rate rises; 0 meaning none)
+/// meets `measured` µs, by the tunes' bisection; 0 (none) where it does so with none.
 fn fit_link_work(measured: f64, price: impl Fn(f64) -> f64) -> f64 {
-    // In µs per byte, 0 meaning none: the price grows with it.
-    let at = |per_byte: f64| {
-        price(if per_byte > 0.0 {
-            1.0 / (per_byte * 1e3)
-        } else {
-            0.0
-        })
-    };
-    if !measured.is_finite() || at(0.0) >= measured {
+    if !measured.is_finite() || price(0.0) >= measured {
         return 0.0;
     }
-    // 1 GB/s, then slower until the price reaches the measured time.
-    let (mut lo, mut hi) = (0.0, 1e-3);
-    let mut doublings = 0;
-    while at(hi) < measured {
-        lo = hi;
-        hi *= 2.0;
-        doublings += 1;
-        if doublings > 40 {
-            return 0.0;
-        }
-    }
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if at(mid) < measured {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    1.0 / (hi * 1e3)
+    crate::tune_cuda::solve(1e-3, 1e4, true, measured, price)
 }
 
 /// Writes the profile to `-o` (atomically), or returns it for stdout.

@@ -34,7 +34,8 @@ pub struct Line {
     pub plan: String,
     pub replicas: u32,
     pub protocol: String,
-    /// With `BRAID_TRACE`: the steps of the rank's last timed call of the case.
+    /// With `BRAID_TRACE`, in the sweep's last case: the steps of the rank's last timed
+    /// call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::cmd_run::RecordedStep>,
 }
@@ -84,7 +85,9 @@ pub fn run_child(
             .selection(spec, job.case.mode)
             .map_err(rt)?
             .ok_or_else(|| CliError::Runtime("error: a call of no elements has no plan".into()))?;
-        let steps = if std::env::var_os("BRAID_TRACE").is_some_and(|p| !p.is_empty()) {
+        // The trace keeps the sweep's last case: only its steps are sent.
+        let last = std::ptr::eq(job, jobs.last().expect("a job"));
+        let steps = if last && std::env::var_os("BRAID_TRACE").is_some_and(|p| !p.is_empty()) {
             let mine = comm.step_times(spec, job.case.mode).map_err(rt)?;
             let ranks: Vec<_> = mine.into_iter().map(|(p, t)| (rank, p, t)).collect();
             crate::cmd_run::recorded_steps(&ranks).1

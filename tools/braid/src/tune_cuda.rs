@@ -375,7 +375,7 @@ fn model_with(b: &Bench, topo: &Topology, profile: &Profile, direct: bool) -> f6
 
 /// The value in `[lo, hi]` for which `f` (monotone) equals `target`, by bisection
 /// (geometric for rates spanning decades). `f` rising with the value or falling alike.
-fn solve(lo: f64, hi: f64, geometric: bool, target: f64, f: impl Fn(f64) -> f64) -> f64 {
+pub(crate) fn solve(lo: f64, hi: f64, geometric: bool, target: f64, f: impl Fn(f64) -> f64) -> f64 {
     let rising = f(hi) > f(lo);
     let (mut a, mut b) = (lo, hi);
     for _ in 0..80 {
