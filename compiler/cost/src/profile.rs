@@ -753,6 +753,26 @@ mod tests {
             .contains("copy_scale at 4 MiB"));
     }
 
+    /// The link work (the host over TCP) round trips; a profile written before it reads
+    /// as none; a rate below 0 is refused with its name.
+    #[test]
+    fn link_work_round_trips_defaults_to_none_and_refuses_a_negative_rate() {
+        let mut p = Profile {
+            cores: 2,
+            ..Profile::default()
+        };
+        p.link_work_gbps.simple = 4.5;
+        assert_eq!(Profile::from_json(&p.to_json()).unwrap(), p);
+        let mut older: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        older.as_object_mut().unwrap().remove("link_work_gbps");
+        let older = Profile::from_json(&older.to_string()).unwrap();
+        assert_eq!(older.link_work_gbps, PerProtocol::default());
+        p.link_work_gbps.simple = -1.0;
+        assert!(Profile::from_json(&p.to_json())
+            .unwrap_err()
+            .contains("link_work_gbps.simple = -1 is out of range"));
+    }
+
     #[test]
     fn ll128_costs_what_simple_costs_until_measured_and_its_verdicts_round_trip() {
         let mut p = Profile::default();
