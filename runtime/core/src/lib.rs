@@ -15,6 +15,7 @@ pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod fabric;
+mod futex;
 pub mod geometry;
 pub mod host_engine;
 pub mod launcher;

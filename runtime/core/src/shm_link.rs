@@ -9,7 +9,9 @@
 //! ```text
 //! offset   0  magic u64 | slots u64 | max_slice u64 | opened u64   (cache line 0)
 //! offset  64  head u64   slices written; stored only by the sender  (cache line 1)
+//!         72  head_waiters u64   receivers asleep until head moves
 //! offset 128  tail u64   slices taken;   stored only by the receiver (cache line 2)
+//!        136  tail_waiters u64   senders asleep until tail moves
 //! offset 192  slot 0: len u64 | data [max_slice], padded to a multiple of 64 bytes
 //!             slot 1 ...
 //! ```
@@ -20,6 +22,12 @@
 //! of `tail`. Each side loads the other's counter with Acquire, so a slot's bytes are
 //! always complete before the other side looks at them. The counters sit on separate
 //! cache lines so that the two sides do not invalidate each other's line on every store.
+//!
+//! A side that finds nothing to do spins, then yields, then sleeps until the other side
+//! moves the counter it waits on: on Linux in the kernel on the counter itself, woken by
+//! the store that moves it (`futex.rs` has the protocol; the mover makes a system call
+//! only when its `*_waiters` word says someone sleeps), so a slice that arrives while its
+//! receiver sleeps costs a wake-up, not the rest of a timed sleep.
 //!
 //! Lifetime of the file name: the sender builds the file under a private temporary name
 //! (created exclusively, mode 0600), writes the magic word last and then links it into
@@ -39,6 +47,7 @@
 //! deadline or the communicator's abort flag ends its wait.
 
 use crate::error::{Result, RuntimeError};
+use crate::futex;
 use crate::transport::Link;
 use memmap2::MmapRaw;
 use std::fs::OpenOptions;
@@ -48,7 +57,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The magic word: "BRAIDSM" and a layout version byte. Written last by the creator.
-const MAGIC: u64 = u64::from_le_bytes(*b"BRAIDSM\x01");
+const MAGIC: u64 = u64::from_le_bytes(*b"BRAIDSM\x02");
 /// Size of a cache line; the counters and slots are aligned to it.
 const LINE: usize = 64;
 const OFF_MAGIC: usize = 0;
@@ -57,6 +66,11 @@ const OFF_MAX_SLICE: usize = 16;
 const OFF_OPENED: usize = 24;
 const OFF_HEAD: usize = LINE;
 const OFF_TAIL: usize = 2 * LINE;
+/// How many receivers sleep until head moves (on head's line: the sender reads it after
+/// every store of head, and it changes only when a receiver goes to sleep).
+const OFF_HEAD_WAITERS: usize = OFF_HEAD + 8;
+/// How many senders sleep until tail moves.
+const OFF_TAIL_WAITERS: usize = OFF_TAIL + 8;
 const HEADER: usize = 3 * LINE;
 /// Bytes in front of each slot's data (its `len`).
 const SLOT_LEN: usize = 8;
@@ -70,6 +84,12 @@ const YIELD: u32 = 64;
 /// latency, long enough that an idle rank does not burn a core.
 const SLEEP_MIN: Duration = Duration::from_micros(50);
 const SLEEP_MAX: Duration = Duration::from_micros(200);
+/// Longest sleep of a wait that the other side's store wakes (Linux): how often a sleeper
+/// looks at the abort flag.
+#[cfg(target_os = "linux")]
+const WOKEN_SLEEP_MAX: Duration = Duration::from_millis(10);
+#[cfg(not(target_os = "linux"))]
+const WOKEN_SLEEP_MAX: Duration = SLEEP_MAX;
 
 /// The directory the ring files live in: `/dev/shm` (memory-backed on Linux) when it
 /// exists, else the temporary directory.
@@ -235,10 +255,37 @@ impl<'a> Backoff<'a> {
 
     /// Waits a little; fails on abort or when the deadline has passed.
     fn wait(&mut self, what: impl FnOnce() -> String) -> Result<()> {
+        if let Some(sleep) = self.pause(what)? {
+            std::thread::sleep(sleep);
+            self.sleep = (self.sleep * 2).min(SLEEP_MAX);
+        }
+        Ok(())
+    }
+
+    /// Waits a little for `counter` (seen reading `seen`) to move: as [`Backoff::wait`],
+    /// but its sleep ends as soon as the other side stores a new value with
+    /// [`futex::store_and_wake`] (`waiters` is the counter's sleeper count).
+    fn wait_for(
+        &mut self,
+        counter: &AtomicU64,
+        waiters: &AtomicU64,
+        seen: u64,
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        if let Some(sleep) = self.pause(what)? {
+            futex::wait(counter, waiters, seen, sleep);
+            self.sleep = (self.sleep * 2).min(WOKEN_SLEEP_MAX);
+        }
+        Ok(())
+    }
+
+    /// Spins or yields, or says how long to sleep; fails on abort or when the deadline
+    /// has passed.
+    fn pause(&mut self, what: impl FnOnce() -> String) -> Result<Option<Duration>> {
         self.n = self.n.saturating_add(1);
         if self.n <= SPIN {
             std::hint::spin_loop();
-            return Ok(());
+            return Ok(None);
         }
         if self.abort.load(Ordering::SeqCst) {
             return Err(RuntimeError::Aborted(format!(
@@ -255,11 +302,9 @@ impl<'a> Backoff<'a> {
         }
         if self.n <= SPIN + YIELD {
             std::thread::yield_now();
-        } else {
-            std::thread::sleep(self.sleep.min(self.deadline - now));
-            self.sleep = (self.sleep * 2).min(SLEEP_MAX);
+            return Ok(None);
         }
-        Ok(())
+        Ok(Some(self.sleep.min(self.deadline - now)))
     }
 }
 
@@ -328,6 +373,8 @@ impl ShmLink {
         link.word(OFF_OPENED).store(0, Ordering::Relaxed);
         link.word(OFF_HEAD).store(0, Ordering::Relaxed);
         link.word(OFF_TAIL).store(0, Ordering::Relaxed);
+        link.word(OFF_HEAD_WAITERS).store(0, Ordering::Relaxed);
+        link.word(OFF_TAIL_WAITERS).store(0, Ordering::Relaxed);
         link.word(OFF_MAGIC).store(MAGIC, Ordering::Release);
         // Publish: a link fails if the name exists (a stale ring of a dead job with the
         // same nonce cannot exist; anything else there is not ours to replace).
@@ -430,17 +477,22 @@ impl ShmLink {
         }
         let head = self.word(OFF_HEAD).load(Ordering::Relaxed);
         let mut backoff = Backoff::new(&self.abort, deadline);
-        while self.word(OFF_OPENED).load(Ordering::Acquire) == 0
-            || self.word(OFF_TAIL).load(Ordering::Acquire) != head
-        {
-            backoff.wait(|| {
-                format!(
-                    "the receiver to take everything sent on shared-memory link {}",
-                    self.name
-                )
-            })?;
+        let what = || {
+            format!(
+                "the receiver to take everything sent on shared-memory link {}",
+                self.name
+            )
+        };
+        while self.word(OFF_OPENED).load(Ordering::Acquire) == 0 {
+            backoff.wait(what)?;
         }
-        Ok(())
+        loop {
+            let tail = self.word(OFF_TAIL).load(Ordering::Acquire);
+            if tail == head {
+                return Ok(());
+            }
+            backoff.wait_for(self.word(OFF_TAIL), self.word(OFF_TAIL_WAITERS), tail, what)?;
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -506,8 +558,17 @@ impl Link for ShmLink {
         let mut backoff = Backoff::new(&self.abort, deadline);
         // Acquire pairs with the receiver's Release of tail: once we see the slot freed,
         // the receiver has finished reading it.
-        while head.wrapping_sub(self.word(OFF_TAIL).load(Ordering::Acquire)) >= self.slots {
-            backoff.wait(|| format!("a free slot in shared-memory link {}", self.name))?;
+        loop {
+            let tail = self.word(OFF_TAIL).load(Ordering::Acquire);
+            if head.wrapping_sub(tail) < self.slots {
+                break;
+            }
+            backoff.wait_for(
+                self.word(OFF_TAIL),
+                self.word(OFF_TAIL_WAITERS),
+                tail,
+                || format!("a free slot in shared-memory link {}", self.name),
+            )?;
         }
         let slot = self.slot(head);
         // SAFETY: the slot is in bounds (see `slot`) with room for the length word and
@@ -518,8 +579,11 @@ impl Link for ShmLink {
             (slot as *mut u64).write(slice.len() as u64);
             std::ptr::copy_nonoverlapping(slice.as_ptr(), slot.add(SLOT_LEN), slice.len());
         }
-        self.word(OFF_HEAD)
-            .store(head.wrapping_add(1), Ordering::Release);
+        futex::store_and_wake(
+            self.word(OFF_HEAD),
+            self.word(OFF_HEAD_WAITERS),
+            head.wrapping_add(1),
+        );
         Ok(())
     }
 
@@ -533,7 +597,12 @@ impl Link for ShmLink {
         let mut backoff = Backoff::new(&self.abort, deadline);
         // Acquire pairs with the sender's Release of head: the slot's bytes are complete.
         while self.word(OFF_HEAD).load(Ordering::Acquire) == tail {
-            backoff.wait(|| format!("a slice on shared-memory link {}", self.name))?;
+            backoff.wait_for(
+                self.word(OFF_HEAD),
+                self.word(OFF_HEAD_WAITERS),
+                tail,
+                || format!("a slice on shared-memory link {}", self.name),
+            )?;
         }
         let slot = self.slot(tail);
         // SAFETY: as in `send`; the sender does not reuse this slot until we store tail.
@@ -561,8 +630,11 @@ impl Link for ShmLink {
             Ok(())
         };
         // The slice is consumed either way, as with the in-process link.
-        self.word(OFF_TAIL)
-            .store(tail.wrapping_add(1), Ordering::Release);
+        futex::store_and_wake(
+            self.word(OFF_TAIL),
+            self.word(OFF_TAIL_WAITERS),
+            tail.wrapping_add(1),
+        );
         result
     }
 }

@@ -226,6 +226,60 @@ fn abort_ends_blocked_recv() {
     assert!(ended.duration_since(set_at) < Duration::from_millis(500));
 }
 
+/// A receiver that has waited long enough to sleep between looks (up to 10 ms each on
+/// Linux) is woken by the send itself, in a fraction of that; and so is a sender asleep
+/// on a full ring when the receiver frees a slot. Medians of five rounds each.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_sleeping_end_is_woken_by_the_other_ends_move() {
+    fn median(mut v: Vec<Duration>) -> Duration {
+        v.sort();
+        v[v.len() / 2]
+    }
+    let (tx, rx) = pair(13, 1);
+    let (tx, rx) = (Arc::new(tx), Arc::new(rx));
+    let mut recv_late = Vec::new();
+    let mut send_late = Vec::new();
+    for round in 0..5u8 {
+        // The receiver waits on an empty ring; the send comes 300 ms later.
+        let sender = {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(300));
+                let at = Instant::now();
+                tx.send(&[round], soon(5)).unwrap();
+                at
+            })
+        };
+        let mut b = [0u8];
+        rx.recv(&mut b, soon(30)).unwrap();
+        let got = Instant::now();
+        recv_late.push(got.duration_since(sender.join().unwrap()));
+        assert_eq!(b[0], round);
+        // The sender waits on a full ring (one slot); the receive comes 300 ms later.
+        tx.send(&[round], soon(5)).unwrap();
+        let receiver = {
+            let rx = rx.clone();
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(300));
+                let at = Instant::now();
+                rx.recv(&mut [0u8], soon(5)).unwrap();
+                at
+            })
+        };
+        tx.send(&[round], soon(30)).unwrap();
+        let sent = Instant::now();
+        send_late.push(sent.duration_since(receiver.join().unwrap()));
+        rx.recv(&mut [0u8], soon(5)).unwrap();
+    }
+    let (r, s) = (median(recv_late.clone()), median(send_late.clone()));
+    assert!(
+        r < Duration::from_millis(2) && s < Duration::from_millis(2),
+        "a sleeping end took a median {r:?} (receiver) and {s:?} (sender) to see the \
+         other end's move: {recv_late:?} {send_late:?}"
+    );
+}
+
 #[test]
 fn deadline_ends_blocked_send() {
     let (tx, _rx) = pair(7, 2);
