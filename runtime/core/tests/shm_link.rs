@@ -174,6 +174,77 @@ fn cross_process_500_slices() {
     );
 }
 
+/// Set (to the two rings' names) in the child process of
+/// `a_sleeping_process_is_woken_by_its_peers_send`.
+const ECHO_ENV: &str = "BRAID_SHM_LINK_TEST_ECHO";
+
+/// Across processes, a receiver asleep on its ring (it has waited 300 ms) is woken by the
+/// sender's store: the child echoes each slice back at once, and the round trip, timed by
+/// the parent, is a median under 2 ms of five (a sleeper left to its timeout, as with a
+/// wake-up private to one process, takes up to 10 ms).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_sleeping_process_is_woken_by_its_peers_send() {
+    if let Ok(names) = std::env::var(ECHO_ENV) {
+        let (there, back) = names.split_once(',').unwrap();
+        let rx = ShmLink::open_receiver(there, flag(), soon(10)).unwrap();
+        let tx = ShmLink::create_sender(back, 2, 16, flag()).unwrap();
+        for _ in 0..5 {
+            let mut b = [0u8];
+            rx.recv(&mut b, soon(30)).unwrap();
+            tx.send(&b, soon(10)).unwrap();
+        }
+        tx.flush(soon(10)).unwrap();
+        return;
+    }
+    let (there, back) = (unique_name(14), unique_name(15));
+    let tx = ShmLink::create_sender(&there, 2, 16, flag()).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_sleeping_process_is_woken_by_its_peers_send",
+            "--nocapture",
+        ])
+        .env(ECHO_ENV, format!("{there},{back}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let echoed = (|| -> Result<Vec<Duration>, RuntimeError> {
+        let rx = ShmLink::open_receiver(&back, flag(), soon(10))?;
+        let mut trips = Vec::new();
+        for round in 0..5u8 {
+            thread::sleep(Duration::from_millis(300));
+            let t = Instant::now();
+            tx.send(&[round], soon(10))?;
+            let mut b = [0u8];
+            rx.recv(&mut b, soon(10))?;
+            trips.push(t.elapsed());
+            assert_eq!(b[0], round);
+        }
+        Ok(trips)
+    })();
+    if echoed.is_err() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let mut trips = match echoed {
+        Ok(t) if out.status.success() => t,
+        other => panic!(
+            "{other:?}; child {}:\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    };
+    trips.sort();
+    assert!(
+        trips[2] < Duration::from_millis(2),
+        "a sleeping process took a median {:?} to see its peer's slice: {trips:?}",
+        trips[2]
+    );
+}
+
 #[test]
 fn wrong_length_is_mismatch_and_link_goes_on() {
     let (tx, rx) = pair(4, 4);
