@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! waiter                                   mover
-//! waiters += 1            (SeqCst)         counter = new        (Release)
-//! if counter == seen      (SeqCst)         fence(SeqCst)
+//! waiters += 1                             counter = new        (Release)
+//! fence(SeqCst)                            fence(SeqCst)
+//! if counter == seen
 //!     sleep while the counter's word       if waiters > 0
 //!     still reads seen (checked by the         wake every sleeper on the word
 //!     kernel as it goes to sleep)
@@ -25,12 +26,15 @@
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Sleeps until `counter` no longer reads `seen`, `wake` is called on it, or `timeout`
+/// Sleeps until `counter` no longer reads `seen`, [`store_and_wake`] moves it, or `timeout`
 /// has passed, whichever comes first (a spurious return is possible: the caller looks
-/// again). `waiters` counts the sleepers for [`wake`].
+/// again). `waiters` counts the sleepers for [`store_and_wake`].
 pub(crate) fn wait(counter: &AtomicU64, waiters: &AtomicU64, seen: u64, timeout: Duration) {
     waiters.fetch_add(1, Ordering::SeqCst);
-    if counter.load(Ordering::SeqCst) == seen {
+    // Pairs with the mover's fence: of two SeqCst fences one comes first, so either this
+    // load sees the mover's store or the mover's load sees this increment.
+    fence(Ordering::SeqCst);
+    if counter.load(Ordering::Relaxed) == seen {
         sleep_on(counter, seen, timeout);
     }
     waiters.fetch_sub(1, Ordering::SeqCst);
