@@ -1,4 +1,4 @@
-//! The memory-ordering arguments of Braid's two producer/consumer protocols, checked by
+//! The memory-ordering arguments of Braid's producer/consumer protocols, checked by
 //! loom over every interleaving (and every weak-memory outcome loom models):
 //!
 //! * the shared-memory ring (`shm_link.rs`): the sender writes a slot, then stores
@@ -7,7 +7,10 @@
 //!   slot;
 //! * the kernels' FIFO flags (`braid_kernel.cuh`, Simple protocol): the same shape with
 //!   fences, as the GPU code writes it: data stores, a (system) fence, a relaxed store of
-//!   `head`; on the other side a relaxed load of `head`, then the data.
+//!   `head`; on the other side a relaxed load of `head`, then the data;
+//! * the ring's wake-up (`futex.rs`): a waiter that counts itself before it looks and a
+//!   mover that looks for waiters after it stores, a SeqCst fence on each side (below,
+//!   `wake`).
 //!
 //! Each model sends a few values through a two-slot ring and checks that they arrive
 //! whole and in order; loom's cells report any access to a slot not ordered against the
@@ -132,4 +135,90 @@ fn a_ring_without_ordering_is_caught() {
         text.contains("Causality violation") || text.contains("torn"),
         "{text}"
     );
+}
+
+/// The shared-memory ring's wake-up (`futex.rs`): a waiter counts itself in `waiters`,
+/// then looks at the counter and sleeps if it has not moved; the mover stores the counter,
+/// then wakes the sleepers if `waiters` says there are any. The kernel's futex is modelled
+/// by a lock and a condition variable: a sleeper checks the word under the lock and a
+/// wake-up takes the lock, as the kernel's hash bucket does. A lost wake-up leaves the
+/// waiter asleep forever, which loom reports as a deadlock.
+mod wake {
+    use loom::sync::atomic::{fence, AtomicU64, Ordering};
+    use loom::sync::{Arc, Condvar, Mutex};
+    use loom::thread;
+
+    struct Word {
+        counter: AtomicU64,
+        waiters: AtomicU64,
+        bucket: Mutex<()>,
+        sleepers: Condvar,
+    }
+
+    impl Word {
+        fn sleep_on(&self, seen: u64) {
+            let g = self.bucket.lock().unwrap();
+            if self.counter.load(Ordering::Relaxed) == seen {
+                drop(self.sleepers.wait(g).unwrap());
+            }
+        }
+
+        fn wake_all(&self) {
+            let _g = self.bucket.lock().unwrap();
+            self.sleepers.notify_all();
+        }
+    }
+
+    pub fn model(fenced: bool) {
+        loom::model(move || {
+            let w = Arc::new(Word {
+                counter: AtomicU64::new(0),
+                waiters: AtomicU64::new(0),
+                bucket: Mutex::new(()),
+                sleepers: Condvar::new(),
+            });
+            let mover = {
+                let w = w.clone();
+                thread::spawn(move || {
+                    w.counter.store(1, Ordering::Release);
+                    if fenced {
+                        fence(Ordering::SeqCst);
+                    }
+                    if w.waiters.load(Ordering::Relaxed) > 0 {
+                        w.wake_all();
+                    }
+                })
+            };
+            // The waiter: as `futex::wait` inside the ring's loop, but one sleep only (no
+            // timeout): it must be woken or find the counter moved.
+            if w.counter.load(Ordering::Acquire) == 0 {
+                w.waiters.fetch_add(1, Ordering::Relaxed);
+                if fenced {
+                    fence(Ordering::SeqCst);
+                }
+                if w.counter.load(Ordering::Relaxed) == 0 {
+                    w.sleep_on(0);
+                }
+                w.waiters.fetch_sub(1, Ordering::Relaxed);
+            }
+            mover.join().unwrap();
+        });
+    }
+}
+
+#[test]
+fn the_shared_memory_rings_wake_up_is_never_lost() {
+    wake::model(true);
+}
+
+#[test]
+fn a_wake_up_without_the_fences_is_caught_lost() {
+    let caught =
+        std::panic::catch_unwind(|| wake::model(false)).expect_err("a lost wake-up went unnoticed");
+    let text = caught
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| caught.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(text.to_lowercase().contains("deadlock"), "{text}");
 }
