@@ -1,4 +1,4 @@
-//! Source text to [`ast::File`], through the pest grammar in `grammar/braid.pest`.
+//! Source text to [`ast::File`](crate::ast::File), through the pest grammar in `grammar/braid.pest`.
 //!
 //! pest stops at the first syntax error. To report more than one, the file is first cut
 //! into segments at each top-level `algorithm` keyword (outside comments, first on its

@@ -55,7 +55,7 @@ impl fmt::Display for Site {
     }
 }
 
-/// One problem found by [`crate::verify`].
+/// One problem found by [`crate::verify()`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanDiagnostic {
     pub check: Check,

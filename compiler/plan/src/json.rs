@@ -56,7 +56,7 @@ struct VersionProbe {
 impl Plan {
     /// Parse a plan. Rejects malformed JSON, unknown fields and any `format_version` other
     /// than [`FORMAT_VERSION`]. Says nothing about whether the plan is *correct*: that is
-    /// [`crate::verify`]'s job.
+    /// [`crate::verify()`]'s job.
     pub fn from_json(text: &str) -> Result<Plan, PlanError> {
         let probe: VersionProbe = serde_json::from_str(text).map_err(PlanError::from_serde)?;
         match probe.format_version {

@@ -1,7 +1,7 @@
 //! The host backend's executor: runs one rank's part of a plan on CPU threads, one
 //! thread per block and replica, exactly as the plan says: steps in block order,
 //! cross-block dependencies, messages cut into slices through bounded links. Chunks are
-//! found in the caller's buffers with [`Geometry`], the same way the GPU kernels find
+//! found in the caller's buffers with [`Geometry`](crate::geometry::Geometry), the same way the GPU kernels find
 //! them: a short chunk's padding travels as zeros and is never written back.
 
 use crate::device_comm::CallArgs;

@@ -137,7 +137,7 @@ fn open_existing(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 /// Opens a file [`private_file`] made (possibly in another process of this user's),
-/// refusing anything else: see [`check_owner`].
+/// refusing anything else: see `check_owner`.
 pub fn open_private(path: &Path) -> Result<std::fs::File> {
     let file = open_existing(path)?;
     check_owner(&path.display().to_string(), &file.metadata()?)?;

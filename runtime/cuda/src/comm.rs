@@ -70,7 +70,7 @@ pub struct Options {
     /// (`BRAID_P2P_CHANNELS`; 0: no point to point on the GPU).
     pub p2p_channels: u32,
     /// Record each call's step times on the GPU (`BRAID_TRACE` set): read back with
-    /// [`CudaComm::step_times`].
+    /// [`DeviceComm::step_times`](braid_runtime::device_comm::DeviceComm::step_times) (a `CudaComm` derefs to it).
     pub trace: bool,
     /// Every connection over the network transport, even between ranks of one machine
     /// (`BRAID_NET_FORCE`), as NCCL users force its socket transport to test it.

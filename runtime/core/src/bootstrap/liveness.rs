@@ -2,8 +2,8 @@
 //! of at the end of a long timeout.
 //!
 //! Besides the control star, every member keeps one more stream to rank 0, for liveness
-//! only (a link with tag [`BEAT_TAG`]), so it never competes with control operations. A
-//! watcher thread per rank sends a `HEARTBEAT` frame on it every [`BEAT`] and reads what
+//! only (a link with tag `BEAT_TAG`), so it never competes with control operations. A
+//! watcher thread per rank sends a `HEARTBEAT` frame on it every `BEAT` and reads what
 //! came: heartbeats, a `GOODBYE` (the peer left cleanly), or rank 0's `ERROR` report. A
 //! stream that closes without a goodbye means the process is gone (the kernel closes
 //! its sockets however it died); a peer heard nothing from for `BRAID_HEARTBEAT_TIMEOUT`
