@@ -32,6 +32,16 @@ impl PerProtocol {
         }
     }
 
+    /// `x` for Simple and LL alike (and LL128, which without a value of its own costs what
+    /// Simple costs).
+    pub fn both(x: f64) -> PerProtocol {
+        PerProtocol {
+            simple: x,
+            ll: x,
+            ll128: None,
+        }
+    }
+
     /// Sets the value of `p` (`auto`: Simple's).
     pub fn set(&mut self, p: Protocol, x: f64) {
         match p {

@@ -388,67 +388,23 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         // Keyed to a topology only when one is named (the host's constants are the
         // machine's, whatever the ranks are taken to be).
         fingerprint,
-        call_us: PerProtocol {
-            simple: call,
-            ll: call,
-            ll128: None,
-        },
+        call_us: PerProtocol::both(call),
         hop_us: HopLatency {
-            nvlink: PerProtocol {
-                simple: hop,
-                ll: hop,
-                ll128: None,
-            },
-            pci: PerProtocol {
-                simple: hop,
-                ll: hop,
-                ll128: None,
-            },
-            net: PerProtocol {
-                simple: hop,
-                ll: hop,
-                ll128: None,
-            },
+            nvlink: PerProtocol::both(hop),
+            pci: PerProtocol::both(hop),
+            net: PerProtocol::both(hop),
         },
-        block_gbps: PerProtocol {
-            simple: gbps,
-            ll: gbps,
-            ll128: None,
-        },
-        efficiency: PerProtocol {
-            simple: 1.0,
-            ll: 1.0,
-            ll128: None,
-        },
-        slice_bytes: PerProtocol {
-            simple: braid_runtime::exec::SLICE_BYTES as f64,
-            ll: braid_runtime::exec::SLICE_BYTES as f64,
-            ll128: None,
-        },
-        slice_us: PerProtocol {
-            simple: 0.0,
-            ll: 0.0,
-            ll128: None,
-        },
-        net_post_us: PerProtocol {
-            simple: 0.0,
-            ll: 0.0,
-            ll128: None,
-        },
-        block_us: PerProtocol {
-            simple: block,
-            ll: block,
-            ll128: None,
-        },
+        block_gbps: PerProtocol::both(gbps),
+        efficiency: PerProtocol::both(1.0),
+        slice_bytes: PerProtocol::both(braid_runtime::exec::SLICE_BYTES as f64),
+        slice_us: PerProtocol::both(0.0),
+        net_post_us: PerProtocol::both(0.0),
+        block_us: PerProtocol::both(block),
         // A wait for another block's step is a thread's wake-up here: `block_us`.
         wait_us: PerProtocol::default(),
         cores,
         block_work_us: block_work,
-        copy_gbps: PerProtocol {
-            simple: copy,
-            ll: copy,
-            ll128: None,
-        },
+        copy_gbps: PerProtocol::both(copy),
         // Found below, once the rest prices the broadcast that measures it.
         link_work_gbps: PerProtocol::default(),
         shared_gbps: PerProtocol::default(),
@@ -496,11 +452,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         };
         let rate = fit_link_work(tw, |gbps| {
             let mut p = profile.clone();
-            p.link_work_gbps = PerProtocol {
-                simple: gbps,
-                ll: gbps,
-                ll128: None,
-            };
+            p.link_work_gbps = PerProtocol::both(gbps);
             braid_cost::predict(&direct, &topo8, &p, &wide_call)
                 .map_or(f64::INFINITY, |x| x.total_us)
         });
@@ -508,11 +460,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     } else {
         (0.0, 0.0)
     };
-    profile.link_work_gbps = PerProtocol {
-        simple: link_work,
-        ll: link_work,
-        ll128: None,
-    };
+    profile.link_work_gbps = PerProtocol::both(link_work);
     eprintln!(
         "note: host backend: a call costs {call:.1} us, a message {hop:.1} us, starting a block {block:.1} us on {cores} cores (of the cores' time: {}), a block moves {gbps:.2} GB/s and copies {copy:.2} GB/s through 256 MiB ({}); beyond its copies, a byte over a link costs the cores {} (chain broadcasts of 1 element on 2 ranks {t2:.1} us, on 8 ranks {t8:.1} us; direct broadcast on 8 ranks {td:.1} us; 128 MiB on 2 ranks, in place, {tb:.0} us)",
         profile
