@@ -663,7 +663,7 @@ fn run_host(sweep: &Sweep, registry: Arc<Registry>, report: &mut Report) -> Resu
                 seed: 1,
             };
             let m = measure(&comms, &case).map_err(rt)?;
-            if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
+            if let Some(path) = crate::cmd_run::trace_path() {
                 // The last timed call's steps (each size and mode overwrites the file:
                 // what stays is the sweep's last).
                 let ranks = braid_runtime::Communicator::step_times_of(&comms, &case.spec, mode)
@@ -749,7 +749,7 @@ fn run_procs(
         let mode = mode_name(job.case.mode);
         let (wrong, runs, sync, first) =
             crate::perf_procs::merge(&job.case, job.step, mode, &lines, n)?;
-        if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
+        if let Some(path) = crate::cmd_run::trace_path() {
             // Every rank's steps of the sweep's last case, the only one they sent (as with
             // threads, where each case overwrites the file).
             if std::ptr::eq(job, jobs.last().expect("a job")) {

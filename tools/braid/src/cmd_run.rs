@@ -382,6 +382,11 @@ pub(crate) fn recorded_steps(ranks: &[RankSteps]) -> (String, Vec<RecordedStep>)
     (name, raw)
 }
 
+/// Where `BRAID_TRACE` asks the measured steps to be written; `None` when unset or empty.
+pub(crate) fn trace_path() -> Option<std::ffi::OsString> {
+    std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty())
+}
+
 /// `BRAID_TRACE=FILE`: each rank's recorded step times of its last call (the GPU's
 /// clock, or the host's on the host backend) as a Chrome trace like `braid explain
 /// --trace` writes for a prediction: one process per rank, one thread per block, one
@@ -443,7 +448,7 @@ fn run_once(
         )
         .map_err(|e| CliError::Runtime(format!("error: {e}")))?,
     };
-    if let Some(path) = std::env::var_os("BRAID_TRACE").filter(|p| !p.is_empty()) {
+    if let Some(path) = trace_path() {
         write_trace(&checked.steps, std::path::Path::new(&path))?;
     }
     let mut notes = String::new();

@@ -87,7 +87,7 @@ pub fn run_child(
             .ok_or_else(|| CliError::Runtime("error: a call of no elements has no plan".into()))?;
         // The trace keeps the sweep's last case: only its steps are sent.
         let last = std::ptr::eq(job, jobs.last().expect("a job"));
-        let steps = if last && std::env::var_os("BRAID_TRACE").is_some_and(|p| !p.is_empty()) {
+        let steps = if last && crate::cmd_run::trace_path().is_some() {
             let mine = comm.step_times(spec, job.case.mode).map_err(rt)?;
             let ranks: Vec<_> = mine.into_iter().map(|(p, t)| (rank, p, t)).collect();
             crate::cmd_run::recorded_steps(&ranks).1
