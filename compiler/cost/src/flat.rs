@@ -8,13 +8,14 @@
 //! whose every rank has a flat program costs
 //!
 //! `max(host, flat_gpu_us + body)`, where `host = flat_call_us + argument + ranks` and
-//! `body = max(bytes from memory / shared rate, longest sequence / (parts x block rate))`
+//! `body = combine(bytes from memory / shared rate, longest sequence / (parts x block rate))`
 //!
 //! (back to back, the GPU runs one call while the host issues the next, so the slower of
 //! the two sets the pace; a profile without the GPU's share, `flat_gpu_us` = 0, adds
 //! `host + body`)
 //!
-//! where `argument` is what the launch's kernel argument costs beyond the smallest
+//! (`combine`: the larger of the two, or near the memory's rate more, as the profile's
+//! `shared_knee` says: [`crate::memory::combine`]), where `argument` is what the launch's kernel argument costs beyond the smallest
 //! (`Profile::flat_arg_us`, by the bytes [`braid_plan::flat::LaunchProgram::arg_bytes`]
 //! says it takes; a launch that no argument holds does not run flat); every pass over
 //! one chunk reads each operand and writes each destination once (passes that several
@@ -83,8 +84,13 @@ pub fn predict(
         r if r > 0.0 => r,
         _ => profile.block_gbps.get(proto),
     };
-    // A block's rate was measured on copies (2 accesses per byte).
-    let body = (accessed / (shared * 1e3)).max(longest / parts as f64 / 2.0 / (block * 1e3));
+    // A block's rate was measured on copies (2 accesses per byte); the memory's and the
+    // blocks' times combine as sharply as the profile's knee says.
+    let body = crate::memory::combine(
+        accessed / (shared * 1e3),
+        longest / parts as f64 / 2.0 / (block * 1e3),
+        profile.shared_knee.get(proto),
+    );
     // Every step in the one pass of the launch (the trace shows it so).
     let timeline = plan
         .ranks

@@ -6,6 +6,26 @@
 //! steps all run at once, the whole traffic over the shared rate; a call in phases (a
 //! staged reduction: receives and copies together, then the reductions alone) pays for
 //! each phase's own demand instead of their average. Pure arithmetic.
+//!
+//! How sharply the rate binds is the profile's `shared_knee` ([`combine`]): a memory
+//! does not deliver its whole rate to blocks that ask exactly that much of it (their
+//! loads queue behind each other as it fills), so near its rate a stretch lasts longer
+//! than either the blocks' own pace or the rate alone would say.
+
+/// The time of work that two rates bound at once, from the time each alone would take
+/// (`a`, `b`, µs): with `knee` 0 the larger of the two (the slower rate binds sharply),
+/// else their `knee`-norm, `(a^knee + b^knee)^(1/knee)`: the larger one where the other
+/// is small, up to `2^(1/knee)` times it where the two are equal. `braid tune` measures
+/// the knee where ranks share a GPU (a call whose blocks alone would ask about the
+/// memory's rate).
+pub fn combine(a: f64, b: f64, knee: f64) -> f64 {
+    let (hi, lo) = if a >= b { (a, b) } else { (b, a) };
+    if knee <= 0.0 || hi <= 0.0 {
+        return hi;
+    }
+    // Scaled by the larger, so that no power overflows.
+    hi * (1.0 + (lo / hi).powf(knee)).powf(1.0 / knee)
+}
 
 /// One step's memory traffic as the simulation ran it: `[start, end)` µs, and the bytes
 /// it reads and writes in that time.
@@ -27,8 +47,8 @@ pub struct Stretch {
 
 impl Stretch {
     /// The stretch of a call whose steps made `traffic`, on a memory shared at
-    /// `shared_gbps` (none if 0).
-    pub fn new(traffic: impl IntoIterator<Item = Traffic>, shared_gbps: f64) -> Stretch {
+    /// `shared_gbps` (none if 0) whose rate binds as sharply as `knee` says ([`combine`]).
+    pub fn new(traffic: impl IntoIterator<Item = Traffic>, shared_gbps: f64, knee: f64) -> Stretch {
         if shared_gbps <= 0.0 {
             return Stretch::default();
         }
@@ -48,7 +68,7 @@ impl Stretch {
         let mut points = vec![(0.0, 0.0)];
         let mut stretches = false;
         for (t, delta) in events {
-            let factor = (rate / capacity).max(1.0);
+            let factor = combine(1.0, rate / capacity, knee);
             stretches |= factor > 1.0 && t > at;
             total += (t - at) * factor;
             rate += delta;
@@ -99,14 +119,14 @@ mod tests {
             t(0.0, 10.0, 15_000.0),
             t(10.0, 20.0, 5_000.0),
         ];
-        let total = Stretch::new(phases, 1.0).at(20.0);
+        let total = Stretch::new(phases, 1.0, 0.0).at(20.0);
         assert!((total - 40.0).abs() < 1e-9, "{total}");
         // The average over the call (35000 bytes in 20 µs) would say 35 µs: the phases
         // cost more than their average.
         let average = 35_000.0 / 1e3;
         assert!(total > average);
         // Inside: halfway through phase 1 is 15 µs stretched; phase 2 keeps its pace.
-        let s = Stretch::new(phases, 1.0);
+        let s = Stretch::new(phases, 1.0, 0.0);
         assert!((s.at(5.0) - 15.0).abs() < 1e-9);
         assert!((s.at(15.0) - 35.0).abs() < 1e-9);
     }
@@ -114,15 +134,36 @@ mod tests {
     #[test]
     fn within_the_rate_or_without_one_the_simulated_end_stands() {
         let steps = [t(0.0, 10.0, 4_000.0), t(5.0, 12.0, 3_000.0)];
-        assert_eq!(Stretch::new(steps, 1.0).at(12.0), 12.0);
-        assert_eq!(Stretch::new(steps, 0.0).at(12.0), 12.0);
+        assert_eq!(Stretch::new(steps, 1.0, 0.0).at(12.0), 12.0);
+        assert_eq!(Stretch::new(steps, 0.0, 0.0).at(12.0), 12.0);
         // Idle time after the last step's traffic (a latency) is kept.
-        assert_eq!(Stretch::new(steps, 1.0).at(15.0), 15.0);
+        assert_eq!(Stretch::new(steps, 1.0, 0.0).at(15.0), 15.0);
     }
 
     #[test]
     fn steps_all_at_once_cost_their_whole_traffic_over_the_rate() {
         let steps = [t(0.0, 10.0, 20_000.0), t(0.0, 10.0, 20_000.0)];
-        assert!((Stretch::new(steps, 2.0).at(10.0) - 20.0).abs() < 1e-9);
+        assert!((Stretch::new(steps, 2.0, 0.0).at(10.0) - 20.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_knee_slows_demand_near_the_rate_most_and_far_from_it_hardly() {
+        // Sharp: the larger time.
+        assert_eq!(combine(3.0, 5.0, 0.0), 5.0);
+        // A knee of 2: equal times cost sqrt(2) times either; a time a tenth of the other
+        // adds half a percent; the order of the two does not matter.
+        assert!((combine(4.0, 4.0, 2.0) - 4.0 * 2f64.sqrt()).abs() < 1e-12);
+        assert!((combine(10.0, 1.0, 2.0) - 101f64.sqrt()).abs() < 1e-12);
+        assert_eq!(combine(1.0, 10.0, 2.0), combine(10.0, 1.0, 2.0));
+        // A large knee is nearly sharp, and nothing overflows.
+        assert!((combine(1e300, 1e299, 1000.0) - 1e300).abs() / 1e300 < 1e-9);
+        // A stretch whose demand equals the rate lasts sqrt(2) times as long with a knee
+        // of 2 (none without one), one at a tenth of the rate hardly longer.
+        let at_rate = [t(0.0, 10.0, 10_000.0)];
+        assert_eq!(Stretch::new(at_rate, 1.0, 0.0).at(10.0), 10.0);
+        let knee = Stretch::new(at_rate, 1.0, 2.0).at(10.0);
+        assert!((knee - 10.0 * 2f64.sqrt()).abs() < 1e-9, "{knee}");
+        let light = Stretch::new([t(0.0, 10.0, 1_000.0)], 1.0, 2.0).at(10.0);
+        assert!(light > 10.0 && light < 10.06, "{light}");
     }
 }

@@ -216,6 +216,15 @@ pub struct Profile {
     /// crosses them). 0: no shared memory (a rank per GPU).
     #[serde(default)]
     pub shared_gbps: PerProtocol,
+    /// How sharply `shared_gbps` binds: where the blocks' own pace would take `a` µs and
+    /// the memory's rate `b`, the work takes `(a^k + b^k)^(1/k)` for this `k`
+    /// ([`crate::memory::combine`]): blocks that together ask about the memory's rate get
+    /// less than either says (their loads queue as it fills). `braid tune --backend cuda`
+    /// times a chain broadcast on 2 ranks with the replicas whose blocks alone would ask
+    /// the rate, and finds the `k` for which the model reproduces it. 0: sharply, the
+    /// larger of the two (profiles written before it).
+    #[serde(default)]
+    pub shared_knee: PerProtocol,
     /// What each block of a GPU launch adds to the call, µs: blocks starting, loading
     /// their descriptors and polling, over the GPU's SMs. A call pays it for every block
     /// its GPU runs: all its ranks' blocks where they share one GPU (`shared_gbps` set),
@@ -389,6 +398,7 @@ impl Default for Profile {
             copy_gbps: PerProtocol::default(),
             link_work_gbps: PerProtocol::default(),
             shared_gbps: PerProtocol::default(),
+            shared_knee: PerProtocol::default(),
             launch_block_us: PerProtocol::default(),
             flat_call_us: 0.0,
             flat_gpu_us: 0.0,
@@ -632,6 +642,19 @@ impl Profile {
         pp("link_work_gbps", &self.link_work_gbps, false)?;
         pp("shared_gbps", &self.shared_gbps, false)?;
         pp("launch_block_us", &self.launch_block_us, false)?;
+        for (proto, k) in [
+            ("simple", self.shared_knee.simple),
+            ("ll", self.shared_knee.ll),
+        ]
+        .into_iter()
+        .chain(self.shared_knee.ll128.map(|k| ("ll128", k)))
+        {
+            if !(k == 0.0 || (1.0..=1e3).contains(&k)) {
+                return Err(format!(
+                    "shared_knee.{proto} = {k} is out of range (0, or 1 to 1000)"
+                ));
+            }
+        }
         for (name, v) in [
             ("flat_call_us", self.flat_call_us),
             ("flat_gpu_us", self.flat_gpu_us),

@@ -924,7 +924,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
                     * f64::from(replicas),
             }
         });
-        crate::memory::Stretch::new(traffic, shared_rate)
+        crate::memory::Stretch::new(traffic, shared_rate, profile.shared_knee.get(proto))
     } else {
         crate::memory::Stretch::default()
     };

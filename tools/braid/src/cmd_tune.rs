@@ -408,6 +408,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         // Found below, once the rest prices the broadcast that measures it.
         link_work_gbps: PerProtocol::default(),
         shared_gbps: PerProtocol::default(),
+        shared_knee: PerProtocol::default(),
         launch_block_us: PerProtocol::default(),
         // The host backend has no flat launches, nor ranks sharing a launch.
         flat_call_us: 0.0,

@@ -14,6 +14,7 @@
 //! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
 //! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
+//! | `shared_knee` | 2 ranks, the same message, the replicas whose blocks alone would take as long as the memory allows (of 1 to 16) | the same (then `shared_gbps` again with it) |
 //! | `flat_gpu_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch), replayed from CUDA graphs | the model reproduces the time with no host share |
 //! | `flat_call_us` | the same, back to back | the model reproduces the time |
 //! | `rank_us` | the same on the topology's ranks (at most a launch's) | the difference, per rank beyond two |
@@ -551,6 +552,56 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 model(&b, &c2, &q)
             });
             set(&mut p.shared_gbps, proto, rate);
+            // How sharply that rate binds: the same chain with the replicas whose blocks
+            // alone would take about as long as the memory allows all of them, where
+            // the two bounds meet and a sharp model is most wrong.
+            let at = |b: &Bench, r: u32| Bench {
+                count: b.count,
+                replicas: r,
+                protocol: proto,
+                plan: b.plan.clone(),
+                us: 0.0,
+                steps: Vec::new(),
+            };
+            let memory = model(&b, &c2, &p);
+            let r_knee = knee_replicas(&KNEE_REPLICAS, memory, |r| {
+                let mut q = p.clone();
+                set(&mut q.shared_gbps, proto, 1e6);
+                model(&at(&b, r), &c2, &q)
+            });
+            progress(&format!(
+                "{pname}: {} MiB on 2 ranks, {r_knee} replicas",
+                bytes >> 20
+            ));
+            let k = measure(&verdicts, 2, bytes / 4, r_knee, proto, iters.min(5))?;
+            // The knee for which the model reproduces it, then the rate again with that
+            // knee (the many replicas' call feels it a little), and the knee once more.
+            let mut knee = 0.0;
+            for _ in 0..2 {
+                knee = fit_knee(k.us, |v| {
+                    let mut q = p.clone();
+                    set(&mut q.shared_knee, proto, v);
+                    model(&k, &c2, &q)
+                });
+                set(&mut p.shared_knee, proto, knee);
+                let rate = solve(1.0, 1e6, true, b.us, |v| {
+                    let mut q = p.clone();
+                    set(&mut q.shared_gbps, proto, v);
+                    model(&b, &c2, &q)
+                });
+                set(&mut p.shared_gbps, proto, rate);
+            }
+            notes.push(format!(
+                "{pname}: the memory's rate binds with a knee of {} ({} MiB on 2 ranks x{} {:.0} us)",
+                if knee > 0.0 {
+                    format!("{knee:.2}")
+                } else {
+                    "0 (sharply)".into()
+                },
+                (k.count * 4) >> 20,
+                k.replicas,
+                k.us
+            ));
             ts = Some(b);
         }
         notes.push(format!(
@@ -677,6 +728,37 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
     Ok(p)
 }
 
+/// Replicas the knee of the memory's rate may be measured with (a chain of 2 ranks).
+const KNEE_REPLICAS: [u32; 5] = [1, 2, 4, 8, 16];
+
+/// Of `candidates`, the replicas whose call the blocks alone (`blocks_alone(r)`, µs: the
+/// model with a memory that never binds) would take closest to `memory` µs (the call
+/// where the memory binds), on a logarithmic scale: where the two bounds meet.
+fn knee_replicas(candidates: &[u32], memory: f64, blocks_alone: impl Fn(u32) -> f64) -> u32 {
+    let off = |r: u32| (blocks_alone(r) / memory).ln().abs();
+    candidates
+        .iter()
+        .copied()
+        .min_by(|&a, &b| off(a).total_cmp(&off(b)))
+        .unwrap_or(1)
+}
+
+/// The knee (`Profile::shared_knee`) for which `model(knee)` (falling as the knee grows:
+/// a larger knee binds more sharply) equals `measured` µs: 0 (sharp) where even a sharp
+/// rate prices it at or above the measurement, 1 where even the softest knee prices it
+/// below.
+fn fit_knee(measured: f64, model: impl Fn(f64) -> f64) -> f64 {
+    const SOFTEST: f64 = 1.0;
+    const SHARPEST: f64 = 1e3;
+    if model(0.0) >= measured {
+        return 0.0;
+    }
+    if model(SOFTEST) <= measured {
+        return SOFTEST;
+    }
+    solve(SOFTEST, SHARPEST, true, measured, model)
+}
+
 /// Replicas of the chain that measures what a launched block costs: 8 ranks x 12 = 96
 /// blocks where they share a GPU, within the 132 an H200 runs at once.
 const LAUNCH_REPLICAS: u32 = 12;
@@ -692,7 +774,7 @@ fn slice_bytes(p: Protocol) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{quietest, solve, time_groups, Bench, Pace};
+    use super::{fit_knee, knee_replicas, quietest, solve, time_groups, Bench, Pace};
     use std::time::Duration;
 
     /// A chain of 3 ranks whose steps the GPU timed: the root's later steps take 2 µs, a
@@ -835,5 +917,29 @@ mod tests {
         // Rising (a time against a cost): 3 + 2 v = 10 at v = 3.5.
         let v = solve(0.0, 100.0, false, 10.0, |v| 3.0 + 2.0 * v);
         assert!((v - 3.5).abs() < 1e-9, "{v}");
+    }
+
+    #[test]
+    fn the_knee_is_measured_where_the_blocks_alone_would_ask_the_memorys_rate() {
+        // Blocks alone: 800 us at 1 replica, halving with each doubling; the memory
+        // allows 120 us: 8 replicas (100 us) lie closest on a logarithmic scale.
+        let alone = |r: u32| 800.0 / f64::from(r);
+        assert_eq!(knee_replicas(&super::KNEE_REPLICAS, 120.0, alone), 8);
+        // A memory slower than any replica count's blocks: the most replicas.
+        assert_eq!(knee_replicas(&super::KNEE_REPLICAS, 10.0, alone), 16);
+    }
+
+    #[test]
+    fn the_knee_reproduces_the_measurement_and_stays_in_its_range() {
+        // A call of two equal bounds (100 us each) under the model's combination.
+        let model = |k: f64| braid_cost::memory::combine(100.0, 100.0, k);
+        // Measured 120 us: the knee at which the model says 120.
+        let k = fit_knee(120.0, model);
+        assert!((model(k) - 120.0).abs() < 1e-6, "{k}");
+        assert!(k > 3.0 && k < 4.0, "{k}");
+        // At or below the sharp price: sharp (0); above even the softest: the softest.
+        assert_eq!(fit_knee(100.0, model), 0.0);
+        assert_eq!(fit_knee(95.0, model), 0.0);
+        assert_eq!(fit_knee(500.0, model), 1.0);
     }
 }
