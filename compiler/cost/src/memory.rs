@@ -19,6 +19,8 @@
 /// the knee where ranks share a GPU (a call whose blocks alone would ask about the
 /// memory's rate).
 pub fn combine(a: f64, b: f64, knee: f64) -> f64 {
+    // (A demand summed from its steps' starts and stops may round below 0.)
+    let (a, b) = (a.max(0.0), b.max(0.0));
     let (hi, lo) = if a >= b { (a, b) } else { (b, a) };
     if knee <= 0.0 || hi <= 0.0 {
         return hi;
@@ -155,6 +157,10 @@ mod tests {
         assert!((combine(4.0, 4.0, 2.0) - 4.0 * 2f64.sqrt()).abs() < 1e-12);
         assert!((combine(10.0, 1.0, 2.0) - 101f64.sqrt()).abs() < 1e-12);
         assert_eq!(combine(1.0, 10.0, 2.0), combine(10.0, 1.0, 2.0));
+        // A time rounded below 0 counts as none (a fractional power of a negative number
+        // is not a number).
+        assert_eq!(combine(1.0, -1e-18, 2.72), 1.0);
+        assert_eq!(combine(-1e-18, 1.0, 2.72), 1.0);
         // A large knee is nearly sharp, and nothing overflows.
         assert!((combine(1e300, 1e299, 1000.0) - 1e300).abs() / 1e300 < 1e-9);
         // A stretch whose demand equals the rate lasts sqrt(2) times as long with a knee

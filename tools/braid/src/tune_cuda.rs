@@ -564,34 +564,40 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 steps: Vec::new(),
             };
             let memory = model(&b, &c2, &p);
-            let r_knee = knee_replicas(&KNEE_REPLICAS, memory, |r| {
+            let alone = |r: u32| {
                 let mut q = p.clone();
                 set(&mut q.shared_gbps, proto, 1e6);
                 model(&at(&b, r), &c2, &q)
-            });
-            progress(&format!(
-                "{pname}: {} MiB on 2 ranks, {r_knee} replicas",
-                bytes >> 20
-            ));
-            let k = measure(&verdicts, 2, bytes / 4, r_knee, proto, iters.min(5))?;
-            // The knee for which the model reproduces it, then the rate again with that
-            // knee (the many replicas' call feels it a little), and the knee once more.
-            let mut knee = 0.0;
-            for _ in 0..2 {
-                knee = fit_knee(k.us, |v| {
-                    let mut q = p.clone();
-                    set(&mut q.shared_knee, proto, v);
-                    model(&k, &c2, &q)
-                });
-                set(&mut p.shared_knee, proto, knee);
-                let rate = solve(1.0, 1e6, true, b.us, |v| {
-                    let mut q = p.clone();
-                    set(&mut q.shared_gbps, proto, v);
-                    model(&b, &c2, &q)
-                });
-                set(&mut p.shared_gbps, proto, rate);
-            }
-            notes.push(format!(
+            };
+            let r_knee = knee_replicas(&KNEE_REPLICAS, memory, alone);
+            // Measured only where the two bounds lie within a factor of 2 of each other:
+            // far from the knee a call hardly feels it, and the fit would lay the
+            // model's other errors on the knee.
+            let near = (alone(r_knee) / memory).ln().abs() <= 2f64.ln();
+            if near {
+                progress(&format!(
+                    "{pname}: {} MiB on 2 ranks, {r_knee} replicas",
+                    bytes >> 20
+                ));
+                let k = measure(&verdicts, 2, bytes / 4, r_knee, proto, iters.min(5))?;
+                // The knee for which the model reproduces it, then the rate again with that
+                // knee (the many replicas' call feels it a little), and the knee once more.
+                let mut knee = 0.0;
+                for _ in 0..2 {
+                    knee = fit_knee(k.us, |v| {
+                        let mut q = p.clone();
+                        set(&mut q.shared_knee, proto, v);
+                        model(&k, &c2, &q)
+                    });
+                    set(&mut p.shared_knee, proto, knee);
+                    let rate = solve(1.0, 1e6, true, b.us, |v| {
+                        let mut q = p.clone();
+                        set(&mut q.shared_gbps, proto, v);
+                        model(&b, &c2, &q)
+                    });
+                    set(&mut p.shared_gbps, proto, rate);
+                }
+                notes.push(format!(
                 "{pname}: the memory's rate binds with a knee of {} ({} MiB on 2 ranks x{} {:.0} us)",
                 if knee > 0.0 {
                     format!("{knee:.2}")
@@ -602,6 +608,11 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 k.replicas,
                 k.us
             ));
+            } else {
+                notes.push(format!(
+                    "{pname}: the memory's rate binds sharply (no replica count of the chain asks about its rate: not measured)"
+                ));
+            }
             ts = Some(b);
         }
         notes.push(format!(
