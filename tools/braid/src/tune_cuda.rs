@@ -14,7 +14,7 @@
 //! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
 //! | `block_gbps` | 2 ranks, a large message, 1 replica | the model reproduces the time |
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
-//! | `shared_knee` | 2 ranks, the same message, the replicas whose blocks alone would take as long as the memory allows (of 1 to 16) | the same (then `shared_gbps` again with it) |
+//! | `shared_knee` | 2 ranks, the same message, the replicas (1 to 16) whose blocks alone would take about as long as the memory allows | the same (then `shared_gbps` again with it); 0 (sharp) where no replica count comes within 2x |
 //! | `flat_gpu_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch), replayed from CUDA graphs | the model reproduces the time with no host share |
 //! | `flat_call_us` | the same, back to back | the model reproduces the time |
 //! | `rank_us` | the same on the topology's ranks (at most a launch's) | the difference, per rank beyond two |
