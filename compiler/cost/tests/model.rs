@@ -320,6 +320,57 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
     assert_eq!(price(&shared, 2), price(&free, 2));
 }
 
+/// Ranks sharing one memory whose rate binds with a knee (`shared_knee`): a call whose
+/// blocks together ask about the memory's rate costs more than both bounds say (up to
+/// `2^(1/k)` times), one far below the rate or far above it hardly more, and a flat
+/// launch alike; a knee of 0 prices as before it existed.
+#[test]
+fn a_memory_with_a_knee_slows_calls_near_its_rate_most() {
+    let (t, ps) = plans("nvswitch:2", Collective::ReduceScatter);
+    let ring = plan(&ps, "ring_reduce_scatter");
+    let direct = plan(&ps, "direct_reduce_scatter");
+    let bytes = 128u64 << 20;
+    let mut sharp = Profile::shared_gpu();
+    sharp.shared_knee = braid_cost::profile::PerProtocol::both(0.0);
+    let mut knee = sharp.clone();
+    knee.shared_knee.simple = 2.0;
+    let price = |p: &Profile, plan: &Verified, replicas: u32, together: bool| {
+        let call = Call {
+            direct: together,
+            together,
+            ..simple(bytes, replicas, false)
+        };
+        predict(plan, &t, p, &call).unwrap().total_us
+    };
+    // The ring on 2 ranks: the replica count whose blocks together ask about the
+    // memory's rate pays the knee most, close to sqrt(2), and no count pays more.
+    let ratio = |r: u32| price(&knee, ring, r, false) / price(&sharp, ring, r, false);
+    let (at_rate, most) = (1..=32)
+        .map(|r| (r, ratio(r)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap();
+    assert!(
+        most > 1.3 && most <= 2f64.sqrt() + 1e-9,
+        "{at_rate} replicas: x{most}"
+    );
+    assert!(at_rate > 1 && at_rate < 32, "{at_rate}");
+    let s = price(&sharp, ring, at_rate, false);
+    // One replica: its blocks ask a tenth of the rate or less, and hardly pay.
+    let (s1, k1) = (price(&sharp, ring, 1, false), price(&knee, ring, 1, false));
+    assert!(k1 >= s1 && k1 < s1 * 1.01, "{s1} sharp, {k1} with the knee");
+    // A flat launch of many blocks (the direct reduce-scatter, launched together): its
+    // memory binds, its blocks far from it; a little more, never less.
+    let (sf, kf) = (
+        price(&sharp, direct, 1, true),
+        price(&knee, direct, 1, true),
+    );
+    assert!(kf >= sf && kf < sf * 1.15, "{sf} sharp, {kf} with the knee");
+    // A knee of 0 is the sharp model: the profile written before the knee prices alike.
+    let mut none = knee.clone();
+    none.shared_knee.simple = 0.0;
+    assert_eq!(price(&none, ring, at_rate, false), s);
+}
+
 /// Ranks sharing one memory: a call in phases pays each phase's demand on it, not the
 /// average. The staged one-shot all-reduce on 2 ranks (direct reads) first receives and
 /// copies (4 accesses per byte a rank, two blocks at once), then reduces alone (3
