@@ -582,13 +582,19 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 let k = measure(&verdicts, 2, bytes / 4, r_knee, proto, iters.min(5))?;
                 // The knee for which the model reproduces it, then the rate again with that
                 // knee (the many replicas' call feels it a little), and the knee once more.
-                let mut knee = 0.0;
+                let mut knee = Some(0.0);
+                let sharp_rate = rate;
                 for _ in 0..2 {
                     knee = fit_knee(k.us, |v| {
                         let mut q = p.clone();
                         set(&mut q.shared_knee, proto, v);
                         model(&k, &c2, &q)
                     });
+                    let Some(knee) = knee else {
+                        set(&mut p.shared_knee, proto, 0.0);
+                        set(&mut p.shared_gbps, proto, sharp_rate);
+                        break;
+                    };
                     set(&mut p.shared_knee, proto, knee);
                     let rate = solve(1.0, 1e6, true, b.us, |v| {
                         let mut q = p.clone();
@@ -599,10 +605,11 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 }
                 notes.push(format!(
                 "{pname}: the memory's rate binds with a knee of {} ({} MiB on 2 ranks x{} {:.0} us)",
-                if knee > 0.0 {
-                    format!("{knee:.2}")
-                } else {
-                    "0 (sharply)".into()
+                match knee {
+                    Some(k) if k > 0.0 => format!("{k:.2}"),
+                    Some(_) => "0 (sharply)".into(),
+                    None => "0 (sharply: even the softest knee prices the call below its time, \
+                             so what slows it is not the memory's knee)".into(),
                 },
                 (k.count * 4) >> 20,
                 k.replicas,
@@ -756,18 +763,19 @@ fn knee_replicas(candidates: &[u32], memory: f64, blocks_alone: impl Fn(u32) -> 
 
 /// The knee (`Profile::shared_knee`) for which `model(knee)` (falling as the knee grows:
 /// a larger knee binds more sharply) equals `measured` µs: 0 (sharp) where even a sharp
-/// rate prices it at or above the measurement, 1 where even the softest knee prices it
-/// below.
-fn fit_knee(measured: f64, model: impl Fn(f64) -> f64) -> f64 {
+/// rate prices it at or above the measurement, and `None` where even the softest knee (1)
+/// prices it below: then the call is slower for some other reason than the memory's
+/// knee (the blocks' own rate), which a knee must not be made to absorb.
+fn fit_knee(measured: f64, model: impl Fn(f64) -> f64) -> Option<f64> {
     const SOFTEST: f64 = 1.0;
     const SHARPEST: f64 = 1e3;
     if model(0.0) >= measured {
-        return 0.0;
+        return Some(0.0);
     }
-    if model(SOFTEST) <= measured {
-        return SOFTEST;
+    if model(SOFTEST) < measured {
+        return None;
     }
-    solve(SOFTEST, SHARPEST, true, measured, model)
+    Some(solve(SOFTEST, SHARPEST, true, measured, model))
 }
 
 /// Replicas of the chain that measures what a launched block costs: 8 ranks x 12 = 96
@@ -945,12 +953,14 @@ mod tests {
         // A call of two equal bounds (100 us each) under the model's combination.
         let model = |k: f64| braid_cost::memory::combine(100.0, 100.0, k);
         // Measured 120 us: the knee at which the model says 120.
-        let k = fit_knee(120.0, model);
+        let k = fit_knee(120.0, model).unwrap();
         assert!((model(k) - 120.0).abs() < 1e-6, "{k}");
         assert!(k > 3.0 && k < 4.0, "{k}");
-        // At or below the sharp price: sharp (0); above even the softest: the softest.
-        assert_eq!(fit_knee(100.0, model), 0.0);
-        assert_eq!(fit_knee(95.0, model), 0.0);
-        assert_eq!(fit_knee(500.0, model), 1.0);
+        // At or below the sharp price: sharp (0); above even the softest knee's price
+        // (200 us): none, the knee does not explain it.
+        assert_eq!(fit_knee(100.0, model), Some(0.0));
+        assert_eq!(fit_knee(95.0, model), Some(0.0));
+        assert_eq!(fit_knee(500.0, model), None);
+        assert_eq!(fit_knee(200.0, model), Some(1.0));
     }
 }
