@@ -807,6 +807,37 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_memorys_knee_round_trips_is_sharp_when_absent_and_is_checked() {
+        let mut p = Profile::shared_gpu();
+        p.shared_knee.simple = 4.5;
+        p.shared_knee.ll128 = Some(2.0);
+        assert_eq!(Profile::from_json(&p.to_json()).unwrap(), p);
+        // A profile written before the knee reads as sharp (0), as it was measured.
+        let mut older: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+        older.as_object_mut().unwrap().remove("shared_knee");
+        let older = Profile::from_json(&older.to_string()).unwrap();
+        assert_eq!(older.shared_knee, PerProtocol::default());
+        // Between sharp and the softest knee, negative, or not a number: refused.
+        for (bad, shown) in [(0.5, "0.5"), (-1.0, "-1"), (5000.0, "5000")] {
+            let mut q = p.clone();
+            q.shared_knee.simple = bad;
+            let err = Profile::from_json(&q.to_json()).unwrap_err();
+            assert!(
+                err.contains(&format!("shared_knee.simple = {shown} is out of range")),
+                "{err}"
+            );
+        }
+        let mut q = p.clone();
+        q.shared_knee.ll128 = Some(0.9);
+        assert!(Profile::from_json(&q.to_json())
+            .unwrap_err()
+            .contains("shared_knee.ll128"));
+        let mut q = p.clone();
+        q.shared_knee.ll = f64::NAN;
+        assert!(q.check().unwrap_err().contains("shared_knee.ll"));
+    }
+
+    #[test]
     fn ll128_costs_what_simple_costs_until_measured_and_its_verdicts_round_trip() {
         let mut p = Profile::default();
         assert!(
