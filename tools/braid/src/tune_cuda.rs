@@ -546,80 +546,9 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             // A rate at which the model reproduces the time; where the blocks alone
             // explain it, the largest tried (1e6 GB/s: never binding, but the ranks are
             // still known to share one memory, not the topology's links).
-            let rate = solve(1.0, 1e6, true, b.us, |v| {
-                let mut q = p.clone();
-                set(&mut q.shared_gbps, proto, v);
-                model(&b, &c2, &q)
-            });
+            let rate = shared_rate(&b, &c2, &p);
             set(&mut p.shared_gbps, proto, rate);
-            // How sharply that rate binds: the same chain with the replicas whose blocks
-            // alone would take about as long as the memory allows all of them, where
-            // the two bounds meet and a sharp model is most wrong.
-            let at = |b: &Bench, r: u32| Bench {
-                count: b.count,
-                replicas: r,
-                protocol: proto,
-                plan: b.plan.clone(),
-                us: 0.0,
-                steps: Vec::new(),
-            };
-            let memory = model(&b, &c2, &p);
-            let alone = |r: u32| {
-                let mut q = p.clone();
-                set(&mut q.shared_gbps, proto, 1e6);
-                model(&at(&b, r), &c2, &q)
-            };
-            let r_knee = knee_replicas(&KNEE_REPLICAS, memory, alone);
-            // Measured only where the two bounds lie within a factor of 2 of each other:
-            // far from the knee a call hardly feels it, and the fit would lay the
-            // model's other errors on the knee.
-            let near = (alone(r_knee) / memory).ln().abs() <= 2f64.ln();
-            if near {
-                progress(&format!(
-                    "{pname}: {} MiB on 2 ranks, {r_knee} replicas",
-                    bytes >> 20
-                ));
-                let k = measure(&verdicts, 2, bytes / 4, r_knee, proto, iters.min(5))?;
-                // The knee for which the model reproduces it, then the rate again with that
-                // knee (the many replicas' call feels it a little), and the knee once more.
-                let mut knee = Some(0.0);
-                let sharp_rate = rate;
-                for _ in 0..2 {
-                    knee = fit_knee(k.us, |v| {
-                        let mut q = p.clone();
-                        set(&mut q.shared_knee, proto, v);
-                        model(&k, &c2, &q)
-                    });
-                    let Some(knee) = knee else {
-                        set(&mut p.shared_knee, proto, 0.0);
-                        set(&mut p.shared_gbps, proto, sharp_rate);
-                        break;
-                    };
-                    set(&mut p.shared_knee, proto, knee);
-                    let rate = solve(1.0, 1e6, true, b.us, |v| {
-                        let mut q = p.clone();
-                        set(&mut q.shared_gbps, proto, v);
-                        model(&b, &c2, &q)
-                    });
-                    set(&mut p.shared_gbps, proto, rate);
-                }
-                notes.push(format!(
-                "{pname}: the memory's rate binds with a knee of {} ({} MiB on 2 ranks x{} {:.0} us)",
-                match knee {
-                    Some(k) if k > 0.0 => format!("{k:.2}"),
-                    Some(_) => "0 (sharply)".into(),
-                    None => "0 (sharply: even the softest knee prices the call below its time, \
-                             so what slows it is not the memory's knee)".into(),
-                },
-                (k.count * 4) >> 20,
-                k.replicas,
-                k.us
-            ));
-            } else {
-                notes.push(format!(
-                    "{pname}: the memory's rate binds sharply (no replica count of the chain asks about its rate: not measured)"
-                ));
-            }
+            notes.push(measure_knee(&verdicts, &b, &c2, &mut p, iters, progress)?);
             ts = Some(b);
         }
         notes.push(format!(
@@ -744,6 +673,89 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         eprintln!("note: {n}");
     }
     Ok(p)
+}
+
+/// The shared memory's rate (`shared_gbps`) at which the model reproduces `b`'s time
+/// with the rest of `p` (bisection; 1e6 GB/s, never binding, where the blocks alone
+/// explain it).
+fn shared_rate(b: &Bench, topo: &Topology, p: &Profile) -> f64 {
+    solve(1.0, 1e6, true, b.us, |v| {
+        let mut q = p.clone();
+        set(&mut q.shared_gbps, b.protocol, v);
+        model(b, topo, &q)
+    })
+}
+
+/// How sharply the memory's rate binds (`shared_knee`), measured on the chain `b` (the
+/// one that gave `shared_gbps`, on `topo`'s 2 ranks) with the replicas whose blocks alone
+/// would take about as long as the memory allows all of them, where the two bounds meet
+/// and a sharp model is most wrong; then `shared_gbps` again with the knee (the many
+/// replicas' call feels it a little), and the knee once more. Sets both in `p`; returns
+/// the tune's note.
+fn measure_knee(
+    verdicts: &[braid_cost::Ll128Verdict],
+    b: &Bench,
+    topo: &Topology,
+    p: &mut Profile,
+    iters: u32,
+    progress: &dyn Fn(&str),
+) -> Result<String, CliError> {
+    let proto = b.protocol;
+    let pname = proto.name();
+    let mib = (b.count * 4) >> 20;
+    let memory = model(b, topo, p);
+    let alone = |r: u32| {
+        let mut q = p.clone();
+        set(&mut q.shared_gbps, proto, 1e6);
+        let at = Bench {
+            count: b.count,
+            replicas: r,
+            protocol: proto,
+            plan: b.plan.clone(),
+            us: 0.0,
+            steps: Vec::new(),
+        };
+        model(&at, topo, &q)
+    };
+    let r_knee = knee_replicas(&KNEE_REPLICAS, memory, alone);
+    // Measured only where the two bounds lie within a factor of 2 of each other: far
+    // from the knee a call hardly feels it, and the fit would lay the model's other
+    // errors on the knee.
+    if (alone(r_knee) / memory).ln().abs() > 2f64.ln() {
+        return Ok(format!(
+            "{pname}: the memory's rate binds sharply (no replica count of the chain asks about its rate: not measured)"
+        ));
+    }
+    progress(&format!("{pname}: {mib} MiB on 2 ranks, {r_knee} replicas"));
+    let k = measure(verdicts, 2, b.count, r_knee, proto, iters.min(5))?;
+    let sharp_rate = p.shared_gbps.get(proto);
+    let mut knee = Some(0.0);
+    for _ in 0..2 {
+        knee = fit_knee(k.us, |v| {
+            let mut q = p.clone();
+            set(&mut q.shared_knee, proto, v);
+            model(&k, topo, &q)
+        });
+        let Some(fitted) = knee else {
+            set(&mut p.shared_knee, proto, 0.0);
+            set(&mut p.shared_gbps, proto, sharp_rate);
+            break;
+        };
+        set(&mut p.shared_knee, proto, fitted);
+        let rate = shared_rate(b, topo, p);
+        set(&mut p.shared_gbps, proto, rate);
+    }
+    let shown = match knee {
+        Some(k) if k > 0.0 => format!("{k:.2}"),
+        Some(_) => "0 (sharply)".into(),
+        None => "0 (sharply: even the softest knee prices the call below its time, \
+                 so what slows it is not the memory's knee)"
+            .into(),
+    };
+    Ok(format!(
+        "{pname}: the memory's rate binds with a knee of {shown} ({mib} MiB on 2 ranks x{} {:.0} us)",
+        k.replicas, k.us
+    ))
 }
 
 /// Replicas the knee of the memory's rate may be measured with (a chain of 2 ranks).
