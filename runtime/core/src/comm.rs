@@ -56,9 +56,11 @@ impl Communicator {
             tracing::warn!("{e}; using the default policy");
             Policy::default()
         });
+        let engine = HostEngine::new(fabric, timeout);
+        let stream = HostStream::on_cpus(engine.cpus());
         Communicator {
-            comm: DeviceComm::new(HostEngine::new(fabric, timeout), registry, policy),
-            stream: HostStream::new(),
+            comm: DeviceComm::new(engine, registry, policy),
+            stream,
         }
     }
 
@@ -81,13 +83,13 @@ impl Communicator {
     ) -> Vec<Communicator> {
         let group = InProcGroup::new(n);
         (0..n)
-            .map(|r| Communicator {
-                comm: DeviceComm::new(
-                    HostEngine::new(Box::new(group.member(r)), timeout),
-                    registry.clone(),
-                    policy.clone(),
-                ),
-                stream: HostStream::new(),
+            .map(|r| {
+                let engine = HostEngine::new(Box::new(group.member(r)), timeout);
+                let stream = HostStream::on_cpus(engine.cpus());
+                Communicator {
+                    comm: DeviceComm::new(engine, registry.clone(), policy.clone()),
+                    stream,
+                }
             })
             .collect()
     }

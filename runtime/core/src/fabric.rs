@@ -35,6 +35,12 @@ pub trait Fabric: Send + Sync {
         let _ = grace;
         None
     }
+    /// This rank's place among the ranks of its host: (index, count), where known. The
+    /// host backend keeps each rank's block threads on a share of the CPUs by it
+    /// ([`crate::cpus`]).
+    fn local_place(&self) -> Option<(u32, u32)> {
+        None
+    }
 }
 
 /// How long a rank whose link was closed waits for the group's verdict before naming the
@@ -231,6 +237,11 @@ pub struct InProcFabric {
 impl Fabric for InProcFabric {
     fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// Every rank of the group lives in this process.
+    fn local_place(&self) -> Option<(u32, u32)> {
+        Some((self.rank, self.group.n))
     }
 
     fn n_ranks(&self) -> u32 {

@@ -53,6 +53,12 @@ impl Default for HostStream {
 
 impl HostStream {
     pub fn new() -> HostStream {
+        Self::on_cpus(None)
+    }
+
+    /// A stream whose thread is kept on `cpus` where given (its rank's:
+    /// [`HostEngine::cpus`]).
+    pub fn on_cpus(cpus: Option<Arc<[usize]>>) -> HostStream {
         let (tx, rx) = mpsc::channel::<Work>();
         let shared = Arc::new(StreamShared {
             state: Mutex::new(StreamState {
@@ -65,6 +71,9 @@ impl HostStream {
         let worker = std::thread::Builder::new()
             .name("braid-host-stream".into())
             .spawn(move || {
+                if let Some(c) = cpus {
+                    crate::cpus::bind_current(&c);
+                }
                 for work in rx {
                     let r = work();
                     let mut st = s.state.lock().unwrap();
@@ -164,6 +173,15 @@ impl HostEngine {
         timeout: Duration,
         scratch_bytes: usize,
     ) -> HostEngine {
+        // The rank's block threads on its share of the host's CPUs, where asked
+        // ([`crate::cpus`]).
+        let workers = match fabric
+            .local_place()
+            .and_then(|(i, n)| crate::cpus::for_rank(i, n))
+        {
+            Some(cpus) => Workers::on_cpus(cpus),
+            None => Workers::new(),
+        };
         HostEngine(Arc::new(Rank {
             fabric,
             timeout,
@@ -172,7 +190,7 @@ impl HostEngine {
             scratch: Mutex::new(Vec::new()),
             seq: AtomicU64::new(0),
             failure: Mutex::new(None),
-            workers: Workers::new(),
+            workers,
             trace: std::env::var_os("BRAID_TRACE").is_some_and(|v| !v.is_empty()),
         }))
     }
@@ -183,6 +201,11 @@ impl HostEngine {
 
     pub fn timeout(&self) -> Duration {
         self.0.timeout
+    }
+
+    /// The CPUs this rank's threads are kept on, if any ([`crate::cpus`]).
+    pub fn cpus(&self) -> Option<Arc<[usize]>> {
+        self.0.workers.cpus()
     }
 }
 

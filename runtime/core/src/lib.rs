@@ -10,6 +10,7 @@ pub mod bench;
 pub mod bootstrap;
 pub mod call;
 pub mod comm;
+mod cpus;
 pub mod device_comm;
 pub mod dtype;
 pub mod error;

@@ -108,6 +108,17 @@ impl Fabric for NetFabric {
         self.boot.rank()
     }
 
+    /// Ranks whose link listeners share an IP address share a host (as for shared
+    /// memory, whatever `BRAID_SHM_DISABLE` says: over TCP they share the CPUs too).
+    fn local_place(&self) -> Option<(u32, u32)> {
+        let ip = self.boot.peer_addr(self.rank())?.ip();
+        let same: Vec<u32> = (0..self.n_ranks())
+            .filter(|&r| self.boot.peer_addr(r).is_some_and(|a| a.ip() == ip))
+            .collect();
+        let index = same.iter().position(|&r| r == self.rank())?;
+        Some((index as u32, same.len() as u32))
+    }
+
     fn n_ranks(&self) -> u32 {
         self.boot.n_ranks()
     }

@@ -22,11 +22,15 @@ struct Worker {
 }
 
 impl Worker {
-    fn spawn() -> Worker {
+    /// A thread kept on `cpus` where given ([`crate::cpus`]).
+    fn spawn(cpus: Option<Arc<[usize]>>) -> Worker {
         let (tx, rx) = mpsc::channel::<Task>();
         let handle = std::thread::Builder::new()
             .name("braid-block".into())
             .spawn(move || {
+                if let Some(c) = cpus {
+                    crate::cpus::bind_current(&c);
+                }
                 for task in rx {
                     task();
                 }
@@ -47,11 +51,26 @@ struct Finished {
 #[derive(Default)]
 pub struct Workers {
     idle: Mutex<Vec<Worker>>,
+    /// The CPUs the threads run on, where they are kept on some ([`crate::cpus`]).
+    cpus: Option<Arc<[usize]>>,
 }
 
 impl Workers {
     pub fn new() -> Workers {
         Workers::default()
+    }
+
+    /// Threads kept on `cpus` (each thread may run on any of them).
+    pub fn on_cpus(cpus: Vec<usize>) -> Workers {
+        Workers {
+            idle: Mutex::default(),
+            cpus: Some(cpus.into()),
+        }
+    }
+
+    /// The CPUs the threads are kept on, if any.
+    pub fn cpus(&self) -> Option<Arc<[usize]>> {
+        self.cpus.clone()
     }
 
     /// Runs every task at once, each on a thread of its own, and returns when all have
@@ -64,7 +83,7 @@ impl Workers {
             idle.split_off(keep)
         };
         while mine.len() < n {
-            mine.push(Worker::spawn());
+            mine.push(Worker::spawn(self.cpus.clone()));
         }
         let finished = Arc::new(Finished::default());
         for (task, w) in tasks.into_iter().zip(&mine) {
@@ -152,6 +171,30 @@ mod tests {
             assert_eq!(w.parked(), 5);
         }
         assert_eq!(sum.load(Ordering::SeqCst), 3 * 10 + 5 * 3);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn threads_kept_on_cpus_run_there() {
+        let first = crate::cpus::allowed().expect("the process's CPUs")[0];
+        let w = Workers::on_cpus(vec![first]);
+        let seen = Mutex::new(Vec::new());
+        for _ in 0..2 {
+            let tasks: Vec<Box<dyn FnOnce() + Send + '_>> = (0..3)
+                .map(|_| {
+                    let seen = &seen;
+                    Box::new(move || seen.lock().unwrap().push(crate::cpus::allowed()))
+                        as Box<dyn FnOnce() + Send + '_>
+                })
+                .collect();
+            w.run_all(tasks);
+        }
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), 6);
+        assert!(
+            seen.iter().all(|c| c.as_deref() == Some(&[first][..])),
+            "{seen:?}"
+        );
     }
 
     #[test]
