@@ -37,7 +37,7 @@ pub trait Fabric: Send + Sync {
     }
     /// This rank's place among the ranks of its host: (index, count), where known. The
     /// host backend keeps each rank's block threads on a share of the CPUs by it
-    /// ([`crate::cpus`]).
+    /// (`cpus.rs`: `BRAID_CPU_AFFINITY`).
     fn local_place(&self) -> Option<(u32, u32)> {
         None
     }

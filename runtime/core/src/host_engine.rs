@@ -174,7 +174,7 @@ impl HostEngine {
         scratch_bytes: usize,
     ) -> HostEngine {
         // The rank's block threads on its share of the host's CPUs, where asked
-        // ([`crate::cpus`]).
+        // (`cpus.rs`: `BRAID_CPU_AFFINITY`).
         let workers = match fabric
             .local_place()
             .and_then(|(i, n)| crate::cpus::for_rank(i, n))
@@ -203,7 +203,7 @@ impl HostEngine {
         self.0.timeout
     }
 
-    /// The CPUs this rank's threads are kept on, if any ([`crate::cpus`]).
+    /// The CPUs this rank's threads are kept on, if any (`cpus.rs`: `BRAID_CPU_AFFINITY`).
     pub fn cpus(&self) -> Option<Arc<[usize]>> {
         self.0.workers.cpus()
     }

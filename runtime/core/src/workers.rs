@@ -22,7 +22,7 @@ struct Worker {
 }
 
 impl Worker {
-    /// A thread kept on `cpus` where given ([`crate::cpus`]).
+    /// A thread kept on `cpus` where given (`cpus.rs`: `BRAID_CPU_AFFINITY`).
     fn spawn(cpus: Option<Arc<[usize]>>) -> Worker {
         let (tx, rx) = mpsc::channel::<Task>();
         let handle = std::thread::Builder::new()
@@ -51,7 +51,7 @@ struct Finished {
 #[derive(Default)]
 pub struct Workers {
     idle: Mutex<Vec<Worker>>,
-    /// The CPUs the threads run on, where they are kept on some ([`crate::cpus`]).
+    /// The CPUs the threads run on, where they are kept on some (`cpus.rs`: `BRAID_CPU_AFFINITY`).
     cpus: Option<Arc<[usize]>>,
 }
 
