@@ -51,7 +51,8 @@ struct Finished {
 #[derive(Default)]
 pub struct Workers {
     idle: Mutex<Vec<Worker>>,
-    /// The CPUs the threads run on, where they are kept on some (`cpus.rs`: `BRAID_CPU_AFFINITY`).
+    /// The CPUs the threads run on, where they are kept on some (`cpus.rs`:
+    /// `BRAID_CPU_AFFINITY`).
     cpus: Option<Arc<[usize]>>,
 }
 
