@@ -58,6 +58,16 @@ pub(crate) fn for_rank(local: u32, locals: u32) -> Option<Vec<usize>> {
     cpus
 }
 
+/// Whether this process's host ranks keep their threads on their CPUs (asked for, and
+/// the process free to use every online CPU): what a profile measured here describes.
+pub fn binds_threads() -> bool {
+    let Some(allowed) = allowed() else {
+        return false;
+    };
+    let value = std::env::var("BRAID_CPU_AFFINITY").ok();
+    placement(value.as_deref(), &allowed, online(), 0, 1).is_some()
+}
+
 /// The CPUs the calling thread may run on, sorted.
 #[cfg(target_os = "linux")]
 pub(crate) fn allowed() -> Option<Vec<usize>> {

@@ -35,4 +35,5 @@ pub mod transport;
 pub mod workers;
 
 pub use comm::{Buffers, Communicator};
+pub use cpus::binds_threads;
 pub use error::{Result, RuntimeError};

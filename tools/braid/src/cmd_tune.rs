@@ -374,7 +374,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
     let mut profile = Profile {
         version: PROFILE_VERSION,
         source: format!(
-            "braid tune, host backend{}, {} cores",
+            "braid tune, host backend{}, {} cores{}",
             match (
                 args.procs,
                 std::env::var("BRAID_SHM_DISABLE").is_ok_and(|v| v == "1"),
@@ -383,7 +383,14 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
                 (true, false) => " (a process per rank, shared memory)",
                 (true, true) => " (a process per rank, TCP)",
             },
-            std::thread::available_parallelism().map_or(1, |p| p.get())
+            std::thread::available_parallelism().map_or(1, |p| p.get()),
+            // Bound ranks run small calls faster and large ones slower: a profile says
+            // which it describes.
+            if braid_runtime::binds_threads() {
+                ", threads bound to CPUs (BRAID_CPU_AFFINITY=1)"
+            } else {
+                ""
+            }
         ),
         // Keyed to a topology only when one is named (the host's constants are the
         // machine's, whatever the ranks are taken to be).

@@ -397,9 +397,55 @@ fn tune_over_processes_says_how_its_ranks_ran() {
         "{v}"
     );
     assert!(v["block_gbps"]["simple"].as_f64().unwrap() > 0.0, "{v}");
+    // Unasked, the ranks' threads were not bound, and the profile does not say they were.
+    assert!(!v["source"].as_str().unwrap().contains("bound"), "{v}");
     let cuda = braid(&["tune", "--backend", "cuda", "--procs"], &[]);
     assert_eq!(cuda.code, 2, "{}", cuda.stderr);
     assert!(cuda.stderr.contains("--procs"), "{}", cuda.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// With `BRAID_CPU_AFFINITY=1` the tune's ranks keep their threads on their CPUs, and the
+/// profile says so (a profile measured bound describes small calls faster and large ones
+/// slower), where this machine lets a process bind (two CPUs or more, all of them free
+/// to it).
+#[test]
+fn tune_with_bound_threads_says_so() {
+    let cpus = |s: &str| -> usize {
+        s.trim()
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.split_once('-') {
+                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                None => 1,
+            })
+            .sum()
+    };
+    let allowed = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(cpus)
+    });
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .map(|s| cpus(&s));
+    let binds = matches!((allowed, online), (Some(a), Some(o)) if a >= 2 && a >= o);
+    let dir = std::env::temp_dir().join(format!("braid-tune-bound-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bound.profile");
+    let out = braid(
+        &["tune", "-n", "1", "-o", file.to_str().unwrap()],
+        &[("BRAID_CPU_AFFINITY", "1")],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let source = v["source"].as_str().unwrap();
+    assert_eq!(
+        source.ends_with(", threads bound to CPUs (BRAID_CPU_AFFINITY=1)"),
+        binds,
+        "{source} (allowed {allowed:?} of {online:?} online CPUs)"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
