@@ -421,11 +421,13 @@ fn tune_with_bound_threads_says_so() {
             })
             .sum()
     };
-    let allowed = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .map(cpus)
-    });
+    let allowed = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(cpus)
+        });
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
         .ok()
         .map(|s| cpus(&s));
