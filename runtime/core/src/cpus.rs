@@ -3,7 +3,7 @@
 //! Left to the scheduler, the threads of several ranks on few cores wander between them:
 //! a wake-up may land a thread on the core of the thread it is about to wait for, and
 //! away from its data. On a two-core machine, 4 ranks as processes over shared memory
-//! took 186-261 µs for a reduce-scatter of 512 B so, and 111-129 µs with each rank's
+//! took 182-261 µs for a reduce-scatter of 512 B so, and 111-132 µs with each rank's
 //! threads kept on one core; but the same keeps a rank's blocks off the cores other ranks
 //! leave idle, and calls of 16 MiB took 8-35 % longer (2026-12-07, docs/perf.md). So it
 //! is the user's choice, as `mpirun --bind-to` is: with `BRAID_CPU_AFFINITY=1` the host
