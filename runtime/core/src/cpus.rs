@@ -4,9 +4,11 @@
 //! a wake-up may land a thread on the core of the thread it is about to wait for, and
 //! away from its data. On a two-core machine, 4 ranks as processes over shared memory
 //! took 182-261 µs for a reduce-scatter of 512 B so, and 111-132 µs with each rank's
-//! threads kept on one core; but the same keeps a rank's blocks off the cores other ranks
-//! leave idle, and calls of 16 MiB took 8-35 % longer (2026-12-07, docs/perf.md). So it
-//! is the user's choice, as `mpirun --bind-to` is: with `BRAID_CPU_AFFINITY=1` the host
+//! threads kept on one core. Side by side, every call of 4 ranks ran 1.0-1.9x faster
+//! bound, over shared memory and TCP alike, bar a few of 16 MiB (down to 0.87x); but an
+//! 8-rank broadcast of 16 MiB over TCP took 1.66x as long, and the cost model, calibrated
+//! bound, prices bound calls worse (2026-12-07, docs/perf.md). So it is the user's
+//! choice, as `mpirun --bind-to` is: with `BRAID_CPU_AFFINITY=1` the host
 //! backend keeps every thread of a rank (its block threads and its stream's) on the
 //! rank's share of the CPUs the process may use, the ranks of a host taking them in
 //! turn, in contiguous groups where there are more CPUs than ranks. Even then it binds
