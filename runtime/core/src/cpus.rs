@@ -6,7 +6,7 @@
 //! took 182-261 µs for a reduce-scatter of 512 B so, and 111-132 µs with each rank's
 //! threads kept on one core. Side by side, every call of 4 ranks ran 1.0-1.9x faster
 //! bound, over shared memory and TCP alike, bar a few of 16 MiB (down to 0.87x); but an
-//! 8-rank broadcast of 16 MiB over TCP took 1.66x as long, and the cost model, calibrated
+//! 8-rank broadcast of 16 MiB took 1.25-1.66x as long, and the cost model, calibrated
 //! bound, prices bound calls worse (2026-12-07, docs/perf.md). So it is the user's
 //! choice, as `mpirun --bind-to` is: with `BRAID_CPU_AFFINITY=1` the host
 //! backend keeps every thread of a rank (its block threads and its stream's) on the
