@@ -56,7 +56,12 @@ impl Communicator {
             tracing::warn!("{e}; using the default policy");
             Policy::default()
         });
-        let engine = HostEngine::new(fabric, timeout);
+        Communicator::assemble(HostEngine::new(fabric, timeout), registry, policy)
+    }
+
+    /// The communicator of `engine`, its stream's thread kept where the engine's block
+    /// threads are.
+    fn assemble(engine: HostEngine, registry: Arc<Registry>, policy: Policy) -> Communicator {
         let stream = HostStream::on_cpus(engine.cpus());
         Communicator {
             comm: DeviceComm::new(engine, registry, policy),
@@ -85,11 +90,7 @@ impl Communicator {
         (0..n)
             .map(|r| {
                 let engine = HostEngine::new(Box::new(group.member(r)), timeout);
-                let stream = HostStream::on_cpus(engine.cpus());
-                Communicator {
-                    comm: DeviceComm::new(engine, registry.clone(), policy.clone()),
-                    stream,
-                }
+                Communicator::assemble(engine, registry.clone(), policy.clone())
             })
             .collect()
     }

@@ -48,12 +48,16 @@ pub(crate) fn placement(
     share(allowed, local, locals)
 }
 
-/// The CPUs this rank's threads should run on (rank `local` of `locals` on this host),
-/// from the environment and the process's CPU mask; `None` to leave them be.
-pub(crate) fn for_rank(local: u32, locals: u32) -> Option<Vec<usize>> {
+/// [`placement`] from the environment and the process's CPU mask.
+fn from_env(local: u32, locals: u32) -> Option<Vec<usize>> {
     let value = std::env::var("BRAID_CPU_AFFINITY").ok()?;
-    let allowed = allowed()?;
-    let cpus = placement(Some(&value), &allowed, online(), local, locals);
+    placement(Some(&value), &allowed()?, online(), local, locals)
+}
+
+/// The CPUs this rank's threads should run on (rank `local` of `locals` on this host);
+/// `None` to leave them be.
+pub(crate) fn for_rank(local: u32, locals: u32) -> Option<Vec<usize>> {
+    let cpus = from_env(local, locals);
     if let Some(c) = &cpus {
         tracing::debug!("rank {local} of {locals} on this host: its threads on CPUs {c:?}");
     }
@@ -63,11 +67,7 @@ pub(crate) fn for_rank(local: u32, locals: u32) -> Option<Vec<usize>> {
 /// Whether this process's host ranks keep their threads on their CPUs (asked for, and
 /// the process free to use every online CPU): what a profile measured here describes.
 pub fn binds_threads() -> bool {
-    let Some(allowed) = allowed() else {
-        return false;
-    };
-    let value = std::env::var("BRAID_CPU_AFFINITY").ok();
-    placement(value.as_deref(), &allowed, online(), 0, 1).is_some()
+    from_env(0, 1).is_some()
 }
 
 /// The CPUs the calling thread may run on, sorted.

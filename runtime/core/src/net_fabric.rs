@@ -93,9 +93,11 @@ impl NetFabric {
     /// Ranks whose link listeners share an IP address share a host: they talk through
     /// shared memory, unless `BRAID_SHM_DISABLE=1`.
     fn same_host(&self, peer: u32) -> bool {
-        if std::env::var("BRAID_SHM_DISABLE").is_ok_and(|v| v == "1") {
-            return false;
-        }
+        !std::env::var("BRAID_SHM_DISABLE").is_ok_and(|v| v == "1") && self.shares_host(peer)
+    }
+
+    /// Whether `peer`'s link listener has this rank's IP address (its host).
+    fn shares_host(&self, peer: u32) -> bool {
         match (self.boot.peer_addr(self.rank()), self.boot.peer_addr(peer)) {
             (Some(a), Some(b)) => a.ip() == b.ip(),
             _ => false,
@@ -108,12 +110,11 @@ impl Fabric for NetFabric {
         self.boot.rank()
     }
 
-    /// Ranks whose link listeners share an IP address share a host (as for shared
-    /// memory, whatever `BRAID_SHM_DISABLE` says: over TCP they share the CPUs too).
+    /// The ranks of this rank's host as shared memory finds them, whatever
+    /// `BRAID_SHM_DISABLE` says (over TCP they share the CPUs too).
     fn local_place(&self) -> Option<(u32, u32)> {
-        let ip = self.boot.peer_addr(self.rank())?.ip();
         let same: Vec<u32> = (0..self.n_ranks())
-            .filter(|&r| self.boot.peer_addr(r).is_some_and(|a| a.ip() == ip))
+            .filter(|&r| self.shares_host(r))
             .collect();
         let index = same.iter().position(|&r| r == self.rank())?;
         Some((index as u32, same.len() as u32))
