@@ -31,9 +31,21 @@ pub(crate) fn share(allowed: &[usize], local: u32, locals: u32) -> Option<Vec<us
     })
 }
 
+/// Whether `BRAID_CPU_AFFINITY`'s `value` asks for binding: `1`, `on`, `true` do; `0`,
+/// `off`, `false` do not; anything else is an error that says what is taken.
+pub(crate) fn asked(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "1" | "on" | "true" => Ok(true),
+        "0" | "off" | "false" => Ok(false),
+        v => Err(format!(
+            "BRAID_CPU_AFFINITY={v:?} is neither 1 (on, true) nor 0 (off, false); threads are left unbound"
+        )),
+    }
+}
+
 /// What `BRAID_CPU_AFFINITY` (`value`) and the process's CPUs say for rank `local` of
-/// `locals`: its share ([`share`]) where binding is asked for (`1`, `on`, `true`) and the
-/// process may use every online CPU (`allowed` of `online`), else `None`.
+/// `locals`: its share ([`share`]) where binding is asked for ([`asked`]) and the process
+/// may use every online CPU (`allowed` of `online`), else `None`.
 pub(crate) fn placement(
     value: Option<&str>,
     allowed: &[usize],
@@ -41,7 +53,7 @@ pub(crate) fn placement(
     local: u32,
     locals: u32,
 ) -> Option<Vec<usize>> {
-    let on = value.is_some_and(|v| matches!(v.trim(), "1" | "on" | "true"));
+    let on = value.is_some_and(|v| asked(v).unwrap_or(false));
     if !on || allowed.len() < online {
         return None;
     }
@@ -57,6 +69,9 @@ fn from_env(local: u32, locals: u32) -> Option<Vec<usize>> {
 /// The CPUs this rank's threads should run on (rank `local` of `locals` on this host);
 /// `None` to leave them be.
 pub(crate) fn for_rank(local: u32, locals: u32) -> Option<Vec<usize>> {
+    if let Err(e) = std::env::var("BRAID_CPU_AFFINITY").map_or(Ok(false), |v| asked(&v)) {
+        tracing::warn!("{e}");
+    }
     let cpus = from_env(local, locals);
     if let Some(c) = &cpus {
         tracing::debug!("rank {local} of {locals} on this host: its threads on CPUs {c:?}");
@@ -165,6 +180,15 @@ mod tests {
         }
         // A launcher (or taskset) gave the process 4 of 8 online CPUs: kept as it is.
         assert_eq!(placement(Some("1"), &cpus, 8, 1, 2), None);
+        // A value that is neither is refused by name, and binds nothing.
+        assert_eq!(asked(" on "), Ok(true));
+        assert_eq!(asked("false"), Ok(false));
+        let err = asked("yes please").unwrap_err();
+        assert!(
+            err.contains("BRAID_CPU_AFFINITY=\"yes please\" is neither 1")
+                && err.contains("left unbound"),
+            "{err}"
+        );
     }
 
     #[cfg(target_os = "linux")]
