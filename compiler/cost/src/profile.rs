@@ -163,8 +163,21 @@ pub struct Profile {
     /// Bytes one slice carries: a message is pipelined slice by slice (LL's FIFO lines
     /// are small, so its slices are too).
     pub slice_bytes: PerProtocol,
-    /// Fixed cost of each slice at a block (flag and fence), µs.
+    /// Fixed cost of each slice at a block (flag and fence), µs. `braid tune --backend
+    /// cuda` times it as a sending step's period on the GPU's clock (from one step's
+    /// start to the next's).
     pub slice_us: PerProtocol,
+    /// Fixed cost of each slice of a step that receives, µs, where the GPU measured it
+    /// apart (`braid tune --backend cuda`: the period of a chain's receiving steps, which
+    /// poll the message's flags before they forward it). 0 (the default, the host
+    /// backend's profiles, and profiles written before it): as `slice_us`. Where it is
+    /// measured (above 0 for a protocol) the hop it was measured with is a message's
+    /// whole latency on NVLink (the path's nominal latency is inside the measurement),
+    /// and a receive in LL or LL128 takes up each line as it lands rather than once its
+    /// slice has landed whole (the flag travels with the data): a block that waits for
+    /// its message ends its slice about a hop after the sender's.
+    #[serde(default)]
+    pub recv_slice_us: PerProtocol,
     /// What posting one message to the network costs the rank, µs: messages to other
     /// nodes leave one after another however many blocks send them.
     pub net_post_us: PerProtocol,
@@ -386,6 +399,7 @@ impl Default for Profile {
                 ll: 0.1,
                 ll128: None,
             },
+            recv_slice_us: PerProtocol::default(),
             net_post_us: PerProtocol {
                 simple: 3.0,
                 ll: 1.0,
@@ -569,6 +583,22 @@ impl Profile {
         }
     }
 
+    /// Whether a GPU measured what a receiving step's slice costs in `p` apart from a
+    /// sending step's ([`Profile::recv_slice_us`]): then the NVLink hop is a message's
+    /// whole latency.
+    pub fn measured_receive(&self, p: braid_ir::Protocol) -> bool {
+        self.recv_slice_us.get(p) > 0.0 && self.cores == 0
+    }
+
+    /// Whether a receive in `p` takes up its message's lines as they land (LL and LL128
+    /// on a GPU whose receiving steps were measured: the flag travels with the data)
+    /// rather than once a slice has landed whole (Simple publishes a slice once it is
+    /// written).
+    pub fn lines_land(&self, p: braid_ir::Protocol) -> bool {
+        use braid_ir::Protocol;
+        self.measured_receive(p) && matches!(p, Protocol::Ll | Protocol::Ll128)
+    }
+
     /// Whether the profile was measured with several ranks on one GPU: a shared memory
     /// rate and no cores to share (the host backend's profiles count cores). Such ranks
     /// run in one launch when they are one process's.
@@ -635,6 +665,7 @@ impl Profile {
         pp("block_gbps", &self.block_gbps, true)?;
         pp("efficiency", &self.efficiency, true)?;
         pp("slice_us", &self.slice_us, false)?;
+        pp("recv_slice_us", &self.recv_slice_us, false)?;
         pp("net_post_us", &self.net_post_us, false)?;
         pp("block_us", &self.block_us, false)?;
         pp("wait_us", &self.wait_us, false)?;

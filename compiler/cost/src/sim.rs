@@ -66,7 +66,7 @@ use crate::profile::Profile;
 use crate::slices::{Arrivals, Slices};
 use braid_ir::{Collective, Protocol};
 use braid_plan::{Execution, Plan};
-use braid_topo::Topology;
+use braid_topo::{PathClass, Topology};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 
 /// The most operands a chain run as one pass has (the CUDA kernel's limit: every peer of
@@ -525,6 +525,15 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     let at = |ri: usize, bi: usize, si: usize| (ri as u32, bi as u32, si as u32);
     let eff = profile.efficiency.get(proto);
     let block = profile.block_gbps.get(proto);
+    // What a receiving step's slice costs where the GPU measured it apart from a sending
+    // step's (0: not measured, every step at `slice_us` and the rules before it).
+    let recv_slice_us = profile.recv_slice_us.get(proto);
+    let measured_recv = profile.measured_receive(proto);
+    // Where a GPU's blocks poll LL or LL128 lines, a receive reads each line as it lands
+    // and forwards it at once; Simple publishes a slice only once it is written whole,
+    // and a network proxy forwards whole slices too.
+    let lines_land = profile.lines_land(proto);
+    let slice_us = profile.slice_us.get(proto);
     let mut conns: HashMap<(usize, usize), Conn> = HashMap::default(); // keyed by sender end
     for r in &w.routes {
         let path = r.path;
@@ -545,11 +554,22 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         } else {
             path.bandwidth_gbps
         };
+        // `hop_us` is on top of the path's nominal latency, except where the tune
+        // measured it with the receiving steps' cost (the NVLink class, the one it
+        // measures): there it is one rank's step ending, then the next rank's, the
+        // message's whole latency, the path's inside it (ranks sharing a GPU cross no
+        // link at all).
+        let hop = profile.hop_us.get(path.class, proto);
+        let latency_us = if measured_recv && path.class == PathClass::Nvl {
+            hop
+        } else {
+            path.latency_us + hop
+        };
         conns.insert(
             r.sender,
             Conn {
                 link_gbps: share * eff,
-                latency_us: path.latency_us + profile.hop_us.get(path.class, proto),
+                latency_us,
                 net: r.net,
             },
         );
@@ -579,7 +599,6 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         let prev_tile = (ids[i].2 == 0 && k > 0).then(|| unit(block_last[i], k - 1));
         preds[i].iter().map(move |&j| unit(j, k)).chain(prev_tile)
     };
-    let slice_us = profile.slice_us.get(proto);
     let block_us = profile.block_us.get(proto);
     // When another block's step is seen where blocks poll, after it ends.
     let wait_us = profile.wait_us.get(proto);
@@ -634,6 +653,9 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         latency: f64,
         net: bool,
         net_in: bool,
+        /// The fixed cost of each of its slices (`slice_us`, or `recv_slice_us` for a
+        /// step that receives where the GPU measured it).
+        slice_us: f64,
     }
     let info: Vec<StepInfo> = ids
         .iter()
@@ -692,11 +714,16 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
                     let (sr, sb, _) = ids[j];
                     conns.get(&(sr, sb)).is_some_and(|c| c.net)
                 }),
+                slice_us: if measured_recv && step.kind.receives() {
+                    recv_slice_us
+                } else {
+                    slice_us
+                },
             }
         })
         .collect();
-    // A unit's slices.
-    let slices_of = |i: usize, k: usize| -> Slices {
+    // A unit's slices' count and what each costs.
+    let cost_of = |i: usize, k: usize| -> (usize, f64) {
         let st = &info[i];
         let bytes = if st.skipped {
             0
@@ -714,10 +741,25 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             _ => 1.0,
         };
         let work_factor = st.factor / parts;
+        let cost = st.slice_us
+            + (slice * work_factor / (st.block_gbps * 1e3)).max(slice / (st.link_gbps * 1e3));
+        (n, cost)
+    };
+    // A unit's slices. A receive whose lines are read as they land takes up each slice
+    // as the sender's starts (the shorter of the two slices' times before its arrival).
+    let slices_of = |i: usize, k: usize| -> Slices {
+        let st = &info[i];
+        let (n, cost) = cost_of(i, k);
+        let lead = match matched[i] {
+            Some(j) if lines_land && !st.net_in && !st.skipped && !info[j].skipped => {
+                cost.min(cost_of(j, k).1)
+            }
+            _ => 0.0,
+        };
         Slices {
             n,
-            cost: slice_us
-                + (slice * work_factor / (st.block_gbps * 1e3)).max(slice / (st.link_gbps * 1e3)),
+            cost,
+            lead,
             net_in: st.net_in,
             net: st.net,
             net_post,

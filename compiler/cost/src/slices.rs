@@ -91,6 +91,12 @@ pub struct Slices {
     pub sends: bool,
     /// From a slice's end to its arrival (µs).
     pub latency: f64,
+    /// How long before a slice's arrival the step may take it up (µs): 0 where a slice
+    /// is read once it has landed whole (Simple: the sender publishes it at its end),
+    /// the slice's own cost where its lines are read as they land (LL and LL128 on a
+    /// GPU), so that a receive that waits ends its slice when the message's slice has
+    /// arrived, not a slice's cost after.
+    pub lead: f64,
 }
 
 /// Runs `s` from `start`, receiving `incoming` (its message, if the step receives one),
@@ -115,7 +121,7 @@ pub fn run(
     // Slice 0, as the reference does it.
     let mut u = start;
     if let Some(a) = incoming.and_then(Arrivals::first) {
-        u = u.max(a);
+        u = u.max(a - s.lead);
     }
     if net_in {
         u = u.max(*proxy) + np;
@@ -134,6 +140,7 @@ pub fn run(
     let mut lines = Lines::new();
     lines.push((t0, step));
     for &(p, q) in lines_in {
+        let p = p - s.lead;
         lines.push(if q <= step {
             (p + q, step)
         } else {
@@ -211,7 +218,7 @@ pub fn run_listed(
     for x in 0..n {
         if let Some(a) = incoming {
             if !a.is_empty() {
-                t = t.max(a.at((x * a.len() / n).min(a.len() - 1)));
+                t = t.max(a.at((x * a.len() / n).min(a.len() - 1)) - s.lead);
             }
             if s.net_in {
                 // The receiving proxy takes each network message in turn.
@@ -259,6 +266,7 @@ mod tests {
             net_post: 0.0,
             sends,
             latency,
+            lead: 0.0,
         }
     }
 
@@ -271,16 +279,20 @@ mod tests {
             0.0f64..3.0,
             any::<bool>(),
             0.0f64..4.0,
+            prop_oneof![Just(0.0f64), 0.0f64..6.0],
         )
-            .prop_map(|(n, cost, net_in, net, net_post, sends, latency)| Slices {
-                n,
-                cost,
-                net_in,
-                net,
-                net_post,
-                sends,
-                latency,
-            })
+            .prop_map(
+                |(n, cost, net_in, net, net_post, sends, latency, lead)| Slices {
+                    n,
+                    cost,
+                    net_in,
+                    net,
+                    net_post,
+                    sends,
+                    latency,
+                    lead,
+                },
+            )
     }
 
     proptest! {
@@ -337,6 +349,24 @@ mod tests {
         let s = plain(100, 1.0, false, 0.0);
         let (end, _) = run(&s, 0.0, Some(&a), &mut 0.0);
         assert_eq!(end, 3.0 + 99.0 * 3.0 + 1.0);
+    }
+
+    #[test]
+    fn a_receive_that_reads_lines_as_they_land_ends_with_the_last_arrival() {
+        // Slices arrive every 3 µs and take the receiver 3: read as they land (lead 3),
+        // the step ends when the last one has arrived; read whole, a slice after it.
+        // A receiver that starts late is not helped: it still takes its slices' time.
+        let a = Arrivals::Ramp {
+            len: 100,
+            first: 3.0,
+            lines: Lines::from_slice(&[(3.0, 3.0)]),
+        };
+        let whole = plain(100, 3.0, false, 0.0);
+        let lines = Slices { lead: 3.0, ..whole };
+        assert_eq!(run(&whole, 0.0, Some(&a), &mut 0.0).0, 303.0);
+        assert_eq!(run(&lines, 0.0, Some(&a), &mut 0.0).0, 300.0);
+        assert_eq!(run_listed(&lines, 0.0, Some(&a), &mut 0.0).0, 300.0);
+        assert_eq!(run(&lines, 1000.0, Some(&a), &mut 0.0).0, 1300.0);
     }
 
     #[test]

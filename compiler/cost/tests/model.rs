@@ -3,7 +3,7 @@
 //! behaviour says (docs/costmodel.md): rings win large messages inside a node, trees,
 //! one-shot and hierarchical plans win small ones, and across nodes.
 
-use braid_cost::profile::{BlockWork, CopyScale};
+use braid_cost::profile::{BlockWork, CopyScale, PerProtocol};
 use braid_cost::sim::{collective_floor_us, StepTime};
 use braid_cost::{predict, rank, Call, Candidate, Profile, Request};
 use braid_ir::{Collective, Mode, Protocol};
@@ -1554,4 +1554,80 @@ fn options_priced_together_cost_what_each_costs_alone() {
             "{bytes} B: no plan priced differently with direct reads"
         );
     }
+}
+
+/// Where the GPU measured a receiving step's cost apart (`recv_slice_us`), the hop it
+/// was measured with is a message's whole latency on NVLink, and LL's receives take up
+/// lines as they land: in a chain of 8 ranks each receiver then ends its step a hop
+/// after the one before it (as the GPU records it: `bench/2026-12-07-h100-model-check-
+/// knee/8r/traces/chain_broadcast.8.ll.txt`), at its own pace. Simple reads a slice once
+/// it has landed whole (a hop and a receive later), and a profile that measured no
+/// receiving step prices as before: the path's latency, the hop, then the slice.
+#[test]
+fn a_measured_receive_prices_a_chains_hops_as_the_gpu_times_them() {
+    let (t, ps) = plans("nvswitch:8", Collective::Broadcast);
+    let chain = plan(&ps, "chain_broadcast");
+    let (send, recv, hop) = (1.1, 1.35, 0.35);
+    let mut measured = Profile {
+        call_us: PerProtocol::both(0.0),
+        ..Profile::default()
+    };
+    measured.slice_us = PerProtocol::both(send);
+    measured.recv_slice_us = PerProtocol::both(recv);
+    measured.hop_us.nvlink = PerProtocol::both(hop);
+    let unmeasured = Profile {
+        recv_slice_us: PerProtocol::default(),
+        ..measured.clone()
+    };
+    let lat = t.path(1, 2).latency_us;
+    assert!(lat > 0.0);
+    // Ranks r and r + 1 (both receivers): step k's end on r + 1 less on r, for k >= 1.
+    let gaps = |profile: &Profile, protocol: Protocol| -> Vec<f64> {
+        let call = Call {
+            protocol,
+            ..simple(8 * 4, 1, false)
+        };
+        let p = predict(chain, &t, profile, &call).unwrap();
+        let steps = chain.ranks[1].blocks[0].steps.len();
+        assert!(steps >= 4, "{steps} steps");
+        let mut g = Vec::new();
+        for r in 1..7 {
+            for k in 1..steps {
+                g.push(
+                    step_at(&p.timeline, r + 1, 0, k).end_us - step_at(&p.timeline, r, 0, k).end_us,
+                );
+            }
+        }
+        g
+    };
+    let all = |g: &[f64], want: f64, what: &str| {
+        assert!(
+            g.iter().all(|x| (x - want).abs() < 1e-3),
+            "{what}: every gap {want} (and its element's bytes), got {g:?}"
+        );
+    };
+    all(&gaps(&measured, Protocol::Ll), hop, "LL, measured");
+    all(
+        &gaps(&measured, Protocol::Simple),
+        hop + recv,
+        "Simple, measured",
+    );
+    all(
+        &gaps(&unmeasured, Protocol::Ll),
+        lat + hop + send,
+        "LL, not measured",
+    );
+    // The receivers' own pace: the last rank's steps follow each other a receive apart.
+    let call = Call {
+        protocol: Protocol::Ll,
+        ..simple(8 * 4, 1, false)
+    };
+    let p = predict(chain, &t, &measured, &call).unwrap();
+    let ends: Vec<f64> = (0..chain.ranks[7].blocks[0].steps.len())
+        .map(|k| step_at(&p.timeline, 7, 0, k).end_us)
+        .collect();
+    assert!(
+        ends.windows(2).all(|w| (w[1] - w[0] - recv).abs() < 1e-3),
+        "{ends:?}"
+    );
 }

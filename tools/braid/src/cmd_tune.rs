@@ -405,6 +405,8 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         efficiency: PerProtocol::both(1.0),
         slice_bytes: PerProtocol::both(braid_runtime::exec::SLICE_BYTES as f64),
         slice_us: PerProtocol::both(0.0),
+        // A receiving step's cost is in the hop and the block's start here.
+        recv_slice_us: PerProtocol::default(),
         net_post_us: PerProtocol::both(0.0),
         block_us: PerProtocol::both(block),
         // A wait for another block's step is a thread's wake-up here: `block_us`.

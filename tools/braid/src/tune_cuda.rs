@@ -7,8 +7,9 @@
 //!
 //! | constant | micro-benchmark | how |
 //! |---|---|---|
-//! | `slice_us` | 1 element on 8 ranks | the root's steps after its first, timed on the GPU (median) |
-//! | `hop_us` | 1 element on 8 ranks | a step ending on one rank, then on the next (median) |
+//! | `slice_us` | 1 element on 8 ranks | the root's steps' period after its first (a step's start to the next's), timed on the GPU (median) |
+//! | `recv_slice_us` | the same | the receiving ranks' steps' period after their first (median) |
+//! | `hop_us` | the same | a step ending on one receiving rank, then on the next (median) |
 //! | `wait_us` | [`WAIT_PROBE`]: 8 chunks of 1 element on 2 ranks, a local copy of each waiting for its receive in another block | the copies' end beyond the receives', less a copy that waits for nothing (medians) |
 //! | `launch_block_us` | 1 element on 8 ranks, 1 and 12 replicas | the model reproduces the difference |
 //! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
@@ -53,24 +54,38 @@ struct Bench {
 }
 
 impl Bench {
-    /// The median time a step of the root's sending block takes after its first, µs:
-    /// what interpreting one step costs (the chain's later steps find their slot free).
+    /// The median period of the root's sending steps after its first (one step's start
+    /// to the next's), µs: what interpreting a step that sends costs its block, the
+    /// block's move to its next step included (the chain's later steps find their slot
+    /// free).
     fn step_us(&self) -> Option<f64> {
-        let root = self.steps.first()?.first()?;
-        let d: Vec<f64> = root
+        median(periods(self.steps.first()?.first()?))
+    }
+
+    /// The median period of the receiving ranks' steps after their first, µs: what a step
+    /// that receives (polls its message's flags, then forwards it) costs its block. The
+    /// root feeds the chain faster than its receivers take it, so their steps follow
+    /// their own pace.
+    fn recv_step_us(&self) -> Option<f64> {
+        let d: Vec<f64> = self
+            .steps
             .iter()
             .skip(1)
-            .map(|&(a, b)| b.saturating_sub(a) as f64 / 1e3)
+            .filter_map(|r| r.first())
+            .flat_map(|b| periods(b))
             .collect();
         median(d)
     }
 
-    /// The median delay between one rank's step ending and the same step ending on the
-    /// next rank of the chain, µs: what a message costs a hop.
+    /// The median delay between one receiving rank's step ending and the same step
+    /// ending on the next rank of the chain, µs: what a message costs a hop, end to end.
+    /// Between receivers, which keep one pace, the delay is the message's alone; the
+    /// root's steps are quicker, so the first receiver falls behind it step by step.
     fn hop_us(&self) -> Option<f64> {
         let ends = |r: usize, k: usize| self.steps.get(r)?.first()?.get(k).map(|s| s.1);
         let mut d = Vec::new();
-        for r in 0..self.steps.len().saturating_sub(1) {
+        let first = usize::from(self.steps.len() > 2);
+        for r in first..self.steps.len().saturating_sub(1) {
             for k in 1.. {
                 match (ends(r, k), ends(r + 1, k)) {
                     (Some(a), Some(b)) if b >= a => d.push((b - a) as f64 / 1e3),
@@ -126,6 +141,15 @@ impl Bench {
         }
         Some((median(waited)? - median(alone)?).max(0.0))
     }
+}
+
+/// A block's step periods after its first (one step's start to the next's), µs.
+fn periods(steps: &[(u64, u64)]) -> Vec<f64> {
+    steps
+        .windows(2)
+        .skip(1)
+        .map(|w| w[1].0.saturating_sub(w[0].0) as f64 / 1e3)
+        .collect()
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -447,8 +471,19 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         // may be issued slower than the GPU runs them, so their back-to-back time says
         // more about the host): what a step costs, and a hop.
         let step = t8.step_us().unwrap_or(0.0);
-        let hop = t8.hop_us().unwrap_or(0.0);
+        let recv_step = t8.recv_step_us().unwrap_or(0.0);
         set(&mut p.slice_us, proto, step);
+        set(&mut p.recv_slice_us, proto, recv_step);
+        // Between two receivers a step ends a hop later on the next: the message's
+        // latency where the receive takes up lines as they land, and the latency and a
+        // whole receive where it waits for its slice to land first (the model prices
+        // the hop so).
+        let ends_apart = t8.hop_us().unwrap_or(0.0);
+        let hop = if p.lines_land(proto) {
+            ends_apart
+        } else {
+            (ends_apart - recv_step).max(0.0)
+        };
         set(&mut p.hop_us.nvlink, proto, hop);
         // A local copy's wait for a receive in another block of its rank, from the steps
         // the GPU timed (one element a chunk).
@@ -552,7 +587,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             ts = Some(b);
         }
         notes.push(format!(
-            "{pname}: a call {call:.1} us, a step {step:.2} us, a message {hop:.2} us, a wait for another block's step {wait:.2} us, a launched block {per_block:.3} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
+            "{pname}: a call {call:.1} us, a step {step:.2} us, a receiving step {recv_step:.2} us, a message {hop:.2} us, a wait for another block's step {wait:.2} us, a launched block {per_block:.3} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
             p.block_gbps.get(proto),
             if shared {
                 format!(", the GPU's memory {:.0} GB/s for all ranks", p.shared_gbps.get(proto))
@@ -808,18 +843,23 @@ mod tests {
     use super::{fit_knee, knee_replicas, quietest, solve, time_groups, Bench, Pace};
     use std::time::Duration;
 
-    /// A chain of 3 ranks whose steps the GPU timed: the root's later steps take 2 µs, a
-    /// step ends 0.5 µs later on each next rank.
+    /// A chain of 4 ranks whose steps the GPU timed: the root's steps start 2.2 µs
+    /// apart (2 each), the receivers' 2.7 apart (2.5 each; the first of each rank longer,
+    /// waiting), a step ends 0.5 µs later on each next receiver; the first receiver
+    /// falls behind the root step by step, which is no hop.
     #[test]
-    fn step_and_hop_come_from_the_recorded_step_times() {
-        let plan = super::chain(3).unwrap();
+    fn step_periods_and_hop_come_from_the_recorded_step_times() {
+        let plan = super::chain(4).unwrap();
         let rank = |r: u64| -> Vec<Vec<(u64, u64)>> {
-            let first = (0, 9_000 + 500 * r);
-            let later = (1..4).map(|k| {
-                let end = 9_000 + 2_000 * k + 500 * r;
-                (end - 2_000, end)
+            let steps = (0..5).map(|k| {
+                if r == 0 {
+                    (2_200 * k, 2_200 * k + 2_000)
+                } else {
+                    let end = 9_000 + 2_700 * k + 500 * r;
+                    (if k == 0 { 0 } else { end - 2_500 }, end)
+                }
             });
-            vec![std::iter::once(first).chain(later).collect()]
+            vec![steps.collect()]
         };
         let b = Bench {
             count: 1,
@@ -827,12 +867,15 @@ mod tests {
             protocol: braid_ir::Protocol::Ll,
             plan,
             us: 20.0,
-            steps: (0..3).map(rank).collect(),
+            steps: (0..4).map(rank).collect(),
         };
-        assert!((b.step_us().unwrap() - 2.0).abs() < 1e-9);
-        assert!((b.hop_us().unwrap() - 0.5).abs() < 1e-9);
+        let near = |x: Option<f64>, want: f64| (x.unwrap() - want).abs() < 1e-9;
+        assert!(near(b.step_us(), 2.2), "{:?}", b.step_us());
+        assert!(near(b.recv_step_us(), 2.7), "{:?}", b.recv_step_us());
+        assert!(near(b.hop_us(), 0.5), "{:?}", b.hop_us());
         let none = Bench { steps: vec![], ..b };
         assert_eq!(none.step_us(), None);
+        assert_eq!(none.recv_step_us(), None);
         assert_eq!(none.hop_us(), None);
     }
 
