@@ -10,6 +10,8 @@
 #   BLOCKS: thread blocks one rank may use (`braid explain --blocks`; default: explain's)
 #   PROFILE_SET="NAME=VALUE ...": the profile with those constants set (a per-protocol
 #   one for every protocol), e.g. PROFILE_SET="wait_us=0" to price without a term
+#   ROWS=FILE: every shipped plan's row, tab-separated (collective, plan, size,
+#   replicas, protocol, measured us, predicted us), written to FILE
 import glob, json, os, re, statistics, subprocess, sys, tempfile
 
 
@@ -56,7 +58,7 @@ def main(d, topo, braid, prof, blocks=None):
             cache[key] = (sel, prices)
         return cache[key]
 
-    errs, measured = [], {}
+    errs, measured, rows = [], {}, []
     for f in sorted(glob.glob(os.path.join(d, "*.plan.*.json"))):
         doc = json.load(open(f))
         coll = doc["collective"]
@@ -66,6 +68,7 @@ def main(d, topo, braid, prof, blocks=None):
             p = explain(coll, s, ("--replicas", str(r["replicas"]), "--proto", r["protocol"]))[1].get(choice)
             if p is not None:
                 errs.append((abs(p - r["time_us"]) / r["time_us"], coll, r["plan"], s, r["time_us"], p))
+                rows.append((coll, r["plan"], s, r["replicas"], r["protocol"], r["time_us"], p))
     # Plans no micro-benchmark resembles, as bench/model_check.sh ran them: the imported
     # MSCCL algorithms (in place) and the programs `braid synth` wrote (out of place).
     others = {"xml": [], "synth": []}
@@ -91,6 +94,10 @@ def main(d, topo, braid, prof, blocks=None):
             a = others[kind]
             print(f"error, {label}: median {statistics.median(a) * 100:.0f}%, within 15%: "
                   f"{sum(x <= 0.15 for x in a)}/{len(a)}, above 35%: {sum(x > 0.35 for x in a)}")
+    if os.environ.get("ROWS"):
+        with open(os.environ["ROWS"], "w") as out:
+            for row in rows:
+                print(*row, sep="\t", file=out)
     a = [e[0] for e in errs]
     print(f"error: median {statistics.median(a) * 100:.0f}%, within 15%: "
           f"{sum(x <= 0.15 for x in a)}/{len(a)}, above 35%: {sum(x > 0.35 for x in a)}")
