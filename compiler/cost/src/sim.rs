@@ -725,14 +725,13 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     // A unit's slices' count and what each costs.
     let cost_of = |i: usize, k: usize| -> (usize, f64) {
         let st = &info[i];
-        let bytes = if st.skipped {
-            0
-        } else {
-            st.chunks * tile_bytes(k)
-        };
-        let n = (bytes as f64 / profile.slice_bytes.get(proto))
-            .ceil()
-            .max(1.0) as usize;
+        let per_chunk = if st.skipped { 0 } else { tile_bytes(k) };
+        let bytes = st.chunks * per_chunk;
+        // Each chunk is cut into slices of its own, as both backends cut a step's
+        // regions (a step over 8 chunks of one element is 8 slices, not 1).
+        let n = (per_chunk as f64 / profile.slice_bytes.get(proto)).ceil() as usize
+            * st.chunks as usize;
+        let n = n.max(1);
         let slice = bytes as f64 / n as f64;
         // A pass its chain's blocks share (each part at least SPLIT_MIN_BYTES, as the
         // kernel decides) takes a part's time.

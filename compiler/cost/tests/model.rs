@@ -1631,3 +1631,62 @@ fn a_measured_receive_prices_a_chains_hops_as_the_gpu_times_them() {
         "{ends:?}"
     );
 }
+
+/// Both backends cut a step's chunks into slices one chunk at a time (the CUDA kernel's
+/// `step` loops over the chunks, then over each one's FIFO-slot pieces; the host
+/// executor's `pieces` the same), so a step over 8 chunks of one element is 8 slices:
+/// the out-of-place ring all-reduce's first copy of its whole input (8 chunks) costs 8
+/// slices' fixed cost, the ring all-gather's copy of its own chunk one. Traced on an H100
+/// (`bench/2026-12-07-h100-model-check-knee/8r/traces/`): 5.8-6.1 µs against 1.1.
+#[test]
+fn a_step_over_several_chunks_pays_a_slice_per_chunk() {
+    let t = Topology::from_arg("nvswitch:8").unwrap();
+    let lib = Library::new(t.clone());
+    let ring = lib
+        .plans(Collective::Allreduce, None)
+        .into_iter()
+        .find(|p| p.name == "ring_allreduce")
+        .unwrap();
+    let gather = lib
+        .plans(Collective::Allgather, None)
+        .into_iter()
+        .find(|p| p.name == "ring_allgather")
+        .unwrap();
+    let mut profile = Profile::default();
+    profile.slice_us = PerProtocol::both(0.75);
+    // A copy of `chunks` chunks: the first step of a block that only copies, on rank 0.
+    let copy = |plan: &Verified, bytes: u64| -> (u32, f64) {
+        let p = predict(plan, &t, &profile, &simple(bytes, 1, false)).unwrap();
+        let (bi, b) = plan.ranks[0]
+            .blocks
+            .iter()
+            .enumerate()
+            .find(|(_, b)| b.steps.len() == 1 && b.steps[0].kind == braid_plan::StepKind::Copy)
+            .expect("a block that copies");
+        let chunks = b.steps[0].src.map_or(0, |s| s.count);
+        let st = step_at(&p.timeline, 0, bi, 0);
+        (chunks, st.end_us - st.start_us)
+    };
+    let (n, us) = copy(&ring, 8 * 4);
+    assert_eq!(n, 8);
+    assert!((us - 8.0 * 0.75).abs() < 0.01, "{us}");
+    let (n, us) = copy(&gather, 8 * 4);
+    assert_eq!(n, 1);
+    assert!((us - 0.75).abs() < 0.01, "{us}");
+    // Large chunks: each chunk its own slices (8 chunks of 1 MiB at 256 KiB a slice: 32),
+    // the bytes' time alike however they are cut.
+    let big = predict(&ring, &t, &profile, &simple(8 << 20, 1, false)).unwrap();
+    let bi = ring.ranks[0]
+        .blocks
+        .iter()
+        .position(|b| b.steps.len() == 1 && b.steps[0].kind == braid_plan::StepKind::Copy)
+        .unwrap();
+    let st = step_at(&big.timeline, 0, bi, 0);
+    let bytes_us = (8u64 << 20) as f64 / (profile.block_gbps.simple * 1e3);
+    assert!(
+        ((st.end_us - st.start_us) - (32.0 * 0.75 + bytes_us)).abs() < 0.01,
+        "{} against {}",
+        st.end_us - st.start_us,
+        32.0 * 0.75 + bytes_us
+    );
+}
