@@ -1652,8 +1652,10 @@ fn a_step_over_several_chunks_pays_a_slice_per_chunk() {
         .into_iter()
         .find(|p| p.name == "ring_allgather")
         .unwrap();
-    let mut profile = Profile::default();
-    profile.slice_us = PerProtocol::both(0.75);
+    let profile = Profile {
+        slice_us: PerProtocol::both(0.75),
+        ..Profile::default()
+    };
     // A copy of `chunks` chunks: the first step of a block that only copies, on rank 0.
     let copy = |plan: &Verified, bytes: u64| -> (u32, f64) {
         let p = predict(plan, &t, &profile, &simple(bytes, 1, false)).unwrap();
