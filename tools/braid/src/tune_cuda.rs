@@ -7,9 +7,9 @@
 //!
 //! | constant | micro-benchmark | how |
 //! |---|---|---|
-//! | `slice_us` | 1 element on 8 ranks | the root's steps' period after its first (a step's start to the next's), timed on the GPU (median) |
-//! | `recv_slice_us` | the same | the receiving ranks' steps' period after their first (median) |
-//! | `hop_us` | the same | a step ending on one receiving rank, then on the next (median) |
+//! | `slice_us` | 1 element on 8 ranks | the root's steps after its first, timed on the GPU (median): in LL and LL128 their period (a step's start to the next's), in Simple their duration |
+//! | `recv_slice_us` | the same | LL and LL128: the receiving ranks' steps' period after their first (median); Simple: none |
+//! | `hop_us` | the same | a step ending on one rank, then on the next (median; in LL and LL128 between receivers only) |
 //! | `wait_us` | [`WAIT_PROBE`]: 8 chunks of 1 element on 2 ranks, a local copy of each waiting for its receive in another block | the copies' end beyond the receives', less a copy that waits for nothing (medians) |
 //! | `launch_block_us` | 1 element on 8 ranks, 1 and 12 replicas | the model reproduces the difference |
 //! | `call_us` | 1 element on 2 ranks | the model reproduces the time |
@@ -54,11 +54,22 @@ struct Bench {
 }
 
 impl Bench {
-    /// The median period of the root's sending steps after its first (one step's start
-    /// to the next's), µs: what interpreting a step that sends costs its block, the
-    /// block's move to its next step included (the chain's later steps find their slot
-    /// free).
+    /// The median time a step of the root's sending block takes after its first, µs:
+    /// what interpreting a step costs its block, the move to the next step aside.
     fn step_us(&self) -> Option<f64> {
+        let root = self.steps.first()?.first()?;
+        let d: Vec<f64> = root
+            .iter()
+            .skip(1)
+            .map(|&(a, b)| b.saturating_sub(a) as f64 / 1e3)
+            .collect();
+        median(d)
+    }
+
+    /// The median period of the root's sending steps after its first (one step's start
+    /// to the next's), µs: what a step that sends costs its block, its move to the next
+    /// step included (the chain's later steps find their slot free).
+    fn step_period_us(&self) -> Option<f64> {
         median(periods(self.steps.first()?.first()?))
     }
 
@@ -77,14 +88,14 @@ impl Bench {
         median(d)
     }
 
-    /// The median delay between one receiving rank's step ending and the same step
-    /// ending on the next rank of the chain, µs: what a message costs a hop, end to end.
-    /// Between receivers, which keep one pace, the delay is the message's alone; the
+    /// The median delay between one rank's step ending and the same step ending on the
+    /// next rank of the chain, µs: what a message costs a hop, end to end. Between
+    /// receivers only (`receivers`), which keep one pace, it is the message's alone; the
     /// root's steps are quicker, so the first receiver falls behind it step by step.
-    fn hop_us(&self) -> Option<f64> {
+    fn hop_us(&self, receivers: bool) -> Option<f64> {
         let ends = |r: usize, k: usize| self.steps.get(r)?.first()?.get(k).map(|s| s.1);
         let mut d = Vec::new();
-        let first = usize::from(self.steps.len() > 2);
+        let first = usize::from(receivers && self.steps.len() > 2);
         for r in first..self.steps.len().saturating_sub(1) {
             for k in 1.. {
                 match (ends(r, k), ends(r + 1, k)) {
@@ -470,20 +481,26 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         // From the steps the GPU timed in the chain of 8 (calls of 8 ranks in one process
         // may be issued slower than the GPU runs them, so their back-to-back time says
         // more about the host): what a step costs, and a hop.
-        let step = t8.step_us().unwrap_or(0.0);
-        let recv_step = t8.recv_step_us().unwrap_or(0.0);
+        // LL and LL128 receives take up lines as they land: their steps' periods (the
+        // sending root's, the receivers') and the hop between receivers are what the model
+        // prices them with. Simple's receive waits for its whole slice, so a message's
+        // latency shows at every step that waits for one, which a chain's receivers,
+        // keeping their own pace, do not separate from their work: Simple keeps a step's
+        // duration, no receive of its own, and the hop over every pair, on top of the
+        // path's latency (docs/costmodel.md, "A receive's own period").
+        let lines = matches!(proto, Protocol::Ll | Protocol::Ll128);
+        let (step, recv_step, hop) = if lines {
+            (t8.step_period_us(), t8.recv_step_us(), t8.hop_us(true))
+        } else {
+            (t8.step_us(), Some(0.0), t8.hop_us(false))
+        };
+        let (step, recv_step, hop) = (
+            step.unwrap_or(0.0),
+            recv_step.unwrap_or(0.0),
+            hop.unwrap_or(0.0),
+        );
         set(&mut p.slice_us, proto, step);
         set(&mut p.recv_slice_us, proto, recv_step);
-        // Between two receivers a step ends a hop later on the next: the message's
-        // latency where the receive takes up lines as they land, and the latency and a
-        // whole receive where it waits for its slice to land first (the model prices
-        // the hop so).
-        let ends_apart = t8.hop_us().unwrap_or(0.0);
-        let hop = if p.lines_land(proto) {
-            ends_apart
-        } else {
-            (ends_apart - recv_step).max(0.0)
-        };
         set(&mut p.hop_us.nvlink, proto, hop);
         // A local copy's wait for a receive in another block of its rank, from the steps
         // the GPU timed (one element a chunk).
@@ -870,13 +887,17 @@ mod tests {
             steps: (0..4).map(rank).collect(),
         };
         let near = |x: Option<f64>, want: f64| (x.unwrap() - want).abs() < 1e-9;
-        assert!(near(b.step_us(), 2.2), "{:?}", b.step_us());
+        assert!(near(b.step_us(), 2.0), "{:?}", b.step_us());
+        assert!(near(b.step_period_us(), 2.2), "{:?}", b.step_period_us());
         assert!(near(b.recv_step_us(), 2.7), "{:?}", b.recv_step_us());
-        assert!(near(b.hop_us(), 0.5), "{:?}", b.hop_us());
+        assert!(near(b.hop_us(true), 0.5), "{:?}", b.hop_us(true));
+        // Over every pair, the root's growing lead (8-9.5 us) is 4 of 12 delays.
+        assert!(near(b.hop_us(false), 0.5), "{:?}", b.hop_us(false));
         let none = Bench { steps: vec![], ..b };
         assert_eq!(none.step_us(), None);
+        assert_eq!(none.step_period_us(), None);
         assert_eq!(none.recv_step_us(), None);
-        assert_eq!(none.hop_us(), None);
+        assert_eq!(none.hop_us(true), None);
     }
 
     /// The wait probe's steps as the GPU might record them: the root's copies 1 µs each;
