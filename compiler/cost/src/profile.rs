@@ -168,9 +168,10 @@ pub struct Profile {
     /// start to the next's).
     pub slice_us: PerProtocol,
     /// Fixed cost of each slice of a step that receives, µs, where the GPU measured it
-    /// apart (`braid tune --backend cuda`: the period of a chain's receiving steps, which
-    /// poll the message's flags before they forward it). 0 (the default, the host
-    /// backend's profiles, and profiles written before it): as `slice_us`. Where it is
+    /// apart (`braid tune --backend cuda`, in LL and LL128: the period of a chain's
+    /// receiving steps, which poll the message's lines before they forward them). 0 (the
+    /// default, Simple, the host backend's profiles, and profiles written before it): as
+    /// `slice_us`. Where it is
     /// measured (above 0 for a protocol) the hop it was measured with is a message's
     /// whole latency on NVLink (the path's nominal latency is inside the measurement),
     /// and a receive in LL or LL128 takes up each line as it lands rather than once its
