@@ -337,15 +337,20 @@ mod tests {
         assert_eq!(Arrivals::Ramp { len, first, lines }.last(), Some(2011.0));
     }
 
+    /// `len` slices arriving every 3 µs from 3 µs on.
+    fn every_3us(len: usize) -> Arrivals {
+        Arrivals::Ramp {
+            len,
+            first: 3.0,
+            lines: Lines::from_slice(&[(3.0, 3.0)]),
+        }
+    }
+
     #[test]
     fn a_faster_receiver_waits_for_each_slice() {
         // The sender's slices arrive every 3 µs, the receiver needs 1: it ends one
         // slice after the last arrival.
-        let a = Arrivals::Ramp {
-            len: 100,
-            first: 3.0,
-            lines: Lines::from_slice(&[(3.0, 3.0)]),
-        };
+        let a = every_3us(100);
         let s = plain(100, 1.0, false, 0.0);
         let (end, _) = run(&s, 0.0, Some(&a), &mut 0.0);
         assert_eq!(end, 3.0 + 99.0 * 3.0 + 1.0);
@@ -356,11 +361,7 @@ mod tests {
         // Slices arrive every 3 µs and take the receiver 3: read as they land (lead 3),
         // the step ends when the last one has arrived; read whole, a slice after it.
         // A receiver that starts late is not helped: it still takes its slices' time.
-        let a = Arrivals::Ramp {
-            len: 100,
-            first: 3.0,
-            lines: Lines::from_slice(&[(3.0, 3.0)]),
-        };
+        let a = every_3us(100);
         let whole = plain(100, 3.0, false, 0.0);
         let lines = Slices { lead: 3.0, ..whole };
         assert_eq!(run(&whole, 0.0, Some(&a), &mut 0.0).0, 303.0);
