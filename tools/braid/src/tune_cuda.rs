@@ -604,7 +604,12 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             ts = Some(b);
         }
         notes.push(format!(
-            "{pname}: a call {call:.1} us, a step {step:.2} us, a receiving step {recv_step:.2} us, a message {hop:.2} us, a wait for another block's step {wait:.2} us, a launched block {per_block:.3} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
+            "{pname}: a call {call:.1} us, a step {step:.2} us{}, a message {hop:.2} us, a wait for another block's step {wait:.2} us, a launched block {per_block:.3} us, a block {:.1} GB/s{} (chains of 1 element: {:.1} us on 2 ranks, {:.1} on 8; {} MiB on 2 ranks {:.0} us{})",
+            if recv_step > 0.0 {
+                format!(" (its period; a receiving step's {recv_step:.2} us)")
+            } else {
+                String::new()
+            },
             p.block_gbps.get(proto),
             if shared {
                 format!(", the GPU's memory {:.0} GB/s for all ranks", p.shared_gbps.get(proto))
