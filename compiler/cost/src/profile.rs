@@ -596,8 +596,7 @@ impl Profile {
     /// rather than once a slice has landed whole (Simple publishes a slice once it is
     /// written).
     pub fn lines_land(&self, p: braid_ir::Protocol) -> bool {
-        use braid_ir::Protocol;
-        self.measured_receive(p) && matches!(p, Protocol::Ll | Protocol::Ll128)
+        self.measured_receive(p) && p.flags_each_line()
     }
 
     /// Whether the profile was measured with several ranks on one GPU: a shared memory

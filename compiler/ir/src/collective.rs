@@ -168,4 +168,10 @@ impl Protocol {
             Protocol::Auto => "auto",
         }
     }
+
+    /// Whether every line carries its own flag (LL, LL128): a receiver may take up each
+    /// line as it lands, where Simple publishes a slice only once it is written whole.
+    pub fn flags_each_line(self) -> bool {
+        matches!(self, Protocol::Ll | Protocol::Ll128)
+    }
 }

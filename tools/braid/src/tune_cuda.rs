@@ -488,17 +488,12 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         // keeping their own pace, do not separate from their work: Simple keeps a step's
         // duration, no receive of its own, and the hop over every pair, on top of the
         // path's latency (docs/costmodel.md, "A receive's own period").
-        let lines = matches!(proto, Protocol::Ll | Protocol::Ll128);
-        let (step, recv_step, hop) = if lines {
-            (t8.step_period_us(), t8.recv_step_us(), t8.hop_us(true))
+        let measured = if proto.flags_each_line() {
+            [t8.step_period_us(), t8.recv_step_us(), t8.hop_us(true)]
         } else {
-            (t8.step_us(), Some(0.0), t8.hop_us(false))
+            [t8.step_us(), None, t8.hop_us(false)]
         };
-        let (step, recv_step, hop) = (
-            step.unwrap_or(0.0),
-            recv_step.unwrap_or(0.0),
-            hop.unwrap_or(0.0),
-        );
+        let [step, recv_step, hop] = measured.map(|x| x.unwrap_or(0.0));
         set(&mut p.slice_us, proto, step);
         set(&mut p.recv_slice_us, proto, recv_step);
         set(&mut p.hop_us.nvlink, proto, hop);
