@@ -169,63 +169,17 @@ fn broadcast_time_procs(
     iters: u32,
     mode: Mode,
 ) -> Result<Duration, CliError> {
-    let rt = |what: String| CliError::Runtime(format!("error: braid tune --procs: {what}"));
-    let dir = std::env::temp_dir().join(format!("braid-tune-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| rt(format!("{}: {e}", dir.display())))?;
-    let report = dir.join("report.json");
-    let bytes = (count * 4).to_string();
-    let exe = std::env::current_exe().map_err(|e| rt(format!("this executable: {e}")))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args([
-        "perf",
-        "broadcast",
-        "--procs",
-        "--mode",
-        mode.name(),
-        "-w",
-        "3",
-        "--runs",
-        "5",
-    ])
-    .args([
-        "--topo",
-        &format!("nvswitch:{n}"),
-        "-b",
-        &bytes,
-        "-e",
-        &bytes,
-    ])
-    .args(["-n", &iters.to_string(), "--json"])
-    .arg(&report)
-    // The plan is forced: the model has nothing to choose.
-    .env_remove("BRAID_PROFILE");
-    let file = dir.join("plan.json");
-    std::fs::write(&file, bench.to_json_pretty())
-        .map_err(|e| rt(format!("{}: {e}", file.display())))?;
-    cmd.arg("--plan").arg(file);
-    let out = cmd
-        .output()
-        .map_err(|e| rt(format!("starting braid perf: {e}")))?;
-    let text = std::fs::read_to_string(&report);
-    let _ = std::fs::remove_dir_all(&dir);
-    if !out.status.success() {
-        return Err(rt(format!(
-            "braid perf failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let v: serde_json::Value = text
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .ok_or_else(|| rt("braid perf wrote no report".into()))?;
-    let row = &v["rows"][0];
-    if row["wrong"].as_u64() != Some(0) {
-        return Err(rt("a calibration call gave a wrong result".into()));
-    }
-    let us = row["time_us"]
-        .as_f64()
-        .ok_or_else(|| rt("braid perf's report has no time".into()))?;
-    Ok(Duration::from_secs_f64(us / 1e6))
+    let child = crate::perf_child::Child {
+        plan: bench,
+        ranks: n,
+        bytes: count * 4,
+        mode,
+        iters,
+        args: &["--procs"],
+        env: &[],
+    };
+    let t = crate::perf_child::time(&child, "braid tune --procs")?;
+    Ok(Duration::from_secs_f64(t.us / 1e6))
 }
 
 pub fn run(args: &TuneArgs) -> Result<String, CliError> {

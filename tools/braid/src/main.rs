@@ -16,6 +16,7 @@ mod doctor_rates;
 mod error;
 mod logging;
 mod output;
+mod perf_child;
 mod perf_plot;
 mod perf_procs;
 mod perf_report;
