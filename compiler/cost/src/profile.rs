@@ -426,31 +426,24 @@ impl Default for Profile {
     }
 }
 
-/// A flat launch of 2 ranks sharing an H200, as `braid tune --backend cuda` measured it
-/// (a direct broadcast of 1 element, back to back, one stream per rank, the launch
-/// program of both ranks one pass: 2026-12-04,
-/// `bench/2026-12-04-h200-launch-programs/profile2.json`; the same tune measured `call_us`
-/// 7.2). An earlier tune of the same day measured 10.5 µs
-/// (`bench/2026-12-04-h200-flat/profile8.json`), above the interpreter's call, which
-/// `braid perf` does not show (5-6 µs for such calls); as a default it made a 2-rank
-/// all-reduce of 8 B take the interpreter (10 µs) over the flat launch (5 µs). The tune
-/// now also checks that the calls it times ran flat.
-const SHARED_FLAT_CALL_US: f64 = 6.6;
+/// The flat launch of 2 ranks sharing a GPU: `braid tune --backend cuda` on an H100 with 4
+/// ranks sharing it, the launch timed in 7 processes (2026-12-07,
+/// `bench/2026-12-07-h100-model-check-final/b-tune-in-seven-processes/4r.tgz`,
+/// `4r/profile.json`), rounded: a direct broadcast of 1 element back to back, 4.2 µs (another
+/// H100 the same night ran it at 4.9-7.1 by process; an H200 at 6.6 on 2026-12-04).
+const SHARED_FLAT_CALL_US: f64 = 4.2;
 
-/// The GPU's share of that flat launch: the same broadcast replayed from CUDA graphs, as
-/// `braid tune --backend cuda` measured it on an H100 (3.01 µs, a stream per rank;
-/// 2026-12-06, `bench/2026-12-06-h100-flat-parts/sweep/profile8.json`).
-const SHARED_FLAT_GPU_US: f64 = 3.0;
+/// The GPU's share of that flat launch: the same broadcast replayed from CUDA graphs
+/// (2.95 µs in that tune; 3.0 on every H100 and H200 since 2026-12-06).
+const SHARED_FLAT_GPU_US: f64 = 2.95;
 
-/// What each rank beyond two added to that flat launch on the same H200 (the same
-/// broadcast on 8 ranks: 18.5 µs against 9.4 on 2, `braid tune` of 2026-12-04,
-/// `bench/2026-12-04-h200-flat/model-check-8r-flat-timed-on-8/`).
-const SHARED_RANK_US: f64 = 1.5;
+/// What each rank beyond two added to that flat launch in the same tune (the broadcast
+/// on 4 ranks, 5.4 µs against 4.2 on 2: 0.59; 0.8-1.5 on the other H100 and the H200).
+const SHARED_RANK_US: f64 = 0.59;
 
-/// What the flat kernel's three arguments cost beyond the smallest, as `braid tune
-/// --backend cuda` measured them on an H100 (its three entry points launched empty, back
-/// to back: 2.47 µs per launch at 536 bytes, 2.68 at 2,200, 2.85 at 3,744; 2026-12-05,
-/// `bench/2026-12-05-h100-memo-argcost/tuned/profile8.json`), rounded.
+/// What the flat kernel's three arguments cost beyond the smallest in the same tune (its
+/// three entry points launched empty, back to back: 2.26 µs at 536 bytes, 2.28 at 2,200,
+/// 2.31 at 3,744), rounded.
 const SHARED_FLAT_ARG_US: [ArgCost; 3] = [
     ArgCost {
         bytes: 536,
@@ -458,11 +451,11 @@ const SHARED_FLAT_ARG_US: [ArgCost; 3] = [
     },
     ArgCost {
         bytes: 2200,
-        us: 0.21,
+        us: 0.02,
     },
     ArgCost {
         bytes: 3744,
-        us: 0.37,
+        us: 0.05,
     },
 ];
 
@@ -515,9 +508,10 @@ impl Profile {
     }
 
     /// The built-in constants for ranks that share one GPU and launch together (several
-    /// ranks of one process on it): what `braid tune --backend cuda` measured on an H200
-    /// with 8 ranks sharing it (2026-12-03, `bench/2026-12-03-h200-model-check-direct/
-    /// launch-blocks-8ranks/profile.json`), rounded. The defaults describe a rank per GPU
+    /// ranks of one process on it): what `braid tune --backend cuda` measured on an H100
+    /// with 4 ranks sharing it (2026-12-07, `bench/2026-12-07-h100-model-check-final/
+    /// b-tune-in-seven-processes/4r.tgz`, `4r/profile.json`), rounded, LL128 left out (it
+    /// is slower than Simple and LL within one GPU). The defaults describe a rank per GPU
     /// over NVLink, which prices such ranks' calls as if their data crossed links and
     /// their memory were their own.
     pub fn shared_gpu() -> Profile {
@@ -525,36 +519,51 @@ impl Profile {
         Profile {
             source: "defaults for ranks sharing one GPU".into(),
             call_us: PerProtocol {
-                simple: 6.9,
-                ll: 9.0,
+                simple: 4.65,
+                ll: 5.75,
                 ll128: None,
             },
             hop_us: HopLatency {
                 nvlink: PerProtocol {
-                    simple: 1.5,
-                    ll: 0.32,
+                    simple: 1.57,
+                    ll: 0.29,
                     ll128: None,
                 },
                 ..d.hop_us
             },
             block_gbps: PerProtocol {
-                simple: 57.0,
-                ll: 70.0,
+                simple: 56.0,
+                ll: 45.0,
                 ll128: None,
             },
             slice_us: PerProtocol {
-                simple: 1.18,
-                ll: 0.83,
+                simple: 1.28,
+                ll: 1.09,
+                ll128: None,
+            },
+            recv_slice_us: PerProtocol {
+                simple: 0.0,
+                ll: 1.34,
+                ll128: None,
+            },
+            wait_us: PerProtocol {
+                simple: 0.77,
+                ll: 0.93,
                 ll128: None,
             },
             shared_gbps: PerProtocol {
-                simple: 3630.0,
-                ll: 860.0,
+                simple: 2980.0,
+                ll: 1200.0,
+                ll128: None,
+            },
+            shared_knee: PerProtocol {
+                simple: 5.0,
+                ll: 0.0,
                 ll128: None,
             },
             launch_block_us: PerProtocol {
-                simple: 0.019,
-                ll: 0.012,
+                simple: 0.0,
+                ll: 0.004,
                 ll128: None,
             },
             flat_call_us: SHARED_FLAT_CALL_US,

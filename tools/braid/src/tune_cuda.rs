@@ -17,8 +17,8 @@
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
 //! | `shared_knee` | 2 ranks, the same message, the replicas (1 to 16) whose blocks alone would take about as long as the memory allows | the same (then `shared_gbps` again with it); 0 (sharp) where no replica count comes within 2x |
 //! | `flat_gpu_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch), replayed from CUDA graphs | the model reproduces the time with no host share |
-//! | `flat_call_us` | the same, back to back | the model reproduces the time |
-//! | `rank_us` | the same on the topology's ranks (at most a launch's) | the difference, per rank beyond two |
+//! | `flat_call_us` | the same, back to back, here and by `braid perf` in 6 further processes | the model reproduces the median of the 7 times |
+//! | `rank_us` | the same on the topology's ranks (at most a launch's), likewise | the difference of the medians, per rank beyond two |
 //! | `flat_arg_us` | the flat kernel's three entry points launched empty, back to back (`braid_cuda::arg_cost`) | each one's time beyond the smallest's |
 //!
 //! Step and hop come from the GPU's own clock because calls of many ranks in one process
