@@ -36,9 +36,27 @@ pub struct Timed {
     pub protocol: String,
 }
 
+/// Why a child gave no time.
+#[derive(Debug)]
+pub enum ChildError {
+    /// The child did not run the call: it could not start, or `braid perf` failed (on a
+    /// GPU in exclusive-process mode, for one, a second process gets no context).
+    Failed(CliError),
+    /// It ran and its report is wrong or missing (a wrong result among them).
+    Invalid(CliError),
+}
+
+impl From<ChildError> for CliError {
+    fn from(e: ChildError) -> CliError {
+        match e {
+            ChildError::Failed(e) | ChildError::Invalid(e) => e,
+        }
+    }
+}
+
 /// Runs `braid perf` on `c` in a child process; `what` prefixes its errors
 /// (`braid tune --procs`).
-pub fn time(c: &Child<'_>, what: &str) -> Result<Timed, CliError> {
+pub fn time(c: &Child<'_>, what: &str) -> Result<Timed, ChildError> {
     static RUNS: AtomicU64 = AtomicU64::new(0);
     let rt = |e: String| CliError::Runtime(format!("error: {what}: {e}"));
     let dir = std::env::temp_dir().join(format!(
@@ -46,7 +64,8 @@ pub fn time(c: &Child<'_>, what: &str) -> Result<Timed, CliError> {
         std::process::id(),
         RUNS.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::create_dir_all(&dir).map_err(|e| rt(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| ChildError::Failed(rt(format!("{}: {e}", dir.display()))))?;
     let result = run_in(c, &dir, &rt);
     let _ = std::fs::remove_dir_all(&dir);
     result
@@ -56,13 +75,14 @@ fn run_in(
     c: &Child<'_>,
     dir: &std::path::Path,
     rt: &dyn Fn(String) -> CliError,
-) -> Result<Timed, CliError> {
+) -> Result<Timed, ChildError> {
+    let failed = |e: String| ChildError::Failed(rt(e));
     let report = dir.join("report.json");
     let plan = dir.join("plan.json");
     std::fs::write(&plan, c.plan.to_json_pretty())
-        .map_err(|e| rt(format!("{}: {e}", plan.display())))?;
+        .map_err(|e| failed(format!("{}: {e}", plan.display())))?;
     let bytes = c.bytes.to_string();
-    let exe = std::env::current_exe().map_err(|e| rt(format!("this executable: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| failed(format!("this executable: {e}")))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["perf", "broadcast"])
         .args(c.args)
@@ -87,15 +107,15 @@ fn run_in(
     cmd.envs(c.env.iter().copied());
     let out = cmd
         .output()
-        .map_err(|e| rt(format!("starting braid perf: {e}")))?;
+        .map_err(|e| failed(format!("starting braid perf: {e}")))?;
     if !out.status.success() {
-        return Err(rt(format!(
+        return Err(failed(format!(
             "braid perf failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
     let text = std::fs::read_to_string(&report).ok();
-    read_report(text.as_deref(), rt)
+    read_report(text.as_deref(), rt).map_err(ChildError::Invalid)
 }
 
 /// The first row of a `braid perf --json` report.

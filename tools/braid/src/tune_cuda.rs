@@ -365,8 +365,15 @@ fn typical(b: &Bench, iters: u32) -> Result<(f64, String), CliError> {
     };
     let mut others = Vec::with_capacity(PACE_PROCESSES);
     for _ in 0..PACE_PROCESSES {
-        let t = crate::perf_child::time(&child, "braid tune")?;
-        others.push(ran_as_timed(&t, &b.plan.name)?);
+        match crate::perf_child::time(&child, "braid tune") {
+            Ok(t) => others.push(ran_as_timed(&t, &b.plan.name)?),
+            // A GPU that lets one process at a time in (exclusive-process mode), or no
+            // second process for another reason: this process's time is all there is.
+            Err(crate::perf_child::ChildError::Failed(e)) => {
+                return Ok((b.us, alone(b.us, &e.to_string())));
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     let mut all = others.clone();
     all.push(b.us);
@@ -382,6 +389,17 @@ fn typical(b: &Bench, iters: u32) -> Result<(f64, String), CliError> {
         others.len()
     );
     Ok((us, seen))
+}
+
+/// The note's account of a flat launch timed in this process only, because a process of
+/// its own could not run it (`why`: the child's error, its first line kept).
+fn alone(us: f64, why: &str) -> String {
+    let why = why.lines().next().unwrap_or_default();
+    let why = why.strip_prefix("error: braid tune: ").unwrap_or(why);
+    format!(
+        "{us:.1} us in this process only: another process could not time it ({why}), so \
+         flat launches are priced at this process's pace"
+    )
 }
 
 /// The child's time, where it ran `plan` as the tune times it (1 replica, Simple).
@@ -946,7 +964,8 @@ fn slice_bytes(p: Protocol) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        fit_knee, knee_replicas, median_of, quietest, ran_as_timed, solve, time_groups, Bench, Pace,
+        alone, fit_knee, knee_replicas, median_of, quietest, ran_as_timed, solve, time_groups,
+        Bench, Pace,
     };
     use std::time::Duration;
 
@@ -1033,6 +1052,21 @@ mod tests {
         );
         let none = Bench { steps: vec![], ..b };
         assert_eq!(none.wait_us(), None);
+    }
+
+    #[test]
+    fn a_flat_launch_timed_here_alone_says_why() {
+        let note = alone(
+            4.04,
+            "error: braid tune: braid perf failed: error: no CUDA context: the GPU is in \
+             exclusive-process mode\nmore",
+        );
+        assert!(note.starts_with("4.0 us in this process only"), "{note}");
+        assert!(
+            note.contains("(braid perf failed: error: no CUDA context"),
+            "{note}"
+        );
+        assert!(!note.contains("more"), "{note}");
     }
 
     #[test]
