@@ -342,7 +342,8 @@ fn measure_plan(
     })
 }
 
-/// Further processes a flat launch is timed in ([`typical`]).
+/// Further processes a flat launch is timed in ([`typical`]); even, so that with this
+/// process the count is odd and its median one of the times.
 const PACE_PROCESSES: usize = 6;
 
 /// The flat launch `b` (timed in this process) as a process typically runs it: timed
@@ -375,9 +376,8 @@ fn typical(b: &Bench, iters: u32) -> Result<(f64, String), CliError> {
             Err(e) => return Err(e.into()),
         }
     }
-    let mut all = others.clone();
-    all.push(b.us);
-    let us = median_of(&mut all);
+    // This process and the others: an odd count, whose median is its middle time.
+    let us = median(others.iter().copied().chain([b.us]).collect()).unwrap_or(b.us);
     let seen = format!(
         "{:.1} us in this process, {} in {} others: their median {us:.1}",
         b.us,
@@ -411,17 +411,6 @@ fn ran_as_timed(t: &crate::perf_child::Timed, plan: &str) -> Result<f64, CliErro
         )));
     }
     Ok(t.us)
-}
-
-/// The median of `v` (the mean of the middle two for an even count); `v` is sorted.
-fn median_of(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => v[n / 2],
-        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// How a micro-benchmark's groups of timed runs are spread ([`time_groups`]).
@@ -964,8 +953,8 @@ fn slice_bytes(p: Protocol) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        alone, fit_knee, knee_replicas, median_of, quietest, ran_as_timed, solve, time_groups,
-        Bench, Pace,
+        alone, fit_knee, knee_replicas, median, quietest, ran_as_timed, solve, time_groups, Bench,
+        Pace,
     };
     use std::time::Duration;
 
@@ -1071,10 +1060,9 @@ mod tests {
 
     #[test]
     fn the_typical_pace_is_the_median_of_every_process() {
-        assert_eq!(median_of(&mut [7.0, 5.1, 6.6]), 6.6);
-        assert_eq!(median_of(&mut [7.0, 5.2, 5.1, 6.6, 6.9, 7.1, 5.3]), 6.6);
-        assert_eq!(median_of(&mut [5.0, 7.0]), 6.0);
-        assert!(median_of(&mut []).is_nan());
+        assert_eq!(median(vec![7.0, 5.1, 6.6]), Some(6.6));
+        assert_eq!(median(vec![7.0, 5.2, 5.1, 6.6, 6.9, 7.1, 5.3]), Some(6.6));
+        assert_eq!(median(vec![]), None);
     }
 
     #[test]
