@@ -10,6 +10,9 @@
 //! `max(host, flat_gpu_us + body)`, where `host = flat_call_us + argument + ranks` and
 //! `body = combine(bytes from memory / shared rate, longest sequence / (parts x block rate))`
 //!
+//! (the block rate: `flat_block_gbps`, a flat launch's block as the tune timed it, where
+//! measured; else the interpreter's block)
+//!
 //! (back to back, the GPU runs one call while the host issues the next, so the slower of
 //! the two sets the pace; a profile without the GPU's share, `flat_gpu_us` = 0, adds
 //! `host + body`)
@@ -48,7 +51,10 @@ pub fn predict(
     call: &Call,
     direct: &braid_plan::direct::Direct,
 ) -> Option<Prediction> {
-    let proto = call.protocol;
+    // The flat kernel runs no protocol: plain loads and stores, as Simple's (whose
+    // constants price it whatever protocol the call names, so that the call's choices
+    // of protocol price alike).
+    let proto = braid_ir::Protocol::Simple;
     let shared = profile.shared_gbps.get(proto);
     let Flat {
         launch,
@@ -80,9 +86,14 @@ pub fn predict(
         }
         longest = longest.max(bytes);
     }
-    let block = match profile.copy_gbps.get(proto) {
-        r if r > 0.0 => r,
-        _ => profile.block_gbps.get(proto),
+    // A flat block's rate where the tune measured one; else the interpreter's.
+    let block = if profile.flat_block_gbps > 0.0 {
+        profile.flat_block_gbps
+    } else {
+        match profile.copy_gbps.get(proto) {
+            r if r > 0.0 => r,
+            _ => profile.block_gbps.get(proto),
+        }
     };
     // A block's rate was measured on copies (2 accesses per byte); the memory's and the
     // blocks' times combine as sharply as the profile's knee says.
@@ -205,5 +216,5 @@ pub fn blocks(plan: &Plan, profile: &Profile, call: &Call) -> Option<u64> {
 fn may_run_flat(profile: &Profile, call: &Call) -> bool {
     (call.direct || call.together)
         && profile.flat_call_us > 0.0
-        && profile.shared_gbps.get(call.protocol) > 0.0
+        && profile.shared_gbps.get(braid_ir::Protocol::Simple) > 0.0
 }

@@ -257,6 +257,13 @@ pub struct Profile {
     /// measured; the two are added.
     #[serde(default)]
     pub flat_gpu_us: f64,
+    /// What one block of a flat launch copies, GB/s (a copy's bytes; 2 accesses per
+    /// byte): `braid tune` replays a flat broadcast of a few hundred KiB, whose parts are
+    /// a block's full share each, from a CUDA graph. The flat kernel's blocks run short
+    /// passes that a block of the interpreter, timed on a long stream (`block_gbps`),
+    /// does not show. 0: not measured; a flat launch's blocks take `block_gbps`.
+    #[serde(default)]
+    pub flat_block_gbps: f64,
     /// What each rank of a launch beyond the first adds to a call where the ranks share
     /// one GPU and one process issues their calls together, µs: back to back that is the
     /// host's work (each rank's checks, the joins between the ranks' streams). `call_us`
@@ -417,6 +424,7 @@ impl Default for Profile {
             launch_block_us: PerProtocol::default(),
             flat_call_us: 0.0,
             flat_gpu_us: 0.0,
+            flat_block_gbps: 0.0,
             rank_us: 0.0,
             flat_arg_us: Vec::new(),
             copy_scale: Vec::new(),
@@ -698,6 +706,7 @@ impl Profile {
         for (name, v) in [
             ("flat_call_us", self.flat_call_us),
             ("flat_gpu_us", self.flat_gpu_us),
+            ("flat_block_gbps", self.flat_block_gbps),
         ] {
             if !(v.is_finite() && (0.0..1e9).contains(&v)) {
                 return Err(format!("{name} = {v} is out of range"));

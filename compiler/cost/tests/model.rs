@@ -999,6 +999,52 @@ fn a_flat_launch_costs_the_larger_of_the_hosts_and_the_gpus_shares() {
     assert!(price(256 << 20, &profile) > host * 10.0);
 }
 
+/// A flat launch's blocks take the rate the tune measured on a flat launch
+/// (`flat_block_gbps`) where it has one: a broadcast of a few hundred KiB on 2 ranks,
+/// whose parts are a block's full share, costs the GPU its share of the launch plus a
+/// part at that rate (the memory far from binding); halving the rate doubles that part.
+/// And the flat kernel runs no protocol: every protocol of the call prices alike.
+#[test]
+fn a_flat_launchs_blocks_take_their_own_measured_rate_and_no_protocol() {
+    let (t, ps) = plans("nvswitch:2", Collective::Broadcast);
+    let direct_bc = plan(&ps, "direct_broadcast");
+    let call = |bytes: u64, protocol: Protocol| Call {
+        bytes,
+        elem: 4,
+        protocol,
+        replicas: 1,
+        direct: true,
+        together: true,
+        in_place: false,
+    };
+    let mut profile = Profile::shared_gpu();
+    profile.flat_call_us = 1e-6;
+    let bytes = 384u64 << 10;
+    let price = |p: &Profile, proto| predict(direct_bc, &t, p, &call(bytes, proto)).unwrap().total_us;
+    // The root's input read once and two outputs written: 3 accesses a byte, in parts
+    // (a block each) as the kernel cuts them.
+    let parts = braid_plan::flat::parts(bytes, 3, 1, braid_cost::flat::FLAT_BLOCKS);
+    let part = 3.0 * bytes as f64 / parts as f64;
+    let at = |gbps: f64| {
+        let mut p = profile.clone();
+        p.flat_block_gbps = gbps;
+        p
+    };
+    for gbps in [25.0, 12.5] {
+        let body = price(&at(gbps), Protocol::Simple) - profile.flat_gpu_us;
+        let want = part / 2.0 / (gbps * 1e3);
+        assert!((body - want).abs() < want * 0.1, "{gbps} GB/s: {body} against {want}");
+    }
+    // Unmeasured, the interpreter's block rate: faster than a flat block measured at 25.
+    assert!(price(&profile, Protocol::Simple) < price(&at(25.0), Protocol::Simple));
+    for p in [profile.clone(), at(25.0)] {
+        let simple = price(&p, Protocol::Simple);
+        for proto in [Protocol::Ll, Protocol::Ll128] {
+            assert_eq!(price(&p, proto), simple, "{proto:?}");
+        }
+    }
+}
+
 /// A flat launch pays for its kernel argument beyond the smallest: on 8 ranks sharing a
 /// GPU, the two-shot all-reduce's launch takes the middle argument and the one-shot's the
 /// smallest, so at 8 B (where both cost their launch) the one-shot is selected; without

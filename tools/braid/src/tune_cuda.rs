@@ -17,6 +17,7 @@
 //! | `shared_gbps` | 2 ranks, a large message, every replica the budget allows | the same, where ranks share a GPU |
 //! | `shared_knee` | 2 ranks, the same message, the replicas (1 to 16) whose blocks alone would take about as long as the memory allows | the same (then `shared_gbps` again with it); 0 (sharp) where no replica count comes within 2x |
 //! | `flat_gpu_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch), replayed from CUDA graphs | the model reproduces the time with no host share |
+//! | `flat_block_gbps` | the same broadcast of 384 KiB (6 parts of a block each), replayed likewise | the model reproduces the time with no host share; 0 where even the fastest block does not |
 //! | `flat_call_us` | the same, back to back, here and by `braid perf` in 6 further processes | the model reproduces the median of the 7 times |
 //! | `rank_us` | the same on the topology's ranks (at most a launch's), likewise | the difference of the medians, per rank beyond two |
 //! | `flat_arg_us` | the flat kernel's three entry points launched empty, back to back (`braid_cuda::arg_cost`) | each one's time beyond the smallest's |
@@ -741,6 +742,27 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             "a flat launch's GPU share {:.2} us (replayed from a CUDA graph {:.2} us)",
             p.flat_gpu_us, g.us
         ));
+        // A flat block's rate: the same broadcast of FLAT_BODY_BYTES, replayed, each of
+        // its parts a block's full share (the flat kernel's short passes, which the
+        // interpreter's block, timed on a long stream, does not show).
+        progress(&format!(
+            "a flat launch: {} KiB on 2 ranks, from a CUDA graph",
+            FLAT_BODY_BYTES >> 10
+        ));
+        let gb = measure_plan(
+            &verdicts,
+            broadcast(2, "direct_broadcast")?,
+            2,
+            FLAT_BODY_BYTES / 4,
+            1,
+            Protocol::Simple,
+            iters,
+            true,
+            true,
+        )?;
+        let (rate, note) = flat_block_rate(&gb, &c2, &p);
+        p.flat_block_gbps = rate;
+        notes.push(note);
         progress("a flat launch: 1 element on 2 ranks");
         let mut b = flat(false)?;
         progress(&format!(
@@ -820,6 +842,45 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         eprintln!("note: {n}");
     }
     Ok(p)
+}
+
+/// Bytes of the flat broadcast whose replay times a flat launch's blocks: a size the
+/// model's checks do not time (their sweeps step by 8 from 8 B), cut into 6 parts of a
+/// block each on 2 ranks, whose memory traffic (1.1 MiB) binds far less than the
+/// blocks do.
+const FLAT_BODY_BYTES: usize = 384 << 10;
+
+/// A flat launch's block rate (`flat_block_gbps`) at which the model, with no host
+/// share, reproduces the replayed time of `b` (a flat broadcast of [`FLAT_BODY_BYTES`]),
+/// and the tune's note; 0 (the interpreter's block rate stays) where no rate does: the
+/// launch ran faster than its share of the launch and its memory traffic allow.
+fn flat_block_rate(b: &Bench, topo: &Topology, p: &Profile) -> (f64, String) {
+    let price = |v: f64| {
+        let mut q = p.clone();
+        q.flat_call_us = 1e-6;
+        q.flat_block_gbps = v;
+        model_with(b, topo, &q, true)
+    };
+    const FASTEST: f64 = 1e5;
+    let v = solve(0.1, FASTEST, true, b.us, price);
+    let size = format!("a flat broadcast of {} KiB on 2 ranks", (b.count * 4) >> 10);
+    if v >= FASTEST * 0.99 {
+        return (
+            0.0,
+            format!(
+                "a flat launch's block not measured: {size} replayed in {:.2} us, below its share of the launch and its memory traffic ({:.2}); its blocks take the interpreter's rate",
+                b.us,
+                price(FASTEST)
+            ),
+        );
+    }
+    (
+        v,
+        format!(
+            "a flat launch's block {v:.1} GB/s ({size} replayed from a CUDA graph {:.2} us)",
+            b.us
+        ),
+    )
 }
 
 /// The shared memory's rate (`shared_gbps`) at which the model reproduces `b`'s time
@@ -953,9 +1014,12 @@ fn slice_bytes(p: Protocol) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        alone, fit_knee, knee_replicas, median, quietest, ran_as_timed, solve, time_groups, Bench,
-        Pace,
+        alone, broadcast, fit_knee, flat_block_rate, knee_replicas, median, model_with, quietest,
+        ran_as_timed, solve, time_groups, Bench, Pace, FLAT_BODY_BYTES,
     };
+    use braid_cost::profile::Profile;
+    use braid_ir::Protocol;
+    use braid_topo::Topology;
     use std::time::Duration;
 
     /// A chain of 4 ranks whose steps the GPU timed: the root's steps start 2.2 µs
@@ -1056,6 +1120,35 @@ mod tests {
             "{note}"
         );
         assert!(!note.contains("more"), "{note}");
+    }
+
+    /// The flat block's rate is the one at which the model reproduces the replayed
+    /// broadcast; a replay faster than the launch's GPU share and memory traffic allow
+    /// leaves it unmeasured (0), and the note says why.
+    #[test]
+    fn a_flat_blocks_rate_reproduces_the_replayed_broadcast_or_is_left_unmeasured() {
+        let c2 = Topology::from_arg("nvswitch:2").unwrap();
+        let p = Profile::shared_gpu();
+        let mut b = Bench {
+            count: FLAT_BODY_BYTES / 4,
+            replicas: 1,
+            protocol: Protocol::Simple,
+            plan: broadcast(2, "direct_broadcast").unwrap(),
+            us: 0.0,
+            steps: vec![],
+        };
+        let mut at = p.clone();
+        at.flat_call_us = 1e-6;
+        at.flat_block_gbps = 25.0;
+        b.us = model_with(&b, &c2, &at, true);
+        assert!(b.us > p.flat_gpu_us + 1.0, "{}", b.us);
+        let (rate, note) = flat_block_rate(&b, &c2, &p);
+        assert!((rate - 25.0).abs() < 0.05, "{rate}");
+        assert!(note.starts_with("a flat launch's block 25.0 GB/s"), "{note}");
+        b.us = p.flat_gpu_us;
+        let (rate, note) = flat_block_rate(&b, &c2, &p);
+        assert_eq!(rate, 0.0);
+        assert!(note.contains("not measured"), "{note}");
     }
 
     #[test]
