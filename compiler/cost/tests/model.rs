@@ -1020,7 +1020,11 @@ fn a_flat_launchs_blocks_take_their_own_measured_rate_and_no_protocol() {
     let mut profile = Profile::shared_gpu();
     profile.flat_call_us = 1e-6;
     let bytes = 384u64 << 10;
-    let price = |p: &Profile, proto| predict(direct_bc, &t, p, &call(bytes, proto)).unwrap().total_us;
+    let price = |p: &Profile, proto| {
+        predict(direct_bc, &t, p, &call(bytes, proto))
+            .unwrap()
+            .total_us
+    };
     // The root's input read once and two outputs written: 3 accesses a byte, in parts
     // (a block each) as the kernel cuts them.
     let parts = braid_plan::flat::parts(bytes, 3, 1, braid_cost::flat::FLAT_BLOCKS);
@@ -1033,7 +1037,10 @@ fn a_flat_launchs_blocks_take_their_own_measured_rate_and_no_protocol() {
     for gbps in [25.0, 12.5] {
         let body = price(&at(gbps), Protocol::Simple) - profile.flat_gpu_us;
         let want = part / 2.0 / (gbps * 1e3);
-        assert!((body - want).abs() < want * 0.1, "{gbps} GB/s: {body} against {want}");
+        assert!(
+            (body - want).abs() < want * 0.1,
+            "{gbps} GB/s: {body} against {want}"
+        );
     }
     // Unmeasured, the interpreter's block rate: faster than a flat block measured at 25.
     assert!(price(&profile, Protocol::Simple) < price(&at(25.0), Protocol::Simple));

@@ -1144,7 +1144,10 @@ mod tests {
         assert!(b.us > p.flat_gpu_us + 1.0, "{}", b.us);
         let (rate, note) = flat_block_rate(&b, &c2, &p);
         assert!((rate - 25.0).abs() < 0.05, "{rate}");
-        assert!(note.starts_with("a flat launch's block 25.0 GB/s"), "{note}");
+        assert!(
+            note.starts_with("a flat launch's block 25.0 GB/s"),
+            "{note}"
+        );
         b.us = p.flat_gpu_us;
         let (rate, note) = flat_block_rate(&b, &c2, &p);
         assert_eq!(rate, 0.0);
