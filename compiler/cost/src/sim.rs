@@ -555,12 +555,15 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
             path.bandwidth_gbps
         };
         // `hop_us` is on top of the path's nominal latency, except where the tune
-        // measured it with the receiving steps' cost (the NVLink class, the one it
-        // measures): there it is one rank's step ending, then the next rank's, the
-        // message's whole latency, the path's inside it (ranks sharing a GPU cross no
-        // link at all).
+        // measured it with the receiving steps' cost, or on ranks sharing one GPU (the
+        // NVLink class, the one it measures): there it is one rank's step ending, then
+        // the next rank's, the message's whole latency, the path's inside it (ranks
+        // sharing a GPU cross no link at all: the preset's nominal latency added to
+        // Simple's measured hop priced an 8-rank ring's every link 0.7 µs dear, and the
+        // ranks' stagger went round it twice).
         let hop = profile.hop_us.get(path.class, proto);
-        let latency_us = if measured_recv && path.class == PathClass::Nvl {
+        let whole = measured_recv || profile.one_gpu();
+        let latency_us = if whole && path.class == PathClass::Nvl {
             hop
         } else {
             path.latency_us + hop

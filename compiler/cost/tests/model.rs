@@ -315,9 +315,14 @@ fn a_shared_memory_rate_bounds_the_call_by_the_bytes_its_steps_move() {
     // More replicas no longer help once the shared memory is the limit.
     assert!((price(&shared, 4) - price(&shared, 1)).abs() / price(&shared, 1) < 0.05);
     assert!(price(&free, 4) < price(&free, 1) * 0.5);
-    // A rate so high it never binds changes nothing.
+    // A rate so high it never binds does not enter the price, and leaves what ranks
+    // sharing a GPU are priced as: no link's bandwidth, and no link's nominal latency
+    // on top of the measured hop (they cross none), so no dearer than ranks apart.
     shared.shared_gbps.simple = 1e8;
-    assert_eq!(price(&shared, 2), price(&free, 2));
+    let never = price(&shared, 2);
+    shared.shared_gbps.simple = 1e9;
+    assert_eq!(never, price(&shared, 2));
+    assert!(never <= price(&free, 2), "{never}");
 }
 
 /// Ranks sharing one memory whose rate binds with a knee (`shared_knee`): a call whose
@@ -1630,7 +1635,8 @@ fn options_priced_together_cost_what_each_costs_alone() {
 /// after the one before it (as the GPU records it: `bench/2026-12-07-h100-model-check-
 /// knee/8r/traces/chain_broadcast.8.ll.txt`), at its own pace. Simple reads a slice once
 /// it has landed whole (a hop and a receive later), and a profile that measured no
-/// receiving step prices as before: the path's latency, the hop, then the slice.
+/// receiving step prices as before: the path's latency, the hop, then the slice (ranks
+/// sharing a GPU: the hop, then the slice).
 #[test]
 fn a_measured_receive_prices_a_chains_hops_as_the_gpu_times_them() {
     let (t, ps) = plans("nvswitch:8", Collective::Broadcast);
@@ -1684,6 +1690,17 @@ fn a_measured_receive_prices_a_chains_hops_as_the_gpu_times_them() {
         &gaps(&unmeasured, Protocol::Ll),
         lat + hop + send,
         "LL, not measured",
+    );
+    // Ranks sharing one GPU cross no link: a receive the tune did not time apart (Simple
+    // on such a GPU) pays the measured hop and its slice, without the link's nominal
+    // latency (which priced an 8-rank ring in Simple 40 % dear, docs/costmodel.md).
+    let mut one_gpu = unmeasured.clone();
+    one_gpu.shared_gbps = PerProtocol::both(1e6);
+    assert!(one_gpu.one_gpu());
+    all(
+        &gaps(&one_gpu, Protocol::Simple),
+        hop + send,
+        "Simple, ranks sharing a GPU",
     );
     // The receivers' own pace: the last rank's steps follow each other a receive apart.
     let call = Call {
