@@ -23,7 +23,7 @@ def with_set(prof, spec):
     for item in spec.split():
         name, value = item.split("=", 1)
         v = float(value)
-        if name in ("flat_call_us", "flat_gpu_us", "flat_block_gbps", "rank_us"):
+        if name in ("flat_call_us", "flat_gpu_us", "flat_block_gbps", "flat_pass_us", "rank_us"):
             p[name] = v
         elif name == "cores":
             p[name] = int(v)

@@ -68,10 +68,11 @@ pub fn predict(
     // memory serves: every write, and each chunk of each buffer read once however many
     // passes read it (they stream through it together, the later ones from the cache).
     let mut accessed = 0f64;
-    let mut longest = 0f64;
+    let mut seq_bytes = Vec::with_capacity(launch.seqs.len());
     let mut read: std::collections::HashSet<(u32, u8, u32)> = Default::default();
     for seq in &launch.seqs {
         let mut bytes = 0f64;
+        let tasks: u32 = seq.iter().map(|p| p.count).sum();
         for pass in seq {
             let count = f64::from(pass.count);
             bytes += count * (pass.ops.len() + pass.dsts.len()) as f64 * chunk as f64;
@@ -84,7 +85,7 @@ pub fn predict(
                 }
             }
         }
-        longest = longest.max(bytes);
+        seq_bytes.push((bytes, tasks));
     }
     // A flat block's rate where the tune measured one; else the interpreter's.
     let block = if profile.flat_block_gbps > 0.0 {
@@ -97,9 +98,18 @@ pub fn predict(
     };
     // A block's rate was measured on copies (2 accesses per byte); the memory's and the
     // blocks' times combine as sharply as the profile's knee says.
+    // The busiest block: its part of its sequence's bytes, and each pass over a chunk
+    // beyond the first (the launch's GPU share has one) a pass's own cost.
+    let busiest = seq_bytes
+        .iter()
+        .map(|&(bytes, tasks)| {
+            bytes / parts as f64 / 2.0 / (block * 1e3)
+                + f64::from(tasks.saturating_sub(1)) * profile.flat_pass_us
+        })
+        .fold(0.0, f64::max);
     let body = crate::memory::combine(
         accessed / (shared * 1e3),
-        longest / parts as f64 / 2.0 / (block * 1e3),
+        busiest,
         profile.shared_knee.get(proto),
     );
     // Every step in the one pass of the launch (the trace shows it so).

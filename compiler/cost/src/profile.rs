@@ -264,6 +264,11 @@ pub struct Profile {
     /// does not show. 0: not measured; a flat launch's blocks take `block_gbps`.
     #[serde(default)]
     pub flat_block_gbps: f64,
+    /// What each pass over a chunk beyond the first costs a flat launch's block, µs: a
+    /// pass loads, then stores, then the block synchronises before the next, so passes
+    /// in a row add their latency (`flat_gpu_us` holds one). 0: nothing.
+    #[serde(default)]
+    pub flat_pass_us: f64,
     /// What each rank of a launch beyond the first adds to a call where the ranks share
     /// one GPU and one process issues their calls together, µs: back to back that is the
     /// host's work (each rank's checks, the joins between the ranks' streams). `call_us`
@@ -425,6 +430,7 @@ impl Default for Profile {
             flat_call_us: 0.0,
             flat_gpu_us: 0.0,
             flat_block_gbps: 0.0,
+            flat_pass_us: 0.0,
             rank_us: 0.0,
             flat_arg_us: Vec::new(),
             copy_scale: Vec::new(),
@@ -707,6 +713,7 @@ impl Profile {
             ("flat_call_us", self.flat_call_us),
             ("flat_gpu_us", self.flat_gpu_us),
             ("flat_block_gbps", self.flat_block_gbps),
+            ("flat_pass_us", self.flat_pass_us),
         ] {
             if !(v.is_finite() && (0.0..1e9).contains(&v)) {
                 return Err(format!("{name} = {v} is out of range"));

@@ -1057,6 +1057,37 @@ fn a_flat_launchs_blocks_take_their_own_measured_rate_and_no_protocol() {
     }
 }
 
+/// Each pass over a chunk beyond a flat block's first costs `flat_pass_us` (a load
+/// round and a synchronisation in a row): the 2-rank chain broadcast's flat launch, whose
+/// blocks run its four chunks one after another, pays three; the direct broadcast's one
+/// pass nothing; and so, where a GPU measured it, the chain no longer looks as cheap as
+/// the direct broadcast (the selection's misses on 2 ranks).
+#[test]
+fn a_flat_blocks_passes_in_a_row_pay_their_latency() {
+    let (t, ps) = plans("nvswitch:2", Collective::Broadcast);
+    let call = Call {
+        bytes: 1 << 10,
+        elem: 4,
+        protocol: Protocol::Simple,
+        replicas: 1,
+        direct: true,
+        together: true,
+        in_place: false,
+    };
+    let mut profile = Profile::shared_gpu();
+    profile.flat_call_us = 1e-6;
+    let mut passes = profile.clone();
+    passes.flat_pass_us = 0.5;
+    let price = |name: &str, p: &Profile| predict(plan(&ps, name), &t, p, &call).unwrap().total_us;
+    let chain = price("chain_broadcast", &passes) - price("chain_broadcast", &profile);
+    assert!((chain - 1.5).abs() < 1e-6, "{chain}");
+    assert_eq!(
+        price("direct_broadcast", &passes),
+        price("direct_broadcast", &profile)
+    );
+    assert!(price("chain_broadcast", &passes) > price("direct_broadcast", &passes) + 1.0);
+}
+
 /// A flat launch pays for its kernel argument beyond the smallest: on 8 ranks sharing a
 /// GPU, the two-shot all-reduce's launch takes the middle argument and the one-shot's the
 /// smallest, so at 8 B (where both cost their launch) the one-shot is selected; without

@@ -377,6 +377,7 @@ pub fn run(args: &TuneArgs) -> Result<String, CliError> {
         flat_call_us: 0.0,
         flat_gpu_us: 0.0,
         flat_block_gbps: 0.0,
+        flat_pass_us: 0.0,
         rank_us: 0.0,
         flat_arg_us: Vec::new(),
         copy_scale,

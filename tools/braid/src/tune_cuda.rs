@@ -18,6 +18,7 @@
 //! | `shared_knee` | 2 ranks, the same message, the replicas (1 to 16) whose blocks alone would take about as long as the memory allows | the same (then `shared_gbps` again with it); 0 (sharp) where no replica count comes within 2x |
 //! | `flat_gpu_us` | `direct_broadcast` of 1 element on 2 ranks sharing a GPU, direct reads on (a flat launch), replayed from CUDA graphs | the model reproduces the time with no host share |
 //! | `flat_block_gbps` | the same broadcast of 384 KiB (6 parts of a block each), replayed likewise | the model reproduces the time with no host share; 0 where even the fastest block does not |
+//! | `flat_pass_us` | the shipped `chain_broadcast` of 1 KiB on 2 ranks as a flat launch (four passes in a row per block), replayed likewise | the same |
 //! | `flat_call_us` | the same, back to back, here and by `braid perf` in 6 further processes | the model reproduces the median of the 7 times |
 //! | `rank_us` | the same on the topology's ranks (at most a launch's), likewise | the difference of the medians, per rank beyond two |
 //! | `flat_arg_us` | the flat kernel's three entry points launched empty, back to back (`braid_cuda::arg_cost`) | each one's time beyond the smallest's |
@@ -763,6 +764,27 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         let (rate, note) = flat_block_rate(&gb, &c2, &p);
         p.flat_block_gbps = rate;
         notes.push(note);
+        // A pass's own cost: the 2-rank chain broadcast's flat launch of FLAT_PASSES_BYTES,
+        // replayed, whose blocks each run four passes in a row (one chunk each, a load
+        // round apiece) where the direct broadcast's run one.
+        progress(&format!(
+            "a flat launch's passes: a chain of {} KiB on 2 ranks, from a CUDA graph",
+            FLAT_PASSES_BYTES >> 10
+        ));
+        let gp = measure_plan(
+            &verdicts,
+            chain(2)?,
+            2,
+            FLAT_PASSES_BYTES / 4,
+            1,
+            Protocol::Simple,
+            iters,
+            true,
+            true,
+        )?;
+        let (pass, note) = flat_pass_cost(&gp, &c2, &p);
+        p.flat_pass_us = pass;
+        notes.push(note);
         progress("a flat launch: 1 element on 2 ranks");
         let mut b = flat(false)?;
         progress(&format!(
@@ -878,6 +900,46 @@ fn flat_block_rate(b: &Bench, topo: &Topology, p: &Profile) -> (f64, String) {
         v,
         format!(
             "a flat launch's block {v:.1} GB/s ({size} replayed from a CUDA graph {:.2} us)",
+            b.us
+        ),
+    )
+}
+
+/// Bytes of the flat chain broadcast whose replay times a flat launch's passes: a size
+/// the model's checks do not time, four chunks of 256 bytes on 2 ranks (a load round
+/// each, the bytes themselves next to nothing).
+const FLAT_PASSES_BYTES: usize = 1 << 10;
+
+/// What a flat launch's pass beyond a block's first costs (`flat_pass_us`): the value
+/// at which the model, with no host share, reproduces the replayed time of `b` (the
+/// chain broadcast's flat launch of [`FLAT_PASSES_BYTES`]), and the tune's note; 0
+/// where the replay took no longer than a launch of one pass each.
+fn flat_pass_cost(b: &Bench, topo: &Topology, p: &Profile) -> (f64, String) {
+    let price = |v: f64| {
+        let mut q = p.clone();
+        q.flat_call_us = 1e-6;
+        q.flat_pass_us = v;
+        model_with(b, topo, &q, true)
+    };
+    let size = format!(
+        "a flat chain broadcast of {} KiB on 2 ranks",
+        (b.count * 4) >> 10
+    );
+    if b.us <= price(0.0) {
+        return (
+            0.0,
+            format!(
+                "a flat launch's pass costs nothing measurable: {size} replayed in {:.2} us, no longer than its passes in parallel ({:.2})",
+                b.us,
+                price(0.0)
+            ),
+        );
+    }
+    let v = solve(0.0, 10.0, false, b.us, price);
+    (
+        v,
+        format!(
+            "a flat launch's pass {v:.2} us beyond a block's first ({size} replayed from a CUDA graph {:.2} us)",
             b.us
         ),
     )
@@ -1014,8 +1076,9 @@ fn slice_bytes(p: Protocol) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::{
-        alone, broadcast, fit_knee, flat_block_rate, knee_replicas, median, model_with, quietest,
-        ran_as_timed, solve, time_groups, Bench, Pace, FLAT_BODY_BYTES,
+        alone, broadcast, chain, fit_knee, flat_block_rate, flat_pass_cost, knee_replicas, median,
+        model_with, quietest, ran_as_timed, solve, time_groups, Bench, Pace, FLAT_BODY_BYTES,
+        FLAT_PASSES_BYTES,
     };
     use braid_cost::profile::Profile;
     use braid_ir::Protocol;
@@ -1152,6 +1215,35 @@ mod tests {
         let (rate, note) = flat_block_rate(&b, &c2, &p);
         assert_eq!(rate, 0.0);
         assert!(note.contains("not measured"), "{note}");
+    }
+
+    /// A pass's cost is the one at which the model reproduces the replayed chain (its
+    /// blocks' four passes in a row); a replay no slower than one pass each leaves it 0.
+    #[test]
+    fn a_flat_pass_reproduces_the_replayed_chain_or_costs_nothing() {
+        let c2 = Topology::from_arg("nvswitch:2").unwrap();
+        let p = Profile::shared_gpu();
+        let mut b = Bench {
+            count: FLAT_PASSES_BYTES / 4,
+            replicas: 1,
+            protocol: Protocol::Simple,
+            plan: chain(2).unwrap(),
+            us: 0.0,
+            steps: vec![],
+        };
+        let mut at = p.clone();
+        at.flat_call_us = 1e-6;
+        at.flat_pass_us = 0.47;
+        b.us = model_with(&b, &c2, &at, true);
+        // Three passes beyond the first.
+        assert!((b.us - p.flat_gpu_us - 3.0 * 0.47).abs() < 0.05, "{}", b.us);
+        let (pass, note) = flat_pass_cost(&b, &c2, &p);
+        assert!((pass - 0.47).abs() < 1e-3, "{pass}");
+        assert!(note.starts_with("a flat launch's pass 0.47 us"), "{note}");
+        b.us = p.flat_gpu_us;
+        let (pass, note) = flat_pass_cost(&b, &c2, &p);
+        assert_eq!(pass, 0.0);
+        assert!(note.contains("nothing measurable"), "{note}");
     }
 
     #[test]
