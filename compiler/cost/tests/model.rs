@@ -58,6 +58,18 @@ fn simple(bytes: u64, replicas: u32, in_place: bool) -> Call {
     }
 }
 
+/// An out-of-place call of one replica whose ranks launch together with direct reads
+/// (ranks sharing a GPU in one process: where a flat launch may run).
+fn together(bytes: u64, protocol: Protocol) -> Call {
+    Call {
+        protocol,
+        replicas: 1,
+        direct: true,
+        together: true,
+        ..simple(bytes, 1, false)
+    }
+}
+
 /// Step `s` of block `b` of rank `r` in a predicted timeline.
 fn step_at(timeline: &[StepTime], r: usize, b: usize, s: usize) -> &StepTime {
     timeline
@@ -1013,15 +1025,7 @@ fn a_flat_launch_costs_the_larger_of_the_hosts_and_the_gpus_shares() {
 fn a_flat_launchs_blocks_take_their_own_measured_rate_and_no_protocol() {
     let (t, ps) = plans("nvswitch:2", Collective::Broadcast);
     let direct_bc = plan(&ps, "direct_broadcast");
-    let call = |bytes: u64, protocol: Protocol| Call {
-        bytes,
-        elem: 4,
-        protocol,
-        replicas: 1,
-        direct: true,
-        together: true,
-        in_place: false,
-    };
+    let call = together;
     let mut profile = Profile::shared_gpu();
     profile.flat_call_us = 1e-6;
     let bytes = 384u64 << 10;
@@ -1065,15 +1069,7 @@ fn a_flat_launchs_blocks_take_their_own_measured_rate_and_no_protocol() {
 #[test]
 fn a_flat_blocks_passes_in_a_row_pay_their_latency() {
     let (t, ps) = plans("nvswitch:2", Collective::Broadcast);
-    let call = Call {
-        bytes: 1 << 10,
-        elem: 4,
-        protocol: Protocol::Simple,
-        replicas: 1,
-        direct: true,
-        together: true,
-        in_place: false,
-    };
+    let call = together(1 << 10, Protocol::Simple);
     let mut profile = Profile::shared_gpu();
     profile.flat_call_us = 1e-6;
     let mut passes = profile.clone();

@@ -717,12 +717,13 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
         // alone, the flat launch looked dearer than the interpreter's launch, which is
         // measured on 2, and the selection on 8 ranks took slower plans: docs/costmodel.md).
         progress("a flat launch: 1 element on 2 ranks, from a CUDA graph");
-        let flat = |graph| {
+        // A 2-rank broadcast `name` of `bytes` as a flat launch, back to back or replayed.
+        let flat_on_2 = |name: &str, bytes: usize, graph| {
             measure_plan(
                 &verdicts,
-                broadcast(2, "direct_broadcast")?,
+                broadcast(2, name)?,
                 2,
-                1,
+                (bytes / 4).max(1),
                 1,
                 Protocol::Simple,
                 iters,
@@ -730,6 +731,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
                 graph,
             )
         };
+        let flat = |graph| flat_on_2("direct_broadcast", 4, graph);
         // The GPU's share first (replayed, the host issues nothing: the model's time with
         // no host share), then the host's, with the GPU's known.
         let g = flat(true)?;
@@ -750,17 +752,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             "a flat launch: {} KiB on 2 ranks, from a CUDA graph",
             FLAT_BODY_BYTES >> 10
         ));
-        let gb = measure_plan(
-            &verdicts,
-            broadcast(2, "direct_broadcast")?,
-            2,
-            FLAT_BODY_BYTES / 4,
-            1,
-            Protocol::Simple,
-            iters,
-            true,
-            true,
-        )?;
+        let gb = flat_on_2("direct_broadcast", FLAT_BODY_BYTES, true)?;
         let (rate, note) = flat_block_rate(&gb, &c2, &p);
         p.flat_block_gbps = rate;
         notes.push(note);
@@ -771,17 +763,7 @@ pub fn tune(topo: &Topology, iters: u32, progress: &dyn Fn(&str)) -> Result<Prof
             "a flat launch's passes: a chain of {} KiB on 2 ranks, from a CUDA graph",
             FLAT_PASSES_BYTES >> 10
         ));
-        let gp = measure_plan(
-            &verdicts,
-            chain(2)?,
-            2,
-            FLAT_PASSES_BYTES / 4,
-            1,
-            Protocol::Simple,
-            iters,
-            true,
-            true,
-        )?;
+        let gp = flat_on_2("chain_broadcast", FLAT_PASSES_BYTES, true)?;
         let (pass, note) = flat_pass_cost(&gp, &c2, &p);
         p.flat_pass_us = pass;
         notes.push(note);
@@ -877,32 +859,53 @@ const FLAT_BODY_BYTES: usize = 384 << 10;
 /// and the tune's note; 0 (the interpreter's block rate stays) where no rate does: the
 /// launch ran faster than its share of the launch and its memory traffic allow.
 fn flat_block_rate(b: &Bench, topo: &Topology, p: &Profile) -> (f64, String) {
+    let size = format!("a flat broadcast of {} KiB on 2 ranks", (b.count * 4) >> 10);
+    match fit_replay(b, topo, p, |q, v| q.flat_block_gbps = v, (1e5, 0.1), true) {
+        Ok(v) => (
+            v,
+            format!(
+                "a flat launch's block {v:.1} GB/s ({size} replayed from a CUDA graph {:.2} us)",
+                b.us
+            ),
+        ),
+        Err(floor) => (
+            0.0,
+            format!(
+                "a flat launch's block not measured: {size} replayed in {:.2} us, below its share of the launch and its memory traffic ({floor:.2}); its blocks take the interpreter's rate",
+                b.us
+            ),
+        ),
+    }
+}
+
+/// The value of the constant `set` writes, between `free` (where it costs nothing) and
+/// `dear`, at which the model, with no host share, reproduces the replayed time of the
+/// flat launch `b` (bisection, geometric where asked); `Err` with the model's time at
+/// `free` where the replay took no longer than that.
+fn fit_replay(
+    b: &Bench,
+    topo: &Topology,
+    p: &Profile,
+    set: impl Fn(&mut Profile, f64),
+    (free, dear): (f64, f64),
+    geometric: bool,
+) -> Result<f64, f64> {
     let price = |v: f64| {
         let mut q = p.clone();
         q.flat_call_us = 1e-6;
-        q.flat_block_gbps = v;
+        set(&mut q, v);
         model_with(b, topo, &q, true)
     };
-    const FASTEST: f64 = 1e5;
-    let v = solve(0.1, FASTEST, true, b.us, price);
-    let size = format!("a flat broadcast of {} KiB on 2 ranks", (b.count * 4) >> 10);
-    if v >= FASTEST * 0.99 {
-        return (
-            0.0,
-            format!(
-                "a flat launch's block not measured: {size} replayed in {:.2} us, below its share of the launch and its memory traffic ({:.2}); its blocks take the interpreter's rate",
-                b.us,
-                price(FASTEST)
-            ),
-        );
+    let floor = price(free);
+    if b.us <= floor {
+        return Err(floor);
     }
-    (
-        v,
-        format!(
-            "a flat launch's block {v:.1} GB/s ({size} replayed from a CUDA graph {:.2} us)",
-            b.us
-        ),
-    )
+    let (lo, hi) = if free < dear {
+        (free, dear)
+    } else {
+        (dear, free)
+    };
+    Ok(solve(lo, hi, geometric, b.us, price))
 }
 
 /// Bytes of the flat chain broadcast whose replay times a flat launch's passes: a size
@@ -915,34 +918,26 @@ const FLAT_PASSES_BYTES: usize = 1 << 10;
 /// chain broadcast's flat launch of [`FLAT_PASSES_BYTES`]), and the tune's note; 0
 /// where the replay took no longer than a launch of one pass each.
 fn flat_pass_cost(b: &Bench, topo: &Topology, p: &Profile) -> (f64, String) {
-    let price = |v: f64| {
-        let mut q = p.clone();
-        q.flat_call_us = 1e-6;
-        q.flat_pass_us = v;
-        model_with(b, topo, &q, true)
-    };
     let size = format!(
         "a flat chain broadcast of {} KiB on 2 ranks",
         (b.count * 4) >> 10
     );
-    if b.us <= price(0.0) {
-        return (
+    match fit_replay(b, topo, p, |q, v| q.flat_pass_us = v, (0.0, 10.0), false) {
+        Ok(v) => (
+            v,
+            format!(
+                "a flat launch's pass {v:.2} us beyond a block's first ({size} replayed from a CUDA graph {:.2} us)",
+                b.us
+            ),
+        ),
+        Err(floor) => (
             0.0,
             format!(
-                "a flat launch's pass costs nothing measurable: {size} replayed in {:.2} us, no longer than its passes in parallel ({:.2})",
-                b.us,
-                price(0.0)
+                "a flat launch's pass costs nothing measurable: {size} replayed in {:.2} us, no longer than its passes in parallel ({floor:.2})",
+                b.us
             ),
-        );
-    }
-    let v = solve(0.0, 10.0, false, b.us, price);
-    (
-        v,
-        format!(
-            "a flat launch's pass {v:.2} us beyond a block's first ({size} replayed from a CUDA graph {:.2} us)",
-            b.us
         ),
-    )
+    }
 }
 
 /// The shared memory's rate (`shared_gbps`) at which the model reproduces `b`'s time
@@ -1185,45 +1180,71 @@ mod tests {
         assert!(!note.contains("more"), "{note}");
     }
 
-    /// The flat block's rate is the one at which the model reproduces the replayed
-    /// broadcast; a replay faster than the launch's GPU share and memory traffic allow
-    /// leaves it unmeasured (0), and the note says why.
+    /// A flat block's rate and a pass's cost are the values at which the model
+    /// reproduces the replayed broadcast of 384 KiB and chain of 1 KiB (its blocks' four
+    /// passes in a row: three beyond the first); a replay no slower than the launch's GPU
+    /// share leaves each unmeasured (0), and the note says why.
     #[test]
-    fn a_flat_blocks_rate_reproduces_the_replayed_broadcast_or_is_left_unmeasured() {
+    fn flat_replays_fit_a_blocks_rate_and_a_passs_cost_or_leave_them_unmeasured() {
         let c2 = Topology::from_arg("nvswitch:2").unwrap();
         let p = Profile::shared_gpu();
-        let mut b = Bench {
-            count: FLAT_BODY_BYTES / 4,
-            replicas: 1,
-            protocol: Protocol::Simple,
-            plan: broadcast(2, "direct_broadcast").unwrap(),
-            us: 0.0,
-            steps: vec![],
-        };
+        type Fit = fn(&Bench, &Topology, &Profile) -> (f64, String);
+        type Case = (
+            &'static str,
+            usize,
+            fn(&mut Profile, f64),
+            f64,
+            Fit,
+            &'static str,
+            &'static str,
+        );
+        let cases: [Case; 2] = [
+            (
+                "direct_broadcast",
+                FLAT_BODY_BYTES,
+                |q, v| q.flat_block_gbps = v,
+                25.0,
+                flat_block_rate,
+                "a flat launch's block 25.0 GB/s",
+                "not measured",
+            ),
+            (
+                "chain_broadcast",
+                FLAT_PASSES_BYTES,
+                |q, v| q.flat_pass_us = v,
+                0.47,
+                flat_pass_cost,
+                "a flat launch's pass 0.47 us",
+                "nothing measurable",
+            ),
+        ];
+        for (plan, bytes, set, value, fit, said, unmeasured) in cases {
+            let mut b = Bench {
+                count: bytes / 4,
+                replicas: 1,
+                protocol: Protocol::Simple,
+                plan: broadcast(2, plan).unwrap(),
+                us: 0.0,
+                steps: vec![],
+            };
+            let mut at = p.clone();
+            at.flat_call_us = 1e-6;
+            set(&mut at, value);
+            b.us = model_with(&b, &c2, &at, true);
+            assert!(b.us > p.flat_gpu_us + 1.0, "{plan}: {}", b.us);
+            let (v, note) = fit(&b, &c2, &p);
+            assert!((v - value).abs() < value * 2e-3, "{plan}: {v}");
+            assert!(note.starts_with(said), "{note}");
+            b.us = p.flat_gpu_us;
+            let (v, note) = fit(&b, &c2, &p);
+            assert_eq!(v, 0.0, "{plan}");
+            assert!(note.contains(unmeasured), "{note}");
+        }
+        // The chain's replay is its launch's GPU share and three passes.
         let mut at = p.clone();
         at.flat_call_us = 1e-6;
-        at.flat_block_gbps = 25.0;
-        b.us = model_with(&b, &c2, &at, true);
-        assert!(b.us > p.flat_gpu_us + 1.0, "{}", b.us);
-        let (rate, note) = flat_block_rate(&b, &c2, &p);
-        assert!((rate - 25.0).abs() < 0.05, "{rate}");
-        assert!(
-            note.starts_with("a flat launch's block 25.0 GB/s"),
-            "{note}"
-        );
-        b.us = p.flat_gpu_us;
-        let (rate, note) = flat_block_rate(&b, &c2, &p);
-        assert_eq!(rate, 0.0);
-        assert!(note.contains("not measured"), "{note}");
-    }
-
-    /// A pass's cost is the one at which the model reproduces the replayed chain (its
-    /// blocks' four passes in a row); a replay no slower than one pass each leaves it 0.
-    #[test]
-    fn a_flat_pass_reproduces_the_replayed_chain_or_costs_nothing() {
-        let c2 = Topology::from_arg("nvswitch:2").unwrap();
-        let p = Profile::shared_gpu();
-        let mut b = Bench {
+        at.flat_pass_us = 0.47;
+        let b = Bench {
             count: FLAT_PASSES_BYTES / 4,
             replicas: 1,
             protocol: Protocol::Simple,
@@ -1231,19 +1252,8 @@ mod tests {
             us: 0.0,
             steps: vec![],
         };
-        let mut at = p.clone();
-        at.flat_call_us = 1e-6;
-        at.flat_pass_us = 0.47;
-        b.us = model_with(&b, &c2, &at, true);
-        // Three passes beyond the first.
-        assert!((b.us - p.flat_gpu_us - 3.0 * 0.47).abs() < 0.05, "{}", b.us);
-        let (pass, note) = flat_pass_cost(&b, &c2, &p);
-        assert!((pass - 0.47).abs() < 1e-3, "{pass}");
-        assert!(note.starts_with("a flat launch's pass 0.47 us"), "{note}");
-        b.us = p.flat_gpu_us;
-        let (pass, note) = flat_pass_cost(&b, &c2, &p);
-        assert_eq!(pass, 0.0);
-        assert!(note.contains("nothing measurable"), "{note}");
+        let us = model_with(&b, &c2, &at, true);
+        assert!((us - p.flat_gpu_us - 3.0 * 0.47).abs() < 0.05, "{us}");
     }
 
     #[test]
