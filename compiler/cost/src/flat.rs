@@ -8,7 +8,8 @@
 //! whose every rank has a flat program costs
 //!
 //! `max(host, flat_gpu_us + body)`, where `host = flat_call_us + argument + ranks` and
-//! `body = combine(bytes from memory / shared rate, longest sequence / (parts x block rate))`
+//! `body = combine(bytes from memory / shared rate, busiest block)`, a block's time being
+//! `its sequence's bytes / (parts x block rate) + (its passes over a chunk - 1) x flat_pass_us`
 //!
 //! (the block rate: `flat_block_gbps`, a flat launch's block as the tune timed it, where
 //! measured; else the interpreter's block)
@@ -96,10 +97,10 @@ pub fn predict(
             _ => profile.block_gbps.get(proto),
         }
     };
-    // A block's rate was measured on copies (2 accesses per byte); the memory's and the
-    // blocks' times combine as sharply as the profile's knee says.
-    // The busiest block: its part of its sequence's bytes, and each pass over a chunk
-    // beyond the first (the launch's GPU share has one) a pass's own cost.
+    // The busiest block: its part of its sequence's bytes (a block's rate was measured
+    // on copies, 2 accesses per byte), and each pass over a chunk beyond the first (the
+    // launch's GPU share has one) a pass's own cost; the memory's and the blocks' times
+    // combine as sharply as the profile's knee says.
     let busiest = seq_bytes
         .iter()
         .map(|&(bytes, tasks)| {

@@ -529,6 +529,8 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
     // step's (0: not measured, every step at `slice_us` and the rules before it).
     let recv_slice_us = profile.recv_slice_us.get(proto);
     let measured_recv = profile.measured_receive(proto);
+    // Whether a measured NVLink hop is the message's whole latency (below).
+    let whole_hop = measured_recv || profile.one_gpu();
     // Where a GPU's blocks poll LL or LL128 lines, a receive reads each line as it lands
     // and forwards it at once; Simple publishes a slice only once it is written whole,
     // and a network proxy forwards whole slices too.
@@ -562,8 +564,7 @@ fn price(w: &Wired, profile: &Profile, call: &Call, limit: f64) -> Result<Priced
         // Simple's measured hop priced an 8-rank ring's every link 0.7 µs dear, and the
         // ranks' stagger went round it twice).
         let hop = profile.hop_us.get(path.class, proto);
-        let whole = measured_recv || profile.one_gpu();
-        let latency_us = if whole && path.class == PathClass::Nvl {
+        let latency_us = if whole_hop && path.class == PathClass::Nvl {
             hop
         } else {
             path.latency_us + hop
