@@ -797,6 +797,27 @@ mod tests {
         assert!(Profile::from_json(&swapped.to_json())
             .unwrap_err()
             .contains("flat_arg_us"));
+        // A flat block's rate and a pass's cost round trip; negative ones are refused,
+        // each by name.
+        let mut flat = shared.clone();
+        flat.flat_block_gbps = 37.0;
+        flat.flat_pass_us = 0.47;
+        assert_eq!(Profile::from_json(&flat.to_json()).unwrap(), flat);
+        for (name, set) in [
+            (
+                "flat_block_gbps",
+                (|p: &mut Profile| p.flat_block_gbps = -1.0) as fn(&mut Profile),
+            ),
+            ("flat_pass_us", |p: &mut Profile| p.flat_pass_us = -1.0),
+        ] {
+            let mut bad = flat.clone();
+            set(&mut bad);
+            let err = Profile::from_json(&bad.to_json()).unwrap_err();
+            assert!(
+                err.contains(&format!("{name} = -1 is out of range")),
+                "{err}"
+            );
+        }
         // So does the host's block-start table; counts out of order or of 0 are refused.
         let mut host = Profile {
             cores: 2,
